@@ -1,0 +1,47 @@
+# Every target creates .venv and installs what it needs; run them on a fresh clone.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: demo test lint typecheck unit bench-trim bench-probes bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m contextkeeper demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+unit: $(STAMP)
+	$(PY) -m pytest -q
+
+test: lint typecheck unit
+
+bench: bench-trim bench-probes
+
+bench-trim: $(STAMP)
+	$(PY) -m pip install --quiet 'langchain-core==1.8.3' psutil
+	mkdir -p bench-out
+	PYTHONPATH=. $(PY) ../shared/bench/peers_bench.py --adapter benchmarks.peers_adapter:ContextKeeperPeer \
+	    --peers floor,floor-hysteresis,contextkeeper --sizes 1000,5000 --window 128000,32000 \
+	    --no-tokenizer-floor --json bench-out/trim.json
+
+bench-probes: $(STAMP)
+	mkdir -p bench-out
+	$(PY) -m contextkeeper bench probes --data ../shared/datasets/probe-traces/tau-airline-dev.jsonl \
+	    --budgets 2000,3000,4000 --json bench-out/probes.json
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,152 @@
+"""Errors raised by contextkeeper.
+
+Every error derives from one root so that ``except ContextKeeperError`` catches all of them::
+
+    ContextKeeperError
+    ├── UsageError                  a developer mistake: fix the call or the input
+    │   ├── ConfigError             invalid configuration value
+    │   ├── MessageError            a message that cannot be understood (index, field, fix)
+    │   │   └── ToolPairError       a tool result whose call is unknown, or a second result
+    │   └── UnknownModelError       a model the registry does not know and no window was given
+    ├── BudgetExceeded              the protected part of the view cannot fit the budget
+    ├── CompactionFailed            a compaction layer failed (the summarizer, usually)
+    ├── StoreError                  a session store failed
+    │   ├── StoreUnavailable        the store's server cannot be reached
+    │   ├── VersionConflict         a compare-and-set lost against a newer write
+    │   ├── SessionNotFound         no session with that id
+    │   └── SchemaError             a corrupted row or an unknown schema version
+    ├── SnapshotError               a snapshot reference that is invalid or missing
+    └── UpstreamError               the model server failed (url, status)
+        └── ContextOverflowError    the provider says the prompt is too long
+
+Runtime conditions (``BudgetExceeded``, ``StoreError``, ``UpstreamError``) are kept apart from
+developer mistakes (``UsageError``), so an agent loop can retry the former and fix the latter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = [
+    "BudgetExceeded",
+    "CompactionFailed",
+    "ConfigError",
+    "ContextKeeperError",
+    "ContextOverflowError",
+    "MessageError",
+    "SchemaError",
+    "SessionNotFound",
+    "SnapshotError",
+    "StoreError",
+    "StoreUnavailable",
+    "ToolPairError",
+    "UnknownModelError",
+    "UpstreamError",
+    "UsageError",
+    "VersionConflict",
+]
+
+
+class ContextKeeperError(Exception):
+    """Root of every error raised by contextkeeper."""
+
+
+class UsageError(ContextKeeperError):
+    """A developer mistake: the call or its input must change."""
+
+
+class ConfigError(UsageError):
+    """A configuration value is invalid."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class MessageError(UsageError):
+    """A message cannot be understood; the message names its index, the field and the fix."""
+
+    def __init__(self, message: str, *, index: int | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.index = index
+        self.field = field
+
+
+class ToolPairError(MessageError):
+    """A tool result whose call is unknown, or a second result for the same call."""
+
+    def __init__(self, message: str, *, index: int | None = None, call_id: str | None = None) -> None:
+        super().__init__(message, index=index, field="tool_call_id")
+        self.call_id = call_id
+
+
+class UnknownModelError(UsageError):
+    """The model registry does not know the model and no context window was given."""
+
+    def __init__(self, message: str, *, model: str) -> None:
+        super().__init__(message)
+        self.model = model
+
+
+class BudgetExceeded(ContextKeeperError):
+    """The protected part of the view (system, pinned, current request) cannot fit the budget."""
+
+    def __init__(self, message: str, *, budget: int, used: int, breakdown: Mapping[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.budget = budget
+        self.used = used
+        self.breakdown = dict(breakdown or {})
+
+
+class CompactionFailed(ContextKeeperError):
+    """A compaction layer failed; the deterministic layers keep working."""
+
+    def __init__(self, message: str, *, layer: str) -> None:
+        super().__init__(message)
+        self.layer = layer
+
+
+class StoreError(ContextKeeperError):
+    """A session store failed."""
+
+    def __init__(self, message: str, *, session_id: str | None = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
+class StoreUnavailable(StoreError):
+    """The store's server cannot be reached; retry after it is back."""
+
+
+class VersionConflict(StoreError):
+    """A compare-and-set write lost against a newer version; reload and retry."""
+
+    def __init__(self, message: str, *, session_id: str | None = None, expected: int, actual: int) -> None:
+        super().__init__(message, session_id=session_id)
+        self.expected = expected
+        self.actual = actual
+
+
+class SessionNotFound(StoreError):
+    """No session with that id exists in the store."""
+
+
+class SchemaError(StoreError):
+    """A corrupted row or an unknown schema version."""
+
+
+class SnapshotError(ContextKeeperError):
+    """A snapshot reference is invalid, escapes its session, or is missing."""
+
+
+class UpstreamError(ContextKeeperError):
+    """The model server failed."""
+
+    def __init__(self, message: str, *, url: str | None = None, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.status_code = status_code
+
+
+class ContextOverflowError(UpstreamError):
+    """The provider rejected the request because the prompt is longer than the model's window."""

@@ -1,0 +1,270 @@
+"""The one internal message type every format is converted to and from.
+
+A `Message` is immutable and carries a stable ``message_id``. Its content is a tuple of parts
+(text, image, thinking, tool call); a tool result is a message with ``role="tool"`` and the
+``tool_call_id`` of the call it answers. Provider-specific fields that have no place in the
+model ride along in ``extra`` so that adapters convert back losslessly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import Field, TypeAdapter
+
+from .exceptions import MessageError
+
+__all__ = [
+    "ROLES",
+    "ImagePart",
+    "Message",
+    "MessagesAdapter",
+    "Part",
+    "Role",
+    "TextPart",
+    "ThinkingPart",
+    "ToolCall",
+    "check_message",
+    "new_message_id",
+]
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+ROLES: frozenset[str] = frozenset(get_args(Role))
+
+
+def new_message_id() -> str:
+    """A fresh, URL-safe, sortable-enough message id."""
+    return "msg_" + uuid.uuid4().hex
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TextPart:
+    """Plain text."""
+
+    text: str
+    kind: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ImagePart:
+    """An image given by URL (``data:`` URLs included)."""
+
+    url: str
+    """Where the image is; a ``data:`` URL carries it inline."""
+    detail: Literal["auto", "low", "high"] = "auto"
+    """OpenAI's detail level; it decides how the image is billed."""
+    width: int | None = None
+    """Pixel width when known; unknown sizes are billed at the provider's maximum."""
+    height: int | None = None
+    """Pixel height when known."""
+    media_type: str | None = None
+    """MIME type, when the source format gives one (Anthropic base64 sources do)."""
+    kind: Literal["image"] = "image"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ThinkingPart:
+    """Model reasoning (Anthropic thinking blocks, OpenAI Responses reasoning items)."""
+
+    text: str
+    signature: str | None = None
+    """Provider signature that must be sent back unchanged."""
+    redacted: bool = False
+    """True for redacted thinking, whose ``text`` is the opaque provider data."""
+    kind: Literal["thinking"] = "thinking"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCall:
+    """A call the assistant asks the caller to run."""
+
+    call_id: str
+    name: str
+    arguments: str
+    """The arguments as a JSON text, exactly as the model produced them."""
+    kind: Literal["tool-call"] = "tool-call"
+
+    def parsed_arguments(self) -> Any:
+        """The arguments decoded from JSON."""
+        return json.loads(self.arguments) if self.arguments else {}
+
+
+Part = Annotated[TextPart | ImagePart | ThinkingPart | ToolCall, Field(discriminator="kind")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    """One message of a conversation, in any role."""
+
+    role: Role
+    parts: tuple[Part, ...] = ()
+    message_id: str = field(default_factory=new_message_id)
+    """Stable id; the transcript is idempotent by it."""
+    tool_call_id: str | None = None
+    """For ``role="tool"``: the id of the call this message answers."""
+    name: str | None = None
+    """Tool name for tool results; participant name otherwise."""
+    is_error: bool = False
+    """For tool results: the tool reported a failure."""
+    pinned: bool = False
+    """Pinned messages are never evicted or shortened by compaction."""
+    turn: int | None = None
+    """Agent turn the message was added in."""
+    created_at: float | None = None
+    """Unix time the message entered the transcript."""
+    snapshot_id: str | None = None
+    """For a shortened message in a view: the snapshot holding the full original."""
+    source_ids: tuple[str, ...] = ()
+    """For messages compaction wrote (summary, preview): the transcript ids they stand for."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Provider-specific fields kept for lossless conversion back; JSON-serializable."""
+
+    # --- constructors ---------------------------------------------------------------------
+    @classmethod
+    def system(cls, text: str, **kwargs: Any) -> Message:
+        """A system message."""
+        return cls(role="system", parts=(TextPart(text=text),), **kwargs)
+
+    @classmethod
+    def user(cls, text: str, **kwargs: Any) -> Message:
+        """A user message."""
+        return cls(role="user", parts=(TextPart(text=text),), **kwargs)
+
+    @classmethod
+    def assistant(cls, text: str = "", *, tool_calls: Sequence[ToolCall] = (), **kwargs: Any) -> Message:
+        """An assistant message, optionally with tool calls."""
+        parts: tuple[Part, ...] = ((TextPart(text=text),) if text else ()) + tuple(tool_calls)
+        return cls(role="assistant", parts=parts, **kwargs)
+
+    @classmethod
+    def tool_result(cls, call_id: str, text: str, *, name: str | None = None, **kwargs: Any) -> Message:
+        """The result of the tool call ``call_id``."""
+        return cls(role="tool", parts=(TextPart(text=text),), tool_call_id=call_id, name=name, **kwargs)
+
+    # --- derived views --------------------------------------------------------------------
+    @property
+    def text(self) -> str:
+        """All text parts joined by newlines."""
+        texts = [p.text for p in self.parts if isinstance(p, TextPart)]
+        return texts[0] if len(texts) == 1 else "\n".join(texts)
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls this message makes (assistant messages only)."""
+        return tuple(p for p in self.parts if isinstance(p, ToolCall))
+
+    @property
+    def content_hash(self) -> str:
+        """A digest of everything a token counter sees; cached on the instance."""
+        cached = self.__dict__.get("_content_hash")
+        if cached is None:
+            h = hashlib.blake2b(digest_size=16)
+            h.update(f"{self.role}\x00{self.name or ''}\x00{self.tool_call_id or ''}".encode())
+            for p in self.parts:
+                h.update(b"\x01" + p.kind.encode() + b"\x00")
+                if isinstance(p, TextPart):
+                    h.update(p.text.encode("utf-8", "surrogatepass"))
+                elif isinstance(p, ToolCall):
+                    h.update(f"{p.call_id}\x00{p.name}\x00{p.arguments}".encode("utf-8", "surrogatepass"))
+                elif isinstance(p, ThinkingPart):
+                    h.update(f"{p.redacted}\x00{p.text}".encode("utf-8", "surrogatepass"))
+                else:
+                    h.update(f"{p.url}\x00{p.detail}\x00{p.width}\x00{p.height}".encode("utf-8", "surrogatepass"))
+            cached = h.hexdigest()
+            object.__setattr__(self, "_content_hash", cached)
+        return cached
+
+    def with_text(self, text: str, **changes: Any) -> Message:
+        """A copy whose text parts are replaced by one text part (tool calls and images kept)."""
+        kept = tuple(p for p in self.parts if not isinstance(p, TextPart | ThinkingPart))
+        return replace(self, parts=(TextPart(text=text), *kept), **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (the storage format)."""
+        out: dict[str, Any] = MessagesAdapter.dump_python([self], mode="json")[0]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Message:
+        """Inverse of `to_dict`."""
+        return MessagesAdapter.validate_python([data])[0]
+
+
+MessagesAdapter: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+"""Serializes message lists to and from JSON; stores persist this, never pickle."""
+
+
+def _check_text(value: object, *, index: int | None, field_name: str) -> None:
+    where = f"message {index}" if index is not None else "message"
+    if not isinstance(value, str):
+        raise MessageError(
+            f"{where}: `{field_name}` must be a string, got {type(value).__name__} ({value!r:.60}); "
+            "convert it to text (json.dumps for structured data) before adding it.",
+            index=index,
+            field=field_name,
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise MessageError(
+            f"{where}: `{field_name}` contains a lone surrogate at character {exc.start} "
+            f"({value[exc.start : exc.start + 1]!r}); decode the source bytes with errors='replace' "
+            "or fix the string before adding it.",
+            index=index,
+            field=field_name,
+        ) from None
+
+
+def check_message(message: Message, *, index: int | None = None) -> Message:
+    """Check one message for what every provider rejects; return it unchanged.
+
+    Raises:
+        MessageError: an unknown role, non-text content, a lone surrogate, a tool result
+            without ``tool_call_id``, or tool-call arguments that are not valid JSON.
+    """
+    where = f"message {index}" if index is not None else "message"
+    if message.role not in ROLES:
+        raise MessageError(
+            f"{where}: unknown role {message.role!r}; use one of {sorted(ROLES)}.", index=index, field="role"
+        )
+    if message.role == "tool" and not message.tool_call_id:
+        raise MessageError(
+            f"{where}: a tool result needs `tool_call_id`; set it to the id of the call it answers.",
+            index=index,
+            field="tool_call_id",
+        )
+    for j, part in enumerate(message.parts):
+        if isinstance(part, TextPart | ThinkingPart):
+            _check_text(part.text, index=index, field_name=f"parts[{j}].text")
+        elif isinstance(part, ToolCall):
+            if message.role != "assistant":
+                raise MessageError(
+                    f"{where}: only assistant messages make tool calls (role={message.role!r}); "
+                    "move the call to an assistant message.",
+                    index=index,
+                    field=f"parts[{j}]",
+                )
+            _check_text(part.arguments, index=index, field_name=f"parts[{j}].arguments")
+            try:
+                if part.arguments:
+                    json.loads(part.arguments)
+            except json.JSONDecodeError as exc:
+                raise MessageError(
+                    f"{where}: tool call {part.call_id!r} ({part.name}) has arguments that are not valid JSON "
+                    f"({exc.msg} at char {exc.pos}): {part.arguments!r:.80}; pass the arguments as a JSON text.",
+                    index=index,
+                    field=f"parts[{j}].arguments",
+                ) from None
+        elif not isinstance(part, ImagePart):
+            raise MessageError(
+                f"{where}: part {j} has unsupported type {type(part).__name__}; "
+                "use TextPart, ImagePart, ThinkingPart or ToolCall.",
+                index=index,
+                field=f"parts[{j}]",
+            )
+    return message
