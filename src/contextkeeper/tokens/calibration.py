@@ -1,0 +1,139 @@
+"""Correcting estimates with the prompt usage a provider reports.
+
+Each model call gives one sample: the accountant's estimate for the request and the provider's
+``prompt_tokens`` / ``input_tokens``. `Calibration` keeps an exponential moving average of
+``reported / estimated`` as a correction factor, clamped so that one odd sample (a request the
+estimate did not see, such as a provider-side system prompt) cannot swing it far, and exposes the
+recent error of the raw estimates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from ..exceptions import ConfigError, UsageError
+
+__all__ = ["Calibration"]
+
+
+class Calibration:
+    """An EMA correction factor for token estimates, learned from reported usage."""
+
+    def __init__(
+        self,
+        *,
+        alpha: float = 0.2,
+        min_factor: float = 0.5,
+        max_factor: float = 2.0,
+        window: int = 20,
+    ) -> None:
+        """Create a calibration with no samples (factor 1.0).
+
+        Args:
+            alpha: weight of the newest sample in the moving average (0 < alpha <= 1).
+            min_factor: lower clamp of the factor.
+            max_factor: upper clamp of the factor.
+            window: how many recent samples `error` averages over.
+        """
+        if not 0 < alpha <= 1:
+            raise ConfigError(f"Calibration `alpha` must be in (0, 1], got {alpha!r}.", key="alpha")
+        if not 0 < min_factor <= 1 <= max_factor:
+            raise ConfigError(
+                f"Calibration needs 0 < min_factor <= 1 <= max_factor, got {min_factor=}, {max_factor=}.",
+                key="min_factor",
+            )
+        if window < 1:
+            raise ConfigError(f"Calibration `window` must be >= 1, got {window!r}.", key="window")
+        self.alpha = alpha
+        self.min_factor = min_factor
+        self.max_factor = max_factor
+        self.window = window
+        self.factor = 1.0
+        """Current correction: multiply an estimate by it (1.0 until the first sample)."""
+        self.samples = 0
+        """Number of samples recorded."""
+        self._recent: deque[tuple[int, int]] = deque(maxlen=window)
+
+    def record(self, estimated: int, reported: int) -> None:
+        """Add one sample: our estimate of a request and the provider's reported prompt tokens.
+
+        Raises:
+            UsageError: a count that is not a positive int.
+        """
+        for key, value in (("estimated", estimated), ("reported", reported)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise UsageError(
+                    f"Calibration.record needs positive token counts, got {key}={value!r}; "
+                    "skip requests whose usage was not reported."
+                )
+        ratio = reported / estimated
+        if self.samples == 0:
+            target = ratio
+        else:
+            target = self.factor + self.alpha * (ratio - self.factor)
+        self.factor = min(self.max_factor, max(self.min_factor, target))
+        self.samples += 1
+        self._recent.append((estimated, reported))
+
+    @property
+    def error(self) -> float:
+        """Mean absolute relative error of the recent raw estimates, ``|est - rep| / rep`` (0.0 if none)."""
+        if not self._recent:
+            return 0.0
+        return sum(abs(e - r) / r for e, r in self._recent) / len(self._recent)
+
+    @property
+    def corrected_error(self) -> float:
+        """The same error after applying the current factor to the recent estimates."""
+        if not self._recent:
+            return 0.0
+        return sum(abs(self.correct(e) - r) / r for e, r in self._recent) / len(self._recent)
+
+    def correct(self, estimated: int) -> int:
+        """``estimated`` scaled by the factor, rounded up (never under-counts by rounding)."""
+        if estimated <= 0:
+            return 0
+        return math.ceil(estimated * self.factor - 1e-9)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready state (settings, factor, sample count and recent samples)."""
+        return {
+            "alpha": self.alpha,
+            "min_factor": self.min_factor,
+            "max_factor": self.max_factor,
+            "window": self.window,
+            "factor": self.factor,
+            "samples": self.samples,
+            "recent": [list(s) for s in self._recent],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Calibration:
+        """Inverse of `to_dict`.
+
+        Raises:
+            ConfigError: the state is malformed.
+        """
+        try:
+            cal = cls(
+                alpha=float(data["alpha"]),
+                min_factor=float(data["min_factor"]),
+                max_factor=float(data["max_factor"]),
+                window=int(data["window"]),
+            )
+            cal.factor = min(cal.max_factor, max(cal.min_factor, float(data["factor"])))
+            cal.samples = int(data["samples"])
+            for est, rep in data.get("recent", ()):
+                cal._recent.append((int(est), int(rep)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"malformed Calibration state ({exc!r}); pass a dict produced by `Calibration.to_dict()`.",
+                key="calibration",
+            ) from None
+        return cal
+
+    def __repr__(self) -> str:
+        return f"Calibration(factor={self.factor:.4f}, samples={self.samples}, error={self.error:.4f})"
