@@ -150,3 +150,18 @@ class UpstreamError(ContextKeeperError):
 
 class ContextOverflowError(UpstreamError):
     """The provider rejected the request because the prompt is longer than the model's window."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        status_code: int | None = None,
+        limit: int | None = None,
+        requested: int | None = None,
+    ) -> None:
+        super().__init__(message, url=url, status_code=status_code)
+        self.limit = limit
+        """The window (or input limit) the provider reported, in tokens, when it said so."""
+        self.requested = requested
+        """The tokens the request needed according to the provider, when it said so."""

@@ -1,0 +1,410 @@
+"""OpenAI-compatible chat-completions client on httpx: `OpenAIChatModel` and `AsyncOpenAIChatModel`.
+
+Speaks ``POST {base_url}/chat/completions``, which OpenAI, Azure-style gateways, vLLM, Ollama
+(``http://localhost:11434/v1``), the llama.cpp server, LiteLLM and most hosted providers accept.
+Needs the ``llm`` extra (``pip install contextkeeper[llm]``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any, Generic, Literal
+
+import httpx
+
+from ..exceptions import UpstreamError
+from ..messages import Message, Part, TextPart, ThinkingPart, ToolCall
+from ..usage import RequestUsage
+from . import OPENAI_BASE_URL
+from ._http import (
+    AsyncLifecycle,
+    ClientT,
+    HTTPModelBase,
+    SSEEvent,
+    SyncLifecycle,
+    base_headers,
+    incomplete_stream,
+    iter_sse_async,
+    iter_sse_sync,
+    json_body,
+    send_async,
+    send_sync,
+)
+from ._openai_format import message_from_openai, message_to_openai, messages_to_openai, new_call_id, tools_to_openai
+from .base import (
+    FinishReason,
+    ModelResponse,
+    ResponseDone,
+    RetryPolicy,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolSchema,
+)
+from .errors import classify_error
+
+__all__ = ["AsyncOpenAIChatModel", "OpenAIChatModel"]
+
+_FINISH: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+    "error": "error",
+}
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def parse_usage(data: Mapping[str, Any] | None) -> RequestUsage:
+    """`RequestUsage` from an OpenAI ``usage`` object (missing fields count as 0)."""
+    if not data:
+        return RequestUsage()
+    details: dict[str, int] = {}
+    prompt_details = data.get("prompt_tokens_details") or {}
+    for key in ("completion_tokens_details", "prompt_tokens_details"):
+        for name, value in (data.get(key) or {}).items():
+            if name != "cached_tokens" and _int(value):
+                details[name] = _int(value)
+    return RequestUsage(
+        input_tokens=_int(data.get("prompt_tokens")),
+        output_tokens=_int(data.get("completion_tokens")),
+        cache_read_tokens=_int(prompt_details.get("cached_tokens")),
+        details=details,
+    )
+
+
+def _usage_dict(usage: RequestUsage) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+    if usage.cache_read_tokens:
+        out["prompt_tokens_details"] = {"cached_tokens": usage.cache_read_tokens}
+    return out
+
+
+class _StreamAssembler:
+    """Folds chat-completion chunks into events and, at the end, one `ModelResponse`."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._text: list[str] = []
+        self._thinking: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._usage = RequestUsage()
+        self._finish: str | None = None
+        self._model: str | None = None
+        self._id: str | None = None
+        self._created: int | None = None
+        self.done = False
+
+    def feed(self, event: SSEEvent) -> list[StreamEvent]:
+        """The events one SSE event carries.
+
+        Raises:
+            UpstreamError: The server sent an error object (`ContextOverflowError` when it is one).
+        """
+        if event.data.strip() == "[DONE]":
+            self.done = True
+            return []
+        if not event.data.strip():
+            return []
+        try:
+            chunk = json.loads(event.data)
+        except ValueError:
+            raise UpstreamError(
+                f"{self._url} sent a stream chunk that is not JSON ({event.data[:200]!r}); check that the server"
+                " speaks the OpenAI streaming format.",
+                url=self._url,
+            ) from None
+        if not isinstance(chunk, dict):
+            return []
+        if "error" in chunk:
+            raise classify_error(None, chunk, url=self._url)
+        self._id = self._id or chunk.get("id")
+        self._model = self._model or chunk.get("model")
+        self._created = self._created or chunk.get("created")
+        if chunk.get("usage"):
+            self._usage = parse_usage(chunk["usage"])
+        out: list[StreamEvent] = []
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                self._thinking.append(reasoning)
+                out.append(ThinkingDelta(text=reasoning))
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._text.append(content)
+                out.append(TextDelta(text=content))
+            for position, call in enumerate(delta.get("tool_calls") or ()):
+                out.append(self._feed_call(call, position))
+            if choice.get("finish_reason"):
+                self._finish = choice["finish_reason"]
+        return out
+
+    def _feed_call(self, call: Mapping[str, Any], position: int) -> ToolCallDelta:
+        index = call.get("index", position)
+        function = call.get("function") or {}
+        state = self._calls.setdefault(index, {"id": None, "name": None, "arguments": []})
+        new_id = call.get("id") if state["id"] is None else None
+        new_name = function.get("name") if state["name"] is None else None
+        state["id"] = state["id"] or new_id
+        state["name"] = state["name"] or new_name
+        arguments = function.get("arguments") or ""
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments)
+        state["arguments"].append(arguments)
+        return ToolCallDelta(index=index, call_id=new_id, name=new_name, arguments_delta=arguments)
+
+    def finish(self) -> ModelResponse:
+        """The assembled reply.
+
+        Raises:
+            UpstreamError: The stream ended before the server said it was complete.
+        """
+        if not self.done and self._finish is None:
+            raise incomplete_stream(self._url)
+        parts: list[Part] = []
+        if self._thinking:
+            parts.append(ThinkingPart(text="".join(self._thinking)))
+        if self._text:
+            parts.append(TextPart(text="".join(self._text)))
+        for index in sorted(self._calls):
+            state = self._calls[index]
+            call_id = state["id"] or new_call_id()
+            parts.append(ToolCall(call_id=call_id, name=state["name"] or "", arguments="".join(state["arguments"])))
+        message = Message(role="assistant", parts=tuple(parts))
+        raw_message = message_to_openai(message)
+        if self._thinking:
+            raw_message["reasoning_content"] = "".join(self._thinking)
+        raw = {
+            "id": self._id,
+            "object": "chat.completion",
+            "created": self._created or int(time.time()),
+            "model": self._model,
+            "choices": [{"index": 0, "message": raw_message, "finish_reason": self._finish}],
+            "usage": _usage_dict(self._usage),
+        }
+        return ModelResponse(
+            message=message,
+            usage=self._usage,
+            finish_reason=_FINISH.get(self._finish or ""),
+            provider_finish_reason=self._finish,
+            model_name=self._model,
+            response_id=self._id,
+            raw=raw,
+        )
+
+
+class _BaseOpenAIChatModel(HTTPModelBase[ClientT], Generic[ClientT]):
+    """Request building and reply parsing shared by the sync and async clients."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str = OPENAI_BASE_URL,
+        api_key: str | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        max_retries: int | None = None,
+        retry: RetryPolicy | None = None,
+        headers: Mapping[str, str] | None = None,
+        max_tokens: int | None = None,
+        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+        stream_usage: bool = True,
+        extra_body: Mapping[str, Any] | None = None,
+        http_client: ClientT | None = None,
+    ) -> None:
+        """Configure the client; nothing is sent until the first request.
+
+        Args:
+            model: The model name the server knows (``"gpt-4o"``, ``"llama3.1:8b"``, ...).
+            base_url: The API root, ending in ``/v1`` for most servers.
+            api_key: Sent as ``Authorization: Bearer``; local servers usually need none.
+            timeout: Seconds (or an `httpx.Timeout`); default 600 s to read, 10 s to connect.
+            max_retries: Shortcut for ``RetryPolicy(max_retries=...)``.
+            retry: How failed requests are retried (default `RetryPolicy()`).
+            headers: Extra headers sent with every request.
+            max_tokens: Default reply limit when a request gives none.
+            max_tokens_field: ``"max_completion_tokens"`` for OpenAI's reasoning models, which
+                reject ``max_tokens``; other servers expect ``"max_tokens"``.
+            stream_usage: Ask for usage in streams (``stream_options.include_usage``); turn off
+                for servers that reject the option.
+            extra_body: Extra request fields sent with every request (``top_p``, ``seed``, ...).
+            http_client: An httpx client to use; the model then leaves closing it to you.
+        """
+        super().__init__(
+            base_url=base_url,
+            headers=headers,
+            timeout=timeout,
+            retry=retry,
+            max_retries=max_retries,
+            http_client=http_client,
+        )
+        self._model = model
+        self._api_key = api_key
+        self._max_tokens = max_tokens
+        self._max_tokens_field = max_tokens_field
+        self._stream_usage = stream_usage
+        self._extra_body = dict(extra_body or {})
+
+    @property
+    def model_name(self) -> str:
+        """The model this client asks for."""
+        return self._model
+
+    @property
+    def url(self) -> str:
+        """The chat-completions endpoint."""
+        return f"{self.base_url}/chat/completions"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self._model!r}, base_url={self.base_url!r})"
+
+    def _headers(self) -> dict[str, str]:
+        auth = {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        return base_headers({**auth, **self._config.headers})
+
+    def _body(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSchema] | None,
+        max_tokens: int | None,
+        temperature: float | None,
+        stream: bool,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self._model, "messages": messages_to_openai(messages)}
+        if tools:
+            body["tools"] = tools_to_openai(tools)
+        limit = max_tokens if max_tokens is not None else self._max_tokens
+        if limit is not None:
+            body[self._max_tokens_field] = limit
+        if temperature is not None:
+            body["temperature"] = temperature
+        body.update(self._extra_body)
+        if stream:
+            body["stream"] = True
+            if self._stream_usage:
+                body["stream_options"] = {"include_usage": True}
+        return body
+
+    def _parse(self, data: Mapping[str, Any]) -> ModelResponse:
+        if "error" in data:
+            raise classify_error(200, data, url=self.url)
+        choices = data.get("choices") or []
+        if not choices or not isinstance(choices[0], Mapping):
+            raise UpstreamError(
+                f"{self.url} answered without `choices` ({json.dumps(data)[:200]}); check that the server speaks"
+                " the OpenAI chat-completions API.",
+                url=self.url,
+                status_code=200,
+            )
+        choice = choices[0]
+        finish = choice.get("finish_reason")
+        return ModelResponse(
+            message=message_from_openai(choice.get("message") or {}),
+            usage=parse_usage(data.get("usage")),
+            finish_reason=_FINISH.get(finish or ""),
+            provider_finish_reason=finish,
+            model_name=data.get("model"),
+            response_id=data.get("id"),
+            raw=dict(data),
+        )
+
+
+class OpenAIChatModel(SyncLifecycle, _BaseOpenAIChatModel[httpx.Client]):
+    """Synchronous client for any OpenAI-compatible chat-completions server.
+
+    Example::
+
+        model = OpenAIChatModel("llama3.1:8b", base_url="http://localhost:11434/v1")
+        reply = model.request([Message.user("Hello")])
+    """
+
+    def request(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSchema] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> ModelResponse:
+        """Send the messages and return the reply (see `Model.request`)."""
+        body = self._body(messages, tools=tools, max_tokens=max_tokens, temperature=temperature, stream=False)
+        response = send_sync(self._client, self._config, self.url, body, self._headers(), stream=False)
+        return self._parse(json_body(response, self.url))
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSchema] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> Iterator[StreamEvent]:
+        """Send the messages and yield the reply as it arrives (see `Model.stream`)."""
+        body = self._body(messages, tools=tools, max_tokens=max_tokens, temperature=temperature, stream=True)
+        response = send_sync(self._client, self._config, self.url, body, self._headers(), stream=True)
+        assembler = _StreamAssembler(self.url)
+        events = iter_sse_sync(response, self.url)
+        try:
+            for event in events:
+                yield from assembler.feed(event)
+                if assembler.done:
+                    break
+        finally:
+            events.close()
+        yield ResponseDone(response=assembler.finish())
+
+
+class AsyncOpenAIChatModel(AsyncLifecycle, _BaseOpenAIChatModel[httpx.AsyncClient]):
+    """Asynchronous client for any OpenAI-compatible chat-completions server."""
+
+    async def request(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSchema] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> ModelResponse:
+        """Send the messages and return the reply (see `Model.request`)."""
+        body = self._body(messages, tools=tools, max_tokens=max_tokens, temperature=temperature, stream=False)
+        response = await send_async(self._client, self._config, self.url, body, self._headers(), stream=False)
+        return self._parse(json_body(response, self.url))
+
+    async def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSchema] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Send the messages and yield the reply as it arrives (see `Model.stream`)."""
+        body = self._body(messages, tools=tools, max_tokens=max_tokens, temperature=temperature, stream=True)
+        response = await send_async(self._client, self._config, self.url, body, self._headers(), stream=True)
+        assembler = _StreamAssembler(self.url)
+        events = iter_sse_async(response, self.url)
+        try:
+            async for event in events:
+                for item in assembler.feed(event):
+                    yield item
+                if assembler.done:
+                    break
+        finally:
+            # Closing the SSE generator closes the response even when we stop at [DONE].
+            await events.aclose()
+        yield ResponseDone(response=assembler.finish())

@@ -1,0 +1,26 @@
+"""Helpers for testing agents built on contextkeeper without a real model.
+
+`ScriptedOpenAIServer` is a real local HTTP server speaking the OpenAI chat API (and Anthropic's
+Messages API) from a script; the in-process doubles `TestModel` and `FunctionModel` live in
+`contextkeeper.llm.test`.
+"""
+
+from __future__ import annotations
+
+from .openai_server import (
+    ReceivedRequest,
+    ScriptedDisconnect,
+    ScriptedError,
+    ScriptedOpenAIServer,
+    ScriptedReply,
+    ServerScriptItem,
+)
+
+__all__ = [
+    "ReceivedRequest",
+    "ScriptedDisconnect",
+    "ScriptedError",
+    "ScriptedOpenAIServer",
+    "ScriptedReply",
+    "ServerScriptItem",
+]
