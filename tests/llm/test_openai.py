@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -394,6 +395,20 @@ def test_breaking_out_of_a_stream_releases_the_connection(server: ScriptedOpenAI
         stream.close()  # type: ignore[attr-defined]
         # With one connection in the pool, this would wait forever had the stream kept it.
         assert model.request([Message.user("go")]).text == "second"
+
+
+async def test_closing_an_async_stream_early_releases_the_connection(server: ScriptedOpenAIServer) -> None:
+    server.push(ScriptedReply(text=" ".join(["word"] * 200)), "second")
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=1), timeout=5) as client:
+        model = AsyncOpenAIChatModel("m", base_url=server.base_url, http_client=client)
+        async with contextlib.aclosing(model.stream([Message.user("go")])) as stream:  # type: ignore[type-var]
+            assert isinstance(await anext(stream), TextDelta)
+        assert (await model.request([Message.user("go")])).text == "second"
+
+
+def test_owned_clients_ignore_proxy_environment_variables(server: ScriptedOpenAIServer) -> None:
+    with OpenAIChatModel("m", base_url=server.base_url) as model:
+        assert model._client.trust_env is False
 
 
 def test_repr_names_model_and_url(server: ScriptedOpenAIServer) -> None:

@@ -384,7 +384,9 @@ class SyncLifecycle:
     _owns_client: bool
 
     def _new_client(self, timeout: httpx.Timeout) -> httpx.Client:
-        return httpx.Client(timeout=timeout)
+        # trust_env=False: the library reads no environment variables (proxies included); pass
+        # your own `http_client` to use a proxy or custom certificates.
+        return httpx.Client(timeout=timeout, trust_env=False)
 
     def close(self) -> None:
         """Close the HTTP client if this model created it."""
@@ -405,7 +407,8 @@ class AsyncLifecycle:
     _owns_client: bool
 
     def _new_client(self, timeout: httpx.Timeout) -> httpx.AsyncClient:
-        return httpx.AsyncClient(timeout=timeout)
+        # See SyncLifecycle._new_client.
+        return httpx.AsyncClient(timeout=timeout, trust_env=False)
 
     async def aclose(self) -> None:
         """Close the HTTP client if this model created it."""
