@@ -278,6 +278,12 @@ def test_bad_tool_call_arguments_type(acc):
         acc.count_message(m)
 
 
+def test_non_message_raises_message_error_with_index(acc):
+    with pytest.raises(MessageError, match="expected a `Message`") as info:
+        acc.count_messages([Message.user("ok"), {"role": "user", "content": "hi"}])  # type: ignore[list-item]
+    assert info.value.index == 1
+
+
 def test_count_text_of_non_string_raises(acc):
     with pytest.raises(MessageError):
         acc.count_text(None)  # type: ignore[arg-type]

@@ -74,8 +74,10 @@ OPENAI_FRAMING = Framing(
     image="openai",
     tools_format="typescript",
 )
-"""OpenAI chat models: OpenAI's published counting recipe (4 per message, 3 to prime the reply, 1 per
-name); 3 per tool call. The tool message's ``name`` and ``tool_call_id`` are not counted."""
+"""OpenAI chat models, as the reference harness counts them: 4 per message + content, each tool
+call 3 + name + arguments, 3 to prime the reply, 1 per ``name`` of a non-tool message. (OpenAI's
+cookbook uses 3 per message for current chat models, so this is about one token per message high:
+the safe direction.) The tool message's ``name`` and ``tool_call_id`` are not counted."""
 
 ANTHROPIC_FRAMING = Framing(
     name="anthropic",
@@ -285,6 +287,12 @@ class TokenAccountant:
         try:
             digest = message.content_hash
         except (AttributeError, TypeError):
+            if not isinstance(message, Message):
+                raise MessageError(
+                    f"expected a `Message`, got {type(message).__name__} ({message!r:.60}); convert provider "
+                    "dicts with the message adapters before counting.",
+                    field="message",
+                ) from None
             # A part with a non-string field cannot be hashed; counting it names the field.
             self._count_uncached(message)
             raise
@@ -358,8 +366,8 @@ class TokenAccountant:
 
         * ``typescript`` (OpenAI): a ``namespace functions { ... }`` block in which each tool is
           ``// description`` + ``type name = (_: { // field description \\n field?: type, ... }) => any;``,
-          the form OpenAI models are known to see; observed to be within a few percent for flat
-          schemas, rougher for deeply nested ones.
+          the form OpenAI models are known to see. Not checked against provider-reported usage here;
+          deeply nested schemas are the roughest part. `Calibration` absorbs the remainder.
         * ``json`` (Anthropic, Gemini): each tool as compact JSON of its name, description and schema.
 
         ``framing.tools_overhead`` is added once when ``tools`` is not empty.

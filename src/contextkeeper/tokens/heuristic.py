@@ -8,19 +8,21 @@ operations and ``int.bit_count`` calls. No Python code runs per character, so it
 faster than a real BPE tokenizer.
 
 The weights were fitted against tiktoken ``cl100k_base`` on English prose, Python code, logs,
-JSON and Chinese text. Measured error of the aggregate count per kind (``benchmarks/tokens_bench.py``
-prints the current table):
+JSON and Chinese text. Measured error (``python -m benchmarks.tokens_bench`` prints the current
+table; sources: LoCoMo dialogues and tau-bench turns, this repository and the stdlib, generated
+service logs, tau-bench tool outputs, hand-written and CPython-test Chinese):
 
-=========  =========  ====================================
-kind       aggregate  per-sample 5th..95th percentile
-=========  =========  ====================================
-prose      -3%        -13% .. +4%
-code       +4%        -3% .. +7%
-logs       -2%        -6% .. +3%
-JSON       -2%        -6% .. +5%
-Chinese    -3%        -12% .. +14%
-=========  =========  ====================================
+=========  =======  =========  =====================================
+kind       samples  aggregate  per sample: 5th pct / median / 95th
+=========  =======  =========  =====================================
+prose      1123     -3.2%      -13.1% / -2.6% / +4.9%
+code       101      +1.7%      -5.0% / +3.4% / +7.2%
+logs       60       +0.9%      -0.2% / +0.9% / +2.4%
+JSON       721      -2.4%      -6.2% / -2.6% / +3.3%
+Chinese    34       -2.8%      -13.9% / -2.1% / +12.8%
+=========  =======  =========  =====================================
 
+On the whole peers_bench session (1.9M tokens, ~20% Chinese) the estimate is +1.4%.
 Short texts (a few words) are noisier. Other scripts are rougher: 2-byte scripts (accented Latin,
 Cyrillic, Greek, Arabic, Hebrew) at 0.5 token per character, Hangul at 1.6, emoji at 1.5.
 """
