@@ -1,0 +1,183 @@
+"""Bad input: a typed error naming the item, the field and the fix; the input left as it was."""
+
+from __future__ import annotations
+
+import copy
+import sys
+
+import pytest
+
+from contextkeeper.adapters import anthropic, from_messages, langchain, to_messages
+from contextkeeper.exceptions import ContextKeeperError, MessageError, UsageError
+from contextkeeper.messages import Message
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
+SURROGATE = "bad \ud800 text"
+
+CASES = [
+    # (format, items, index, field, words the message must contain)
+    (
+        "openai",
+        [{"role": "user", "content": "hi"}, {"role": "robot", "content": "x"}],
+        1,
+        "role",
+        ["'robot'", "one of"],
+    ),
+    ("openai", [{"role": "function", "name": "f", "content": "x"}], 0, "role", ["legacy", "'tool'"]),
+    (
+        "openai",
+        [{"role": "assistant", "function_call": {"name": "f", "arguments": "{}"}}],
+        0,
+        "function_call",
+        ["tool_calls"],
+    ),
+    ("openai", [{"role": "user", "content": 42}], 0, "content", ["int", "string"]),
+    ("openai", [{"role": "user", "content": {"text": "hi"}}], 0, "content", ["dict"]),
+    ("openai", [{"role": "user", "content": [{"type": "text", "text": 7}]}], 0, "content[0].text", ["int"]),
+    ("openai", [{"role": "user", "content": ["hi"]}], 0, "content[0]", ["content part"]),
+    ("openai", [{"role": "user", "content": SURROGATE}], 0, "content", ["lone surrogate", "errors='replace'"]),
+    (
+        "openai",
+        [{"role": "assistant", "tool_calls": [{**CALL, "function": {"name": "g", "arguments": "{oops"}}]}],
+        0,
+        "tool_calls[0].function.arguments",
+        ["not valid JSON", "json.dumps"],
+    ),
+    (
+        "openai",
+        [{"role": "assistant", "tool_calls": [{**CALL, "function": {"name": "g", "arguments": {"a": 1}}}]}],
+        0,
+        "tool_calls[0].function.arguments",
+        ["JSON text"],
+    ),
+    (
+        "openai",
+        [{"role": "assistant", "tool_calls": [{**CALL, "type": "custom"}]}],
+        0,
+        "tool_calls[0].type",
+        ["function"],
+    ),
+    ("openai", [{"role": "tool", "content": "x"}], 0, "tool_call_id", ["non-empty string"]),
+    ("openai", [{"role": "user", "tool_calls": [CALL]}], 0, "tool_calls", ["assistant"]),
+    ("openai", [{"content": "no role"}], 0, "role", ["not an OpenAI chat message"]),
+    ("openai", ["just a string"], 0, "(item)", ["str", "dict"]),
+    ("responses", [{"type": "item_reference", "id": "x"}], 0, "type", ["item_reference", "function_call"]),
+    ("responses", [{"foo": 1}], 0, "type", ["not a Responses input item"]),
+    ("responses", [{"type": "message", "role": "tool", "content": "x"}], 0, "role", ["'tool'"]),
+    (
+        "responses",
+        [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "nope"}],
+        0,
+        "arguments",
+        ["not valid JSON"],
+    ),
+    ("responses", [{"type": "function_call_output", "output": "x"}], 0, "call_id", ["non-empty"]),
+    (
+        "responses",
+        [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": None}]}],
+        0,
+        "content[0].text",
+        ["NoneType"],
+    ),
+    ("responses", [{"type": "reasoning", "summary": "text"}], 0, "summary", ["list"]),
+    ("anthropic", [{"role": "tool", "content": "x"}], 0, "role", ["tool_result"]),
+    (
+        "anthropic",
+        [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}],
+        0,
+        "content[0].type",
+        ["assistant"],
+    ),
+    (
+        "anthropic",
+        [{"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t"}]}],
+        0,
+        "content[0].type",
+        ["user message"],
+    ),
+    (
+        "anthropic",
+        [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {1j}}]}],
+        0,
+        "content[0].input",
+        ["JSON-serializable"],
+    ),
+    (
+        "anthropic",
+        [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": 5}]}],
+        0,
+        "content[0].content",
+        ["int"],
+    ),
+    (
+        "anthropic",
+        [{"role": "user", "content": [{"type": "text", "text": "ok"}, {"type": "text", "text": SURROGATE}]}],
+        0,
+        "content[1].text",
+        ["lone surrogate"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("fmt", "items", "index", "field", "words"), CASES)
+def test_bad_input_names_index_field_and_fix(fmt, items, index, field, words):
+    before = copy.deepcopy(items)
+    with pytest.raises(MessageError) as info:
+        to_messages(items, format=fmt)
+    error = info.value
+    assert (error.index, error.field) == (index, field)
+    text = str(error)
+    assert text.startswith(f"item {index}:")
+    for word in words:
+        assert word in text
+    assert isinstance(error, UsageError) and isinstance(error, ContextKeeperError)
+    assert items == before
+
+
+def test_anthropic_system_errors_name_the_system_parameter():
+    with pytest.raises(MessageError) as info:
+        anthropic.to_messages([], system=123)
+    assert info.value.index is None and info.value.field == "system" and str(info.value).startswith("system:")
+
+
+def test_langchain_bad_items():
+    from langchain_core.messages import AIMessage, FunctionMessage, HumanMessage
+
+    with pytest.raises(MessageError, match="FunctionMessage"):
+        to_messages([HumanMessage("q"), FunctionMessage(name="f", content="x")], format="langchain")
+    with pytest.raises(MessageError) as info:
+        to_messages([{"role": "user", "content": "hi"}], format="langchain")
+    assert info.value.index == 0 and "LangChain message" in str(info.value)
+    with pytest.raises(MessageError) as surrogate:
+        to_messages([AIMessage(content=SURROGATE)], format="langchain")
+    assert surrogate.value.field == "content"
+
+
+def test_langchain_without_its_extra_names_the_install_command(monkeypatch):
+    # Simulate an environment without langchain_core: the import inside the adapter fails.
+    monkeypatch.setitem(sys.modules, "langchain_core.messages", None)
+    with pytest.raises(ImportError, match=r"pip install contextkeeper\[langchain\]"):
+        langchain.to_messages([])
+    with pytest.raises(ImportError, match=r"pip install contextkeeper\[langchain\]"):
+        from_messages([Message.user("hi")], format="langchain")
+
+
+def test_wrong_containers_and_formats():
+    with pytest.raises(MessageError, match="list of messages"):
+        to_messages({"role": "user", "content": "hi"})  # type: ignore[arg-type]
+    with pytest.raises(MessageError, match="list of messages"):
+        to_messages("hello")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="not a message format"):
+        to_messages([], format="gemini")  # type: ignore[arg-type]
+    with pytest.raises(MessageError) as info:
+        from_messages([Message.user("a"), {"role": "user", "content": "b"}], format="openai")  # type: ignore[list-item]
+    assert info.value.index == 1 and "to_messages" in str(info.value)
+
+
+def test_message_objects_in_the_input_are_checked_and_kept():
+    kept = Message.user("from code")
+    out = to_messages([{"role": "system", "content": "s"}, kept], format="openai")
+    assert out[1] is kept
+    with pytest.raises(MessageError) as info:
+        to_messages([Message.user(SURROGATE)], format="openai")
+    assert info.value.index == 0
