@@ -7,13 +7,17 @@ Every error derives from one root so that ``except ContextKeeperError`` catches 
     │   ├── ConfigError             invalid configuration value
     │   ├── MessageError            a message that cannot be understood (index, field, fix)
     │   │   └── ToolPairError       a tool result whose call is unknown, or a second result
-    │   └── UnknownModelError       a model the registry does not know and no window was given
+    │   ├── UnknownModelError       a model the registry does not know and no window was given
+    │   └── AgentStateError         an AgentState that breaks its invariants (lists the problems)
     ├── BudgetExceeded              the protected part of the view cannot fit the budget
     ├── CompactionFailed            a compaction layer failed (the summarizer, usually)
     ├── StoreError                  a session store failed
     │   ├── StoreUnavailable        the store's server cannot be reached
     │   ├── VersionConflict         a compare-and-set lost against a newer write
     │   ├── SessionNotFound         no session with that id
+    │   ├── SessionExists           an import would overwrite an existing session
+    │   ├── MessageNotFound         no message with that id in the session
+    │   ├── LockTimeout             the session lock was not acquired in time
     │   └── SchemaError             a corrupted row or an unknown schema version
     ├── SnapshotError               a snapshot reference that is invalid or missing
     └── UpstreamError               the model server failed (url, status)
@@ -28,13 +32,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 __all__ = [
+    "AgentStateError",
     "BudgetExceeded",
     "CompactionFailed",
     "ConfigError",
     "ContextKeeperError",
     "ContextOverflowError",
+    "LockTimeout",
     "MessageError",
+    "MessageNotFound",
     "SchemaError",
+    "SessionExists",
     "SessionNotFound",
     "SnapshotError",
     "StoreError",
@@ -133,6 +141,34 @@ class SessionNotFound(StoreError):
 
 class SchemaError(StoreError):
     """A corrupted row or an unknown schema version."""
+
+
+class SessionExists(StoreError):
+    """An import would overwrite a session that already exists."""
+
+
+class MessageNotFound(StoreError):
+    """No message with that id exists in the session's transcript."""
+
+    def __init__(self, message: str, *, session_id: str | None = None, message_id: str) -> None:
+        super().__init__(message, session_id=session_id)
+        self.message_id = message_id
+
+
+class LockTimeout(StoreError):
+    """The session lock was not acquired within the timeout; another worker holds it."""
+
+    def __init__(self, message: str, *, session_id: str | None = None, timeout: float) -> None:
+        super().__init__(message, session_id=session_id)
+        self.timeout = timeout
+
+
+class AgentStateError(UsageError):
+    """An `AgentState` breaks its invariants; ``problems`` lists every one found."""
+
+    def __init__(self, message: str, *, problems: list[str]) -> None:
+        super().__init__(message)
+        self.problems = problems
 
 
 class SnapshotError(ContextKeeperError):

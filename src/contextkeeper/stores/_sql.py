@@ -1,0 +1,495 @@
+"""SQL schema, migrations and operations shared by the SQLite and Postgres stores.
+
+Statements are written once with ``?`` placeholders and ``{t}`` (table prefix) markers; a
+`Dialect` renders them for each database. Operations are sans-IO generators (see `base`): they
+yield `Sql` commands and receive the fetched rows.
+
+Concurrency: every write starts by updating the session's row (``last_active``), which takes
+its row lock in Postgres and the database write lock in SQLite (``BEGIN IMMEDIATE``). Writers to
+one session are therefore serialized, so sequence numbers are contiguous and the duplicate check
+of an append cannot race. State compare-and-set is a conditional ``UPDATE ... WHERE version = ?``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..exceptions import SchemaError
+from .base import FORMAT_VERSION, Op, SessionInfo, check_format, not_found, session_info
+
+__all__ = ["MIGRATIONS", "Dialect", "Sql", "SqlOps"]
+
+
+@dataclass(frozen=True, slots=True)
+class Sql:
+    """One statement to execute; with ``many`` the params are a sequence of rows (executemany)."""
+
+    text: str
+    params: Sequence[Any] = ()
+    many: bool = False
+    final: bool = False
+    """The operation's only statement: a driver may run it without an explicit transaction."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dialect:
+    """What differs between SQLite and Postgres."""
+
+    name: Literal["sqlite", "postgres"]
+    tables: str
+    """Prefix of table names (``ck_`` or ``"schema".ck_``)."""
+    placeholder: str
+    types: dict[str, str]
+
+    @classmethod
+    def sqlite(cls) -> Dialect:
+        """The SQLite dialect."""
+        return cls(
+            name="sqlite",
+            tables="ck_",
+            placeholder="?",
+            types={"key": "TEXT", "real": "REAL", "int": "INTEGER", "blob": "BLOB", "greatest": "max"},
+        )
+
+    @classmethod
+    def postgres(cls, schema: str) -> Dialect:
+        """The Postgres dialect, with every table in ``schema``."""
+        return cls(
+            name="postgres",
+            tables=f'"{schema}".ck_',
+            placeholder="%s",
+            # "C" collation: ids sort by code point, as in SQLite and Redis, and cursors agree with ORDER BY.
+            types={
+                "key": 'TEXT COLLATE "C"',
+                "real": "DOUBLE PRECISION",
+                "int": "BIGINT",
+                "blob": "BYTEA",
+                "greatest": "GREATEST",
+            },
+        )
+
+    def render(self, template: str) -> str:
+        """The statement for this database."""
+        text = template.format(t=self.tables, i="ck_", **self.types)
+        return text.replace("?", self.placeholder) if self.placeholder != "?" else text
+
+    def any_of(self, column: str) -> str:
+        """A condition ``column`` is one of a list given as one parameter (see `list_param`)."""
+        if self.name == "postgres":
+            return f"{column} = ANY(?)"
+        return f"{column} IN (SELECT value FROM json_each(?))"
+
+    def list_param(self, values: Sequence[str]) -> Any:
+        """The parameter for `any_of`."""
+        return list(values) if self.name == "postgres" else json.dumps(list(values))
+
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (  # 1: the initial schema
+        """CREATE TABLE IF NOT EXISTS {t}sessions (
+            session_id {key} PRIMARY KEY,
+            tenant {key} NOT NULL,
+            created_at {real} NOT NULL,
+            last_active {real} NOT NULL,
+            model TEXT,
+            context_window {int},
+            metadata TEXT NOT NULL,
+            archived_at {real},
+            message_count {int} NOT NULL DEFAULT 0,
+            audit_count {int} NOT NULL DEFAULT 0,
+            format INTEGER NOT NULL DEFAULT 1)""",
+        "CREATE INDEX IF NOT EXISTS {i}sessions_tenant ON {t}sessions (tenant, session_id)",
+        """CREATE TABLE IF NOT EXISTS {t}messages (
+            session_id {key} NOT NULL,
+            seq {int} NOT NULL,
+            message_id {key} NOT NULL,
+            body TEXT NOT NULL,
+            created_at {real} NOT NULL,
+            PRIMARY KEY (session_id, seq),
+            UNIQUE (session_id, message_id))""",
+        """CREATE TABLE IF NOT EXISTS {t}state (
+            session_id {key} NOT NULL,
+            slot {key} NOT NULL,
+            body TEXT NOT NULL,
+            version {int} NOT NULL,
+            updated_at {real} NOT NULL,
+            PRIMARY KEY (session_id, slot))""",
+        """CREATE TABLE IF NOT EXISTS {t}snapshots (
+            session_id {key} NOT NULL,
+            snapshot_id {key} NOT NULL,
+            data {blob} NOT NULL,
+            metadata TEXT NOT NULL,
+            created_at {real} NOT NULL,
+            PRIMARY KEY (session_id, snapshot_id))""",
+        """CREATE TABLE IF NOT EXISTS {t}audit (
+            session_id {key} NOT NULL,
+            seq {int} NOT NULL,
+            event TEXT NOT NULL,
+            created_at {real} NOT NULL,
+            PRIMARY KEY (session_id, seq))""",
+        """CREATE TABLE IF NOT EXISTS {t}locks (
+            session_id {key} PRIMARY KEY,
+            owner TEXT NOT NULL,
+            expires_at {real} NOT NULL)""",
+    ),
+)
+"""Schema migrations in order; the ``ck_migrations`` table records which ones a database has."""
+
+_COLUMNS = (
+    "session_id, tenant, created_at, last_active, model, context_window, metadata, archived_at, message_count, format"
+)
+_CONTENT_TABLES = ("messages", "state", "snapshots", "audit", "locks")
+
+
+def _info(row: Sequence[Any]) -> SessionInfo:
+    return session_info(
+        row[0],
+        tenant=row[1],
+        created_at=row[2],
+        last_active=row[3],
+        model=row[4],
+        window=row[5],
+        metadata=row[6],
+        archived_at=row[7],
+        message_count=row[8],
+        fmt=row[9],
+    )
+
+
+class _Queries:
+    """Every statement, rendered once per dialect."""
+
+    def __init__(self, d: Dialect) -> None:
+        r = d.render
+        self.select_session = r(f"SELECT {_COLUMNS} FROM {{t}}sessions WHERE session_id = ?")
+        self.insert_session = r(
+            "INSERT INTO {t}sessions (session_id, tenant, created_at, last_active, model, context_window, metadata, "
+            "message_count, audit_count, format) VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0, ?) "
+            "ON CONFLICT (session_id) DO NOTHING"
+        )
+        # Updating the row first locks it (Postgres) so concurrent writers to one session queue up.
+        self.bump = r(
+            "UPDATE {t}sessions SET last_active = {greatest}(last_active, ?) WHERE session_id = ? "
+            "RETURNING message_count, format"
+        )
+        self.peek = r("SELECT message_count, format FROM {t}sessions WHERE session_id = ?")
+        self.archive = r(
+            "UPDATE {t}sessions SET archived_at = COALESCE(archived_at, ?) WHERE session_id = ? RETURNING format"
+        )
+        self.delete_session = r("DELETE FROM {t}sessions WHERE session_id = ? RETURNING session_id")
+        self.delete_content = [r(f"DELETE FROM {{t}}{table} WHERE session_id = ?") for table in _CONTENT_TABLES]
+        self.delete_many = [r(f"DELETE FROM {{t}}{table} WHERE {d.any_of('session_id')}") for table in _CONTENT_TABLES]
+        # The idle test sits in the DELETE itself, so a session touched meanwhile is not removed.
+        self.delete_idle = r(
+            "DELETE FROM {t}sessions WHERE last_active < ? AND archived_at IS NULL RETURNING session_id"
+        )
+        self.existing_ids = r(f"SELECT message_id FROM {{t}}messages WHERE session_id = ? AND {d.any_of('message_id')}")
+        self.insert_message = r(
+            "INSERT INTO {t}messages (session_id, seq, message_id, body, created_at) VALUES (?, ?, ?, ?, ?)"
+        )
+        self.add_count = r("UPDATE {t}sessions SET message_count = message_count + ? WHERE session_id = ?")
+        self.load = r("SELECT seq, body FROM {t}messages WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq")
+        self.get_message = r("SELECT seq, body FROM {t}messages WHERE session_id = ? AND message_id = ?")
+        self.load_state = r("SELECT body, version FROM {t}state WHERE session_id = ? AND slot = ?")
+        self.insert_state = r(
+            "INSERT INTO {t}state (session_id, slot, body, version, updated_at) VALUES (?, ?, ?, 1, ?) "
+            "ON CONFLICT (session_id, slot) DO NOTHING RETURNING version"
+        )
+        self.update_state = r(
+            "UPDATE {t}state SET body = ?, version = version + 1, updated_at = ? "
+            "WHERE session_id = ? AND slot = ? AND version = ? RETURNING version"
+        )
+        self.state_version = r("SELECT version FROM {t}state WHERE session_id = ? AND slot = ?")
+        self.restore_state = r(
+            "INSERT INTO {t}state (session_id, slot, body, version, updated_at) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (session_id, slot) DO UPDATE SET body = excluded.body, version = excluded.version, "
+            "updated_at = excluded.updated_at"
+        )
+        self.list_states = r("SELECT slot, body, version FROM {t}state WHERE session_id = ? ORDER BY slot")
+        self.put_snapshot = r(
+            "INSERT INTO {t}snapshots (session_id, snapshot_id, data, metadata, created_at) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (session_id, snapshot_id) DO UPDATE SET data = excluded.data, "
+            "metadata = excluded.metadata, created_at = excluded.created_at"
+        )
+        self.get_snapshot = r("SELECT data, metadata FROM {t}snapshots WHERE session_id = ? AND snapshot_id = ?")
+        self.list_snapshots = r("SELECT snapshot_id FROM {t}snapshots WHERE session_id = ? ORDER BY snapshot_id")
+        self.next_audit = r(
+            "UPDATE {t}sessions SET audit_count = audit_count + 1, last_active = {greatest}(last_active, ?) "
+            "WHERE session_id = ? RETURNING audit_count, format"
+        )
+        self.insert_audit = r("INSERT INTO {t}audit (session_id, seq, event, created_at) VALUES (?, ?, ?, ?)")
+        self.read_audit = r("SELECT event FROM {t}audit WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq")
+        self.expire_lock = r("DELETE FROM {t}locks WHERE session_id = ? AND expires_at <= ?")
+        self.take_lock = r(
+            "INSERT INTO {t}locks (session_id, owner, expires_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (session_id) DO NOTHING RETURNING owner"
+        )
+        self.release_lock = r("DELETE FROM {t}locks WHERE session_id = ? AND owner = ?")
+        self.migrations_table = r(
+            "CREATE TABLE IF NOT EXISTS {t}migrations (version INTEGER PRIMARY KEY, applied_at {real} NOT NULL)"
+        )
+        self.schema_version = r("SELECT COALESCE(MAX(version), 0) FROM {t}migrations")
+        self.record_migration = r("INSERT INTO {t}migrations (version, applied_at) VALUES (?, ?)")
+        self.migrations = [[r(statement) for statement in step] for step in MIGRATIONS]
+        # Postgres appends in one statement (one round trip, no explicit transaction). The UPDATE
+        # waits for the session's row lock and then sees the newest message_count, so positions
+        # stay contiguous under concurrent appends. The duplicate check reads the statement's
+        # snapshot: two writers racing with the same message id make the later one fail on the
+        # unique index, and the store retries it (then it sees the id and skips it). The lateral
+        # LIMIT 1 keeps the duplicate check at one index probe per message (an anti-join would
+        # read the whole transcript). Arrays go in binary (%b): no quoting of JSON bodies.
+        self.append_one_statement = r(
+            """WITH fresh AS (
+                SELECT u.message_id, u.body, row_number() OVER (ORDER BY u.ord) AS ord
+                FROM unnest(%b::text[], %b::text[]) WITH ORDINALITY AS u(message_id, body, ord)
+                LEFT JOIN LATERAL (
+                    SELECT 1 AS hit FROM {t}messages m WHERE m.session_id = ? AND m.message_id = u.message_id LIMIT 1
+                ) stored ON true
+                WHERE stored.hit IS NULL
+            ), s AS (
+                UPDATE {t}sessions SET message_count = message_count + (SELECT count(*) FROM fresh),
+                    last_active = GREATEST(last_active, ?)
+                WHERE session_id = ? AND format <= ?
+                RETURNING message_count - (SELECT count(*) FROM fresh) AS base
+            ), ins AS (
+                INSERT INTO {t}messages (session_id, seq, message_id, body, created_at)
+                SELECT ?, s.base + f.ord - 1, f.message_id, f.body, ? FROM s, fresh f
+                RETURNING seq
+            )
+            SELECT (SELECT count(*) FROM ins), (SELECT base FROM s),
+                (SELECT format FROM {t}sessions WHERE session_id = ?)"""
+        )
+
+
+_NO_LIMIT = 2**62
+
+
+class SqlOps:
+    """The store operations in SQL (see `base.StoreOps`)."""
+
+    def __init__(self, dialect: Dialect, *, schema: str | None = None, where: str = "the database") -> None:
+        self.dialect = dialect
+        self.q = _Queries(dialect)
+        self._schema = schema
+        self._where = where
+
+    # helpers
+    def _guard(self, session_id: str, rows: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+        """The first row, after checking the session exists and its format is readable (format is last)."""
+        if not rows:
+            raise not_found(session_id)
+        row = rows[0]
+        check_format(session_id, int(row[-1]))
+        return row
+
+    def _bump(self, session_id: str, now: float) -> Op[int]:
+        rows = yield Sql(self.q.bump, (now, session_id))
+        return int(self._guard(session_id, rows)[0])
+
+    def _peek(self, session_id: str) -> Op[int]:
+        rows = yield Sql(self.q.peek, (session_id,))
+        return int(self._guard(session_id, rows)[0])
+
+    # schema
+    def setup(self) -> Op[int]:
+        if self.dialect.name == "postgres":
+            assert self._schema is not None
+            # One migrator at a time per schema; CREATE SCHEMA IF NOT EXISTS itself races otherwise.
+            key = int.from_bytes(hashlib.blake2b(f"ck-migrate:{self._schema}".encode(), digest_size=8).digest(), "big")
+            yield Sql(self.dialect.render("SELECT pg_advisory_xact_lock(?)"), (key - 2**63,))
+            yield Sql(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
+        yield Sql(self.q.migrations_table)
+        rows = yield Sql(self.q.schema_version)
+        current = int(rows[0][0])
+        if current > len(MIGRATIONS):
+            raise SchemaError(
+                f"{self._where} has contextkeeper schema version {current}, but this release knows versions up to "
+                f"{len(MIGRATIONS)}; upgrade contextkeeper (`pip install -U contextkeeper`) or point the store at "
+                "another database."
+            )
+        for version in range(current + 1, len(MIGRATIONS) + 1):
+            for statement in self.q.migrations[version - 1]:
+                yield Sql(statement)
+            yield Sql(self.q.record_migration, (version, time.time()))
+        return len(MIGRATIONS)
+
+    # lifecycle
+    def create_session(
+        self,
+        session_id: str,
+        *,
+        tenant: str,
+        model: str | None,
+        window: int | None,
+        metadata: str,
+        created_at: float,
+        last_active: float,
+    ) -> Op[SessionInfo]:
+        yield Sql(
+            self.q.insert_session,
+            (session_id, tenant, created_at, last_active, model, window, metadata, FORMAT_VERSION),
+        )
+        rows = yield Sql(self.q.select_session, (session_id,))
+        return _info(rows[0])
+
+    def get_session(self, session_id: str) -> Op[SessionInfo | None]:
+        rows = yield Sql(self.q.select_session, (session_id,))
+        return _info(rows[0]) if rows else None
+
+    def touch(self, session_id: str, *, now: float) -> Op[None]:
+        yield from self._bump(session_id, now)
+
+    def list_sessions(
+        self, *, tenant: str | None, limit: int, after: str | None, include_archived: bool
+    ) -> Op[list[SessionInfo]]:
+        conditions: list[str] = []
+        params: list[Any] = []
+        if after is not None:
+            conditions.append("session_id > ?")
+            params.append(after)
+        if tenant is not None:
+            conditions.append("tenant = ?")
+            params.append(tenant)
+        if not include_archived:
+            conditions.append("archived_at IS NULL")
+        where = (" WHERE " + " AND ".join(conditions)) if conditions else ""
+        text = self.dialect.render(f"SELECT {_COLUMNS} FROM {{t}}sessions{where} ORDER BY session_id LIMIT ?")
+        rows = yield Sql(text, (*params, limit))
+        return [_info(row) for row in rows]
+
+    def archive(self, session_id: str, *, now: float) -> Op[None]:
+        rows = yield Sql(self.q.archive, (now, session_id))
+        self._guard(session_id, rows)
+
+    def delete_session(self, session_id: str) -> Op[None]:
+        rows = yield Sql(self.q.delete_session, (session_id,))
+        if not rows:
+            raise not_found(session_id)
+        for statement in self.q.delete_content:
+            yield Sql(statement, (session_id,))
+
+    def expire_idle(self, *, cutoff: float) -> Op[list[str]]:
+        rows = yield Sql(self.q.delete_idle, (cutoff,))
+        expired = sorted(row[0] for row in rows)
+        for start in range(0, len(expired), 500):
+            chunk = self.dialect.list_param(expired[start : start + 500])
+            for statement in self.q.delete_many:
+                yield Sql(statement, (chunk,))
+        return expired
+
+    # transcript
+    def append_messages(self, session_id: str, items: Sequence[tuple[str, str]], *, now: float) -> Op[int]:
+        if self.dialect.name == "postgres":
+            return (yield from self._append_one_statement(session_id, items, now=now))
+        count = yield from self._bump(session_id, now)
+        if not items:
+            return 0
+        rows = yield Sql(self.q.existing_ids, (session_id, self.dialect.list_param([mid for mid, _ in items])))
+        stored = {row[0] for row in rows}
+        new = [
+            (session_id, count + offset, message_id, body, now)
+            for offset, (message_id, body) in enumerate(item for item in items if item[0] not in stored)
+        ]
+        if new:
+            yield Sql(self.q.insert_message, new, many=True)
+            yield Sql(self.q.add_count, (len(new), session_id))
+        return len(new)
+
+    def _append_one_statement(self, session_id: str, items: Sequence[tuple[str, str]], *, now: float) -> Op[int]:
+        ids = [message_id for message_id, _ in items]
+        bodies = [body for _, body in items]
+        params = (ids, bodies, session_id, now, session_id, FORMAT_VERSION, session_id, now, session_id)
+        rows = yield Sql(self.q.append_one_statement, params, final=True)
+        added, base, fmt = rows[0]
+        if base is None:
+            # Nothing was written: the session is missing (or gone meanwhile), or too new to touch.
+            if fmt is not None:
+                check_format(session_id, int(fmt))
+            raise not_found(session_id)
+        return int(added)
+
+    def load_messages(self, session_id: str, *, start: int, limit: int | None) -> Op[list[tuple[int, str]]]:
+        count = yield from self._peek(session_id)
+        end = count if limit is None else min(count, start + limit)
+        if end <= start:
+            return []
+        rows = yield Sql(self.q.load, (session_id, start, end))
+        return [(int(seq), body) for seq, body in rows]
+
+    def count_messages(self, session_id: str) -> Op[int]:
+        return (yield from self._peek(session_id))
+
+    def get_message(self, session_id: str, message_id: str) -> Op[tuple[int, str] | None]:
+        yield from self._peek(session_id)
+        rows = yield Sql(self.q.get_message, (session_id, message_id))
+        return (int(rows[0][0]), rows[0][1]) if rows else None
+
+    # state
+    def load_state(self, session_id: str, slot: str) -> Op[tuple[str | None, int]]:
+        yield from self._peek(session_id)
+        rows = yield Sql(self.q.load_state, (session_id, slot))
+        return (rows[0][0], int(rows[0][1])) if rows else (None, 0)
+
+    def save_state(
+        self, session_id: str, slot: str, body: str, *, expected: int, now: float, token: str
+    ) -> Op[tuple[bool, int]]:
+        yield from self._bump(session_id, now)
+        if expected == 0:
+            rows = yield Sql(self.q.insert_state, (session_id, slot, body, now))
+        else:
+            rows = yield Sql(self.q.update_state, (body, now, session_id, slot, expected))
+        if rows:
+            return True, int(rows[0][0])
+        rows = yield Sql(self.q.state_version, (session_id, slot))
+        return False, int(rows[0][0]) if rows else 0
+
+    def restore_state(self, session_id: str, slot: str, body: str, *, version: int, now: float) -> Op[None]:
+        yield from self._bump(session_id, now)
+        yield Sql(self.q.restore_state, (session_id, slot, body, version, now))
+
+    def list_states(self, session_id: str) -> Op[list[tuple[str, str, int]]]:
+        yield from self._peek(session_id)
+        rows = yield Sql(self.q.list_states, (session_id,))
+        return [(slot, body, int(version)) for slot, body, version in rows]
+
+    # snapshots
+    def put_snapshot(self, session_id: str, snapshot_id: str, data: bytes, metadata: str, *, now: float) -> Op[None]:
+        yield from self._bump(session_id, now)
+        yield Sql(self.q.put_snapshot, (session_id, snapshot_id, data, metadata, now))
+
+    def get_snapshot(self, session_id: str, snapshot_id: str) -> Op[tuple[bytes, str] | None]:
+        yield from self._peek(session_id)
+        rows = yield Sql(self.q.get_snapshot, (session_id, snapshot_id))
+        return (bytes(rows[0][0]), rows[0][1]) if rows else None
+
+    def list_snapshots(self, session_id: str) -> Op[list[str]]:
+        yield from self._peek(session_id)
+        rows = yield Sql(self.q.list_snapshots, (session_id,))
+        return [row[0] for row in rows]
+
+    # audit
+    def append_audit(self, session_id: str, event: str, *, now: float) -> Op[None]:
+        rows = yield Sql(self.q.next_audit, (now, session_id))
+        seq = int(self._guard(session_id, rows)[0]) - 1
+        yield Sql(self.q.insert_audit, (session_id, seq, event, now))
+
+    def read_audit(self, session_id: str, *, since: int, limit: int | None) -> Op[list[str]]:
+        yield from self._peek(session_id)
+        end = _NO_LIMIT if limit is None else since + limit
+        rows = yield Sql(self.q.read_audit, (session_id, since, end))
+        return [row[0] for row in rows]
+
+    # locks (SQLite; Postgres uses advisory locks instead)
+    def try_lock(self, session_id: str, token: str, *, lease: float, now: float) -> Op[bool]:
+        yield from self._peek(session_id)
+        yield Sql(self.q.expire_lock, (session_id, now))
+        rows = yield Sql(self.q.take_lock, (session_id, token, now + lease))
+        return bool(rows)
+
+    def unlock(self, session_id: str, token: str) -> Op[None]:
+        yield Sql(self.q.release_lock, (session_id, token))

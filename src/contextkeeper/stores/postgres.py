@@ -1,0 +1,426 @@
+"""Postgres session store (psycopg 3 + psycopg_pool; extra ``[postgres]``).
+
+Tables live in one schema (``public`` unless told otherwise) with the ``ck_`` prefix and are
+created and migrated by the store itself (a ``ck_migrations`` version table, guarded by an
+advisory lock so replicas starting together migrate once). Each operation is one transaction on
+a pooled connection; concurrent writers to one session queue on the session's row lock, and
+state is saved with a version compare-and-set (``UPDATE ... WHERE version = expected``).
+
+The session lock is a session-level advisory lock held on a dedicated pooled connection: if the
+holder's process dies, Postgres drops the connection and the lock with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
+from typing import Any, Self
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+import anyio
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+
+from ..exceptions import ConfigError, SchemaError, StoreError, StoreUnavailable
+from ..messages import Message
+from ._sql import Dialect, Sql, SqlOps
+from .base import BaseAsyncStore, BaseStore, Op, T, aresume, check_id, resume
+
+__all__ = ["AsyncPostgresStore", "PostgresStore"]
+
+_SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def _check_schema(schema: str) -> str:
+    if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
+        raise ConfigError(
+            f"Postgres `schema` {schema!r} must be a plain identifier (letters, digits, underscores; at most 63 "
+            "characters, not starting with a digit).",
+            key="schema",
+        )
+    return schema
+
+
+def _split_url(url: str) -> tuple[str, dict[str, Any]]:
+    """Remove our own option (schema) from a Postgres URL's query; libpq gets the rest."""
+    parts = urlsplit(url)
+    ours: dict[str, Any] = {}
+    rest: list[tuple[str, str]] = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key == "schema":
+            ours["schema"] = value
+        else:
+            rest.append((key, value))
+    return urlunsplit(parts._replace(query=urlencode(rest, quote_via=quote))), ours
+
+
+def _describe(conninfo: object) -> str:
+    if not isinstance(conninfo, str):
+        return "Postgres"
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return "Postgres"
+    return f"Postgres {info.get('host', 'localhost')}:{info.get('port', 5432)}/{info.get('dbname', '?')}"
+
+
+def _connection_options(conninfo: str, synchronous_commit: bool | None) -> dict[str, Any]:
+    """Connection settings of an owned pool.
+
+    Generic plans: the store's statements are keyed lookups whose best plan never depends on the
+    parameter values, and re-planning the append statement each time (the default for the first
+    executions and whenever custom plans look cheaper) costs more than executing it.
+    """
+    settings = ["-c plan_cache_mode=force_generic_plan"]
+    if synchronous_commit is not None:
+        settings.append(f"-c synchronous_commit={'on' if synchronous_commit else 'off'}")
+    existing = psycopg.conninfo.conninfo_to_dict(conninfo).get("options")
+    # Options in the URL stay; ours follow them.
+    options = " ".join([*([str(existing)] if existing else []), *settings])
+    return {"autocommit": True, "options": options}
+
+
+def _lock_key(schema: str, session_id: str) -> int:
+    digest = hashlib.blake2b(f"ck-lock\x00{schema}\x00{session_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+_DUPLICATE_RETRIES = 3
+
+
+class _DuplicateRace(StoreError):
+    """Two writers appended the same message id at once; the loser retries and then skips it."""
+
+
+def _finish(op: Op[T], rows: list[tuple[Any, ...]]) -> T:
+    """Complete an operation whose only statement ran (in autocommit)."""
+    try:
+        op.send(rows)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+    finally:
+        op.close()
+    raise AssertionError("an operation marked `final` yielded a second statement")
+
+
+def _execute(cursor: psycopg.Cursor[Any], command: Sql) -> list[tuple[Any, ...]]:
+    if command.many:
+        cursor.executemany(command.text, command.params)
+        return []
+    cursor.execute(command.text, command.params)
+    return cursor.fetchall() if cursor.description is not None else []
+
+
+async def _aexecute(cursor: psycopg.AsyncCursor[Any], command: Sql) -> list[tuple[Any, ...]]:
+    if command.many:
+        await cursor.executemany(command.text, command.params)
+        return []
+    await cursor.execute(command.text, command.params)
+    return await cursor.fetchall() if cursor.description is not None else []
+
+
+class _PostgresCommon:
+    _where: str
+    _schema: str
+
+    def _translate(self, exc: Exception) -> StoreError:
+        if isinstance(exc, psycopg.errors.UniqueViolation):
+            return _DuplicateRace(f"{self._where}: concurrent append of the same message id ({exc}); retry.")
+        if isinstance(exc, PoolTimeout | psycopg.OperationalError):
+            return StoreUnavailable(
+                f"{self._where} is unreachable ({type(exc).__name__}: {exc}); the operation was not confirmed. "
+                "Check the server and retry; appends are idempotent by message id."
+            )
+        if isinstance(exc, psycopg.errors.UndefinedTable):
+            return SchemaError(
+                f"{self._where}: contextkeeper tables are missing from schema {self._schema!r} ({exc}); call "
+                "`store.setup()` (or `contextkeeper db migrate`) to create them."
+            )
+        return StoreError(f"{self._where} failed: {type(exc).__name__}: {exc}")
+
+    def _lock_key(self, session_id: str) -> int:
+        return _lock_key(self._schema, session_id)
+
+
+class PostgresStore(_PostgresCommon, BaseStore):
+    """`SessionStore` on Postgres.
+
+    Args:
+        pool: A ``psycopg_pool.ConnectionPool``; the store does not close it. Its connections may be in
+            autocommit mode or not: every operation runs in its own explicit transaction.
+        schema: Schema holding the ``ck_*`` tables (created if missing).
+        clock: Source of timestamps (tests inject a fake one).
+        lock_lease: Unused by Postgres (advisory locks end with their connection); accepted for symmetry.
+    """
+
+    def __init__(
+        self,
+        pool: ConnectionPool[Any],
+        *,
+        schema: str = "public",
+        clock: Callable[[], float] = time.time,
+        lock_lease: float = 60.0,
+    ) -> None:
+        super().__init__(clock=clock, lock_lease=lock_lease)
+        self._pool = pool
+        self._schema = _check_schema(schema)
+        self._where = _describe(pool.conninfo)
+        self._ops = SqlOps(Dialect.postgres(self._schema), schema=self._schema, where=self._where)
+        self._owns = False
+        self._ready = False
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        *,
+        schema: str = "public",
+        clock: Callable[[], float] = time.time,
+        lock_lease: float = 60.0,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 10.0,
+        synchronous_commit: bool | None = None,
+    ) -> Self:
+        """A store owning a new pool for ``url`` (``?schema=`` in the query is ours).
+
+        Args:
+            url: ``postgresql://user@host:port/dbname``.
+            schema: Schema of the tables.
+            clock: Source of timestamps.
+            lock_lease: Unused (see the class).
+            min_size: Connections kept open.
+            max_size: Most connections opened (a held session lock occupies one).
+            timeout: Seconds to wait for a connection before `StoreUnavailable`.
+            synchronous_commit: False trades the last fraction of a second of commits on a server
+                crash for faster writes (a killed client loses nothing); None keeps the server's setting.
+        """
+        conninfo, ours = _split_url(url)
+        pool: ConnectionPool[Any] = ConnectionPool(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            kwargs=_connection_options(conninfo, synchronous_commit),
+            open=True,
+        )
+        store = cls(pool, schema=ours.get("schema", schema), clock=clock, lock_lease=lock_lease)
+        store._owns = True
+        return store
+
+    @classmethod
+    @contextmanager
+    def from_url(cls, url: str, **kwargs: Any) -> Iterator[Self]:
+        """Open the store for ``url`` and close its pool when the block ends."""
+        store = cls.connect(url, **kwargs)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def close(self) -> None:
+        if self._owns:
+            self._pool.close()
+
+    def _transaction(self, conn: psycopg.Connection[Any], op: Op[T]) -> T:
+        with conn.cursor() as cursor:
+            try:
+                command = next(op)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            if command.final and conn.autocommit:
+                return _finish(op, _execute(cursor, command))
+            with conn.transaction():
+                return resume(op, command, lambda next_command: _execute(cursor, next_command))
+
+    def append_messages(self, session_id: str, messages: Sequence[Message]) -> int:
+        for attempt in range(_DUPLICATE_RETRIES):
+            try:
+                return super().append_messages(session_id, messages)
+            except _DuplicateRace:
+                if attempt == _DUPLICATE_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _run(self, op: Op[T], *, write: bool) -> T:
+        try:
+            with self._pool.connection() as conn:
+                if not self._ready:
+                    self._transaction(conn, self._ops.setup())
+                    self._ready = True
+                return self._transaction(conn, op)
+        except (psycopg.Error, PoolTimeout) as exc:
+            op.close()
+            raise self._translate(exc) from exc
+
+    @contextmanager
+    def lock(self, session_id: str, *, timeout: float = 10.0) -> Iterator[None]:
+        check_id(session_id)
+        self.count_messages(session_id)  # SessionNotFound before waiting
+        key = self._lock_key(session_id)
+        with ExitStack() as stack:
+            try:
+                conn = stack.enter_context(self._pool.connection())
+                deadline = time.monotonic() + timeout
+                delay = 0.002
+                while not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise self._lock_timeout(session_id, timeout)
+                    time.sleep(min(delay, remaining))
+                    delay = min(delay * 2, 0.05)
+            except (psycopg.Error, PoolTimeout) as exc:
+                raise self._translate(exc) from exc
+            try:
+                yield
+            finally:
+                try:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                except psycopg.Error:
+                    # The connection broke; the server released the lock when it did.
+                    pass
+
+
+class AsyncPostgresStore(_PostgresCommon, BaseAsyncStore):
+    """The async twin of `PostgresStore`, on ``psycopg_pool.AsyncConnectionPool``.
+
+    Args:
+        pool: An ``AsyncConnectionPool`` (opened by the store on first use if it is not open yet);
+            the store does not close it.
+        schema: Schema holding the ``ck_*`` tables (created if missing).
+        clock: Source of timestamps.
+        lock_lease: Unused by Postgres; accepted for symmetry.
+    """
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        *,
+        schema: str = "public",
+        clock: Callable[[], float] = time.time,
+        lock_lease: float = 60.0,
+    ) -> None:
+        super().__init__(clock=clock, lock_lease=lock_lease)
+        self._pool = pool
+        self._schema = _check_schema(schema)
+        self._where = _describe(pool.conninfo)
+        self._ops = SqlOps(Dialect.postgres(self._schema), schema=self._schema, where=self._where)
+        self._owns = False
+        self._ready = False
+        self._opened = False
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        *,
+        schema: str = "public",
+        clock: Callable[[], float] = time.time,
+        lock_lease: float = 60.0,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 10.0,
+        synchronous_commit: bool | None = None,
+    ) -> Self:
+        """A store owning a new pool for ``url``; the pool opens on first use (see `PostgresStore.connect`)."""
+        conninfo, ours = _split_url(url)
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            kwargs=_connection_options(conninfo, synchronous_commit),
+            open=False,
+        )
+        store = cls(pool, schema=ours.get("schema", schema), clock=clock, lock_lease=lock_lease)
+        store._owns = True
+        return store
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(cls, url: str, **kwargs: Any) -> AsyncIterator[Self]:
+        """Open the store for ``url`` and close its pool when the block ends."""
+        store = cls.connect(url, **kwargs)
+        try:
+            yield store
+        finally:
+            await store.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns:
+            await self._pool.close()
+
+    async def _open(self) -> None:
+        if not self._opened:
+            # open() is a no-op on an open pool, so a caller's ready pool is fine too.
+            await self._pool.open()
+            self._opened = True
+
+    async def _transaction(self, conn: psycopg.AsyncConnection[Any], op: Op[T]) -> T:
+        async with conn.cursor() as cursor:
+            try:
+                command = next(op)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            if command.final and conn.autocommit:
+                return _finish(op, await _aexecute(cursor, command))
+            async with conn.transaction():
+                return await aresume(op, command, lambda next_command: _aexecute(cursor, next_command))
+
+    async def append_messages(self, session_id: str, messages: Sequence[Message]) -> int:
+        for attempt in range(_DUPLICATE_RETRIES):
+            try:
+                return await super().append_messages(session_id, messages)
+            except _DuplicateRace:
+                if attempt == _DUPLICATE_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _run(self, op: Op[T], *, write: bool) -> T:
+        try:
+            await self._open()
+            async with self._pool.connection() as conn:
+                if not self._ready:
+                    await self._transaction(conn, self._ops.setup())
+                    self._ready = True
+                return await self._transaction(conn, op)
+        except (psycopg.Error, PoolTimeout) as exc:
+            op.close()
+            raise self._translate(exc) from exc
+
+    @asynccontextmanager
+    async def lock(self, session_id: str, *, timeout: float = 10.0) -> AsyncIterator[None]:
+        check_id(session_id)
+        await self.count_messages(session_id)
+        key = self._lock_key(session_id)
+        async with AsyncExitStack() as stack:
+            try:
+                conn = await stack.enter_async_context(self._pool.connection())
+                deadline = time.monotonic() + timeout
+                delay = 0.002
+                while True:
+                    cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+                    row = await cursor.fetchone()
+                    if row is not None and row[0]:
+                        break
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise self._lock_timeout(session_id, timeout)
+                    await anyio.sleep(min(delay, remaining))
+                    delay = min(delay * 2, 0.05)
+            except (psycopg.Error, PoolTimeout) as exc:
+                raise self._translate(exc) from exc
+            try:
+                yield
+            finally:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                    except psycopg.Error:
+                        pass

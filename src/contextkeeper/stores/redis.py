@@ -1,0 +1,792 @@
+"""Redis session store (redis-py; extra ``[redis]``).
+
+Every key of a session carries the hash tag ``{<prefix>:<session>}``, so a session lives in one
+Redis Cluster slot and each operation is one Lua script over that slot: atomic (a batch of
+messages appears whole or not at all) and one round trip. Session ids are percent-encoded in
+keys, so ids with ``/``, quotes, braces or colons cannot collide or break the tag.
+
+Keys of session ``S`` (``T = {prefix:S}``): ``T:meta`` (hash), ``T:ids`` (message id -> position),
+``T:msgs`` (list of message JSON), ``T:state`` / ``T:statever`` (state slots and their versions),
+``T:snaps`` / ``T:snapmeta``, ``T:audit`` (list), ``T:lock``. Listing uses two sorted sets outside
+the session slot, ``prefix:sessions`` and ``prefix:tenant:<tenant>``; they are updated after the
+session's own keys and cleaned lazily, so a listing never shows a session that is gone.
+
+With ``ttl`` set, every write pushes the expiry of all the session's keys ``ttl`` seconds ahead:
+Redis itself then removes idle sessions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any, Self
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+import redis
+import redis.asyncio
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import (
+    ConnectionError as RedisConnectionError,
+    NoScriptError,
+    RedisError,
+    TimeoutError as RedisTimeoutError,
+)
+from redis.retry import Retry
+
+from ..exceptions import ConfigError, SchemaError, StoreError, StoreUnavailable
+from .base import (
+    FORMAT_VERSION,
+    BaseAsyncStore,
+    BaseStore,
+    Op,
+    SessionInfo,
+    T,
+    adrive,
+    check_format,
+    drive,
+    not_found,
+    session_info,
+)
+
+__all__ = ["AsyncRedisStore", "RedisStore"]
+
+SCHEMA_VERSION = 1
+_SUFFIXES = (":meta", ":ids", ":msgs", ":state", ":statever", ":snaps", ":snapmeta", ":audit", ":lock")
+_SCAN_PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class _Script:
+    source: str
+    sha: str
+
+
+def _script(body: str) -> _Script:
+    source = _PRELUDE + body
+    return _Script(source=source, sha=hashlib.sha1(source.encode()).hexdigest())
+
+
+# KEYS: the nine session keys in _SUFFIXES order. ARGV[1] now, ARGV[2] ttl in ms (0: none),
+# ARGV[3] newest readable format, then the operation's own arguments. Replies start with a
+# status: 0 ok, -1 no such session, > 0 the session's (too new) format.
+_PRELUDE = """
+local function guard()
+  local fmt = redis.call('HGET', KEYS[1], 'format')
+  if not fmt then return -1 end
+  fmt = tonumber(fmt)
+  if fmt > tonumber(ARGV[3]) then return fmt end
+  return 0
+end
+local function refresh()
+  local last = tonumber(redis.call('HGET', KEYS[1], 'last_active') or '0')
+  if tonumber(ARGV[1]) > last then redis.call('HSET', KEYS[1], 'last_active', ARGV[1]) end
+  local ttl = tonumber(ARGV[2])
+  if ttl > 0 then
+    for i = 1, 8 do redis.call('PEXPIRE', KEYS[i], ttl) end
+  end
+end
+local function stop_of(count, start, limit)
+  local stop = count - 1
+  if limit >= 0 and start + limit - 1 < stop then stop = start + limit - 1 end
+  return stop
+end
+"""
+
+_CREATE = _script("""
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'tenant', ARGV[4], 'created_at', ARGV[5], 'last_active', ARGV[6],
+    'model', ARGV[7], 'window', ARGV[8], 'metadata', ARGV[9], 'format', ARGV[10])
+  refresh()
+end
+return {0, redis.call('HGETALL', KEYS[1]), redis.call('LLEN', KEYS[3])}
+""")
+_GET = _script("""
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+return {0, redis.call('HGETALL', KEYS[1]), redis.call('LLEN', KEYS[3])}
+""")
+_TOUCH = _script("""
+local g = guard() if g ~= 0 then return {g} end
+refresh()
+return {0}
+""")
+_ARCHIVE = _script("""
+local g = guard() if g ~= 0 then return {g} end
+redis.call('HSETNX', KEYS[1], 'archived_at', ARGV[1])
+return {0}
+""")
+_DELETE = _script("""
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+local tenant = redis.call('HGET', KEYS[1], 'tenant')
+for i = 1, #KEYS do redis.call('DEL', KEYS[i]) end
+return {0, tenant}
+""")
+_DELETE_IDLE = _script("""
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+if redis.call('HEXISTS', KEYS[1], 'archived_at') == 1 then return {0, 0} end
+if tonumber(redis.call('HGET', KEYS[1], 'last_active')) >= tonumber(ARGV[4]) then return {0, 0} end
+local tenant = redis.call('HGET', KEYS[1], 'tenant')
+for i = 1, #KEYS do redis.call('DEL', KEYS[i]) end
+return {0, 1, tenant}
+""")
+_APPEND = _script("""
+local g = guard() if g ~= 0 then return {g} end
+local n = redis.call('LLEN', KEYS[3])
+local added = 0
+for i = 4, #ARGV, 2 do
+  if redis.call('HSETNX', KEYS[2], ARGV[i], n) == 1 then
+    redis.call('RPUSH', KEYS[3], ARGV[i + 1])
+    n = n + 1
+    added = added + 1
+  end
+end
+refresh()
+return {0, added}
+""")
+_LOAD = _script("""
+local g = guard() if g ~= 0 then return {g} end
+local start = tonumber(ARGV[4])
+local stop = stop_of(redis.call('LLEN', KEYS[3]), start, tonumber(ARGV[5]))
+if stop < start then return {0, {}} end
+return {0, redis.call('LRANGE', KEYS[3], start, stop)}
+""")
+_COUNT = _script("""
+local g = guard() if g ~= 0 then return {g} end
+return {0, redis.call('LLEN', KEYS[3])}
+""")
+_GET_MESSAGE = _script("""
+local g = guard() if g ~= 0 then return {g} end
+local seq = redis.call('HGET', KEYS[2], ARGV[4])
+if not seq then return {0} end
+return {0, tonumber(seq), redis.call('LINDEX', KEYS[3], seq)}
+""")
+_LOAD_STATE = _script("""
+local g = guard() if g ~= 0 then return {g} end
+local body = redis.call('HGET', KEYS[4], ARGV[4]) or false
+return {0, tonumber(redis.call('HGET', KEYS[5], 'v:' .. ARGV[4]) or '0'), body}
+""")
+# The writer's token makes a retried save (after a dropped connection) recognize its own success.
+_SAVE_STATE = _script("""
+local g = guard() if g ~= 0 then return {g} end
+local slot = ARGV[4]
+local current = tonumber(redis.call('HGET', KEYS[5], 'v:' .. slot) or '0')
+local expected = tonumber(ARGV[6])
+if current ~= expected then
+  if current == expected + 1 and redis.call('HGET', KEYS[5], 't:' .. slot) == ARGV[7] then return {0, 1, current} end
+  return {0, 0, current}
+end
+redis.call('HSET', KEYS[4], slot, ARGV[5])
+redis.call('HSET', KEYS[5], 'v:' .. slot, current + 1, 't:' .. slot, ARGV[7])
+refresh()
+return {0, 1, current + 1}
+""")
+_RESTORE_STATE = _script("""
+local g = guard() if g ~= 0 then return {g} end
+redis.call('HSET', KEYS[4], ARGV[4], ARGV[5])
+redis.call('HSET', KEYS[5], 'v:' .. ARGV[4], ARGV[6])
+refresh()
+return {0}
+""")
+_LIST_STATES = _script("""
+local g = guard() if g ~= 0 then return {g} end
+return {0, redis.call('HGETALL', KEYS[4]), redis.call('HGETALL', KEYS[5])}
+""")
+_PUT_SNAPSHOT = _script("""
+local g = guard() if g ~= 0 then return {g} end
+redis.call('HSET', KEYS[6], ARGV[4], ARGV[5])
+redis.call('HSET', KEYS[7], ARGV[4], ARGV[6])
+refresh()
+return {0}
+""")
+_GET_SNAPSHOT = _script("""
+local g = guard() if g ~= 0 then return {g} end
+local data = redis.call('HGET', KEYS[6], ARGV[4])
+if not data then return {0} end
+return {0, data, redis.call('HGET', KEYS[7], ARGV[4]) or '{}'}
+""")
+_LIST_SNAPSHOTS = _script("""
+local g = guard() if g ~= 0 then return {g} end
+return {0, redis.call('HKEYS', KEYS[6])}
+""")
+_AUDIT = _script("""
+local g = guard() if g ~= 0 then return {g} end
+redis.call('RPUSH', KEYS[8], ARGV[4])
+refresh()
+return {0}
+""")
+_READ_AUDIT = _script("""
+local g = guard() if g ~= 0 then return {g} end
+local start = tonumber(ARGV[4])
+local stop = stop_of(redis.call('LLEN', KEYS[8]), start, tonumber(ARGV[5]))
+if stop < start then return {0, {}} end
+return {0, redis.call('LRANGE', KEYS[8], start, stop)}
+""")
+_TRY_LOCK = _script("""
+local g = guard() if g ~= 0 then return {g} end
+if redis.call('SET', KEYS[9], ARGV[4], 'NX', 'PX', ARGV[5]) then return {0, 1} end
+return {0, 0}
+""")
+_UNLOCK = _script("""
+if redis.call('GET', KEYS[9]) == ARGV[4] then redis.call('DEL', KEYS[9]) end
+return {0}
+""")
+
+
+@dataclass(frozen=True, slots=True)
+class _Cmd:
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Eval:
+    script: _Script
+    keys: tuple[str, ...]
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Pipe:
+    """Commands sent in one round trip (not a transaction: they may touch several slots)."""
+
+    commands: tuple[_Cmd | _Eval, ...]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _pairs(flat: Sequence[bytes]) -> dict[str, bytes]:
+    return {_text(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}
+
+
+class RedisOps:
+    """The store operations as Lua scripts over one session's hash-tagged keys."""
+
+    def __init__(self, *, prefix: str, ttl: float | None) -> None:
+        self.prefix = prefix
+        self._ttl_ms = 0 if ttl is None else max(1, int(ttl * 1000))
+        self.index = f"{prefix}:sessions"
+        self.schema_key = f"{prefix}:schema"
+
+    # keys and replies
+    def keys(self, session_id: str) -> tuple[str, ...]:
+        """The session's keys, all in the hash-tag slot ``{prefix:session}``."""
+        tag = "{" + self.prefix + ":" + quote(session_id, safe="") + "}"
+        return tuple(tag + suffix for suffix in _SUFFIXES)
+
+    def tenant_index(self, tenant: str) -> str:
+        """The sorted set listing one tenant's sessions."""
+        return f"{self.prefix}:tenant:{quote(tenant, safe='')}"
+
+    def _eval(self, script: _Script, session_id: str, *args: Any, now: float = 0.0) -> _Eval:
+        return _Eval(script, self.keys(session_id), (repr(now), self._ttl_ms, FORMAT_VERSION, *args))
+
+    @staticmethod
+    def _ok(session_id: str, reply: list[Any]) -> list[Any]:
+        status = int(reply[0])
+        if status == -1:
+            raise not_found(session_id)
+        if status > 0:
+            check_format(session_id, status)
+        return reply[1:]
+
+    @staticmethod
+    def _info(session_id: str, meta: dict[str, bytes], count: int) -> SessionInfo:
+        try:
+            archived = meta.get("archived_at")
+            return session_info(
+                session_id,
+                tenant=_text(meta["tenant"]),
+                created_at=float(meta["created_at"]),
+                last_active=float(meta["last_active"]),
+                model=json.loads(meta["model"]),
+                window=json.loads(meta["window"]),
+                metadata=_text(meta["metadata"]),
+                archived_at=None if archived is None else float(archived),
+                message_count=int(count),
+                fmt=int(meta["format"]),
+            )
+        except (KeyError, ValueError) as exc:
+            raise SchemaError(
+                f"Session {session_id!r}: its Redis metadata hash is corrupted ({type(exc).__name__}: {exc}); restore "
+                "the session from an export with `import_session`, or delete it.",
+                session_id=session_id,
+            ) from None
+
+    # schema
+    def setup(self) -> Op[int]:
+        yield _Cmd(("SET", self.schema_key, SCHEMA_VERSION, "NX"))
+        stored = yield _Cmd(("GET", self.schema_key))
+        try:
+            version = int(stored)
+        except (TypeError, ValueError):
+            version = -1
+        if version > SCHEMA_VERSION or version < 1:
+            raise SchemaError(
+                f"Redis key {self.schema_key!r} says contextkeeper schema version {_text(stored or b'?')!r}, but this "
+                f"release knows version {SCHEMA_VERSION}; upgrade contextkeeper (`pip install -U contextkeeper`) or "
+                "use another `prefix`."
+            )
+        return version
+
+    # lifecycle
+    def create_session(
+        self,
+        session_id: str,
+        *,
+        tenant: str,
+        model: str | None,
+        window: int | None,
+        metadata: str,
+        created_at: float,
+        last_active: float,
+    ) -> Op[SessionInfo]:
+        reply = yield self._eval(
+            _CREATE,
+            session_id,
+            tenant,
+            repr(created_at),
+            repr(last_active),
+            json.dumps(model),
+            json.dumps(window),
+            metadata,
+            FORMAT_VERSION,
+            now=last_active,
+        )
+        meta, count = self._ok(session_id, reply)
+        info = self._info(session_id, _pairs(meta), count)
+        yield _Pipe(
+            (_Cmd(("ZADD", self.index, 0, session_id)), _Cmd(("ZADD", self.tenant_index(info.tenant), 0, session_id)))
+        )
+        return info
+
+    def get_session(self, session_id: str) -> Op[SessionInfo | None]:
+        reply = yield self._eval(_GET, session_id)
+        if int(reply[0]) == -1:
+            return None
+        return self._info(session_id, _pairs(reply[1]), reply[2])
+
+    def touch(self, session_id: str, *, now: float) -> Op[None]:
+        self._ok(session_id, (yield self._eval(_TOUCH, session_id, now=now)))
+
+    def _index_page(self, index: str, after: str | None, count: int) -> Op[list[str]]:
+        low = "-" if after is None else "(" + after
+        members = yield _Cmd(("ZRANGEBYLEX", index, low, "+", "LIMIT", 0, count))
+        return [_text(member) for member in members]
+
+    def list_sessions(
+        self, *, tenant: str | None, limit: int, after: str | None, include_archived: bool
+    ) -> Op[list[SessionInfo]]:
+        index = self.index if tenant is None else self.tenant_index(tenant)
+        found: list[SessionInfo] = []
+        while len(found) < limit:
+            page = yield from self._index_page(index, after, min(_SCAN_PAGE, 2 * (limit - len(found)) + 1))
+            if not page:
+                break
+            replies = yield _Pipe(tuple(self._eval(_GET, session_id) for session_id in page))
+            gone: list[str] = []
+            for session_id, reply in zip(page, replies, strict=True):
+                if int(reply[0]) == -1:
+                    gone.append(session_id)
+                    continue
+                info = self._info(session_id, _pairs(reply[1]), reply[2])
+                if include_archived or not info.archived:
+                    found.append(info)
+                    if len(found) >= limit:
+                        break
+            if gone:
+                # Sessions removed by their TTL (or a crash before the index update) leave index entries behind.
+                yield _Cmd(("ZREM", index, *gone))
+            after = page[-1]
+        return found
+
+    def archive(self, session_id: str, *, now: float) -> Op[None]:
+        self._ok(session_id, (yield self._eval(_ARCHIVE, session_id, now=now)))
+
+    def delete_session(self, session_id: str) -> Op[None]:
+        (tenant,) = self._ok(session_id, (yield self._eval(_DELETE, session_id)))
+        yield _Pipe(
+            (
+                _Cmd(("ZREM", self.index, session_id)),
+                _Cmd(("ZREM", self.tenant_index(_text(tenant)), session_id)),
+            )
+        )
+
+    def expire_idle(self, *, cutoff: float) -> Op[list[str]]:
+        expired: list[str] = []
+        after: str | None = None
+        while True:
+            page = yield from self._index_page(self.index, after, _SCAN_PAGE)
+            if not page:
+                break
+            replies = yield _Pipe(tuple(self._eval(_DELETE_IDLE, sid, repr(cutoff)) for sid in page))
+            removals: list[_Cmd | _Eval] = []
+            for session_id, reply in zip(page, replies, strict=True):
+                if int(reply[0]) == -1:
+                    removals.append(_Cmd(("ZREM", self.index, session_id)))
+                elif int(reply[1]) == 1:
+                    expired.append(session_id)
+                    removals.append(_Cmd(("ZREM", self.index, session_id)))
+                    removals.append(_Cmd(("ZREM", self.tenant_index(_text(reply[2])), session_id)))
+            if removals:
+                yield _Pipe(tuple(removals))
+            after = page[-1]
+        return sorted(expired)
+
+    # transcript
+    def append_messages(self, session_id: str, items: Sequence[tuple[str, str]], *, now: float) -> Op[int]:
+        flat = [part for item in items for part in item]
+        (added,) = self._ok(session_id, (yield self._eval(_APPEND, session_id, *flat, now=now)))
+        return int(added)
+
+    def load_messages(self, session_id: str, *, start: int, limit: int | None) -> Op[list[tuple[int, str]]]:
+        reply = yield self._eval(_LOAD, session_id, start, -1 if limit is None else limit)
+        (bodies,) = self._ok(session_id, reply)
+        return [(start + offset, _text(body)) for offset, body in enumerate(bodies)]
+
+    def count_messages(self, session_id: str) -> Op[int]:
+        (count,) = self._ok(session_id, (yield self._eval(_COUNT, session_id)))
+        return int(count)
+
+    def get_message(self, session_id: str, message_id: str) -> Op[tuple[int, str] | None]:
+        found = self._ok(session_id, (yield self._eval(_GET_MESSAGE, session_id, message_id)))
+        if not found or found[1] is None:
+            return None
+        return int(found[0]), _text(found[1])
+
+    # state
+    def load_state(self, session_id: str, slot: str) -> Op[tuple[str | None, int]]:
+        version, body = self._ok(session_id, (yield self._eval(_LOAD_STATE, session_id, slot)))
+        return (None if body is None else _text(body)), int(version)
+
+    def save_state(
+        self, session_id: str, slot: str, body: str, *, expected: int, now: float, token: str
+    ) -> Op[tuple[bool, int]]:
+        reply = yield self._eval(_SAVE_STATE, session_id, slot, body, expected, token, now=now)
+        ok, version = self._ok(session_id, reply)
+        return bool(int(ok)), int(version)
+
+    def restore_state(self, session_id: str, slot: str, body: str, *, version: int, now: float) -> Op[None]:
+        self._ok(session_id, (yield self._eval(_RESTORE_STATE, session_id, slot, body, version, now=now)))
+
+    def list_states(self, session_id: str) -> Op[list[tuple[str, str, int]]]:
+        bodies, versions = self._ok(session_id, (yield self._eval(_LIST_STATES, session_id)))
+        by_slot = _pairs(bodies)
+        version_of = _pairs(versions)
+        return [(slot, _text(by_slot[slot]), int(version_of.get("v:" + slot, b"0"))) for slot in sorted(by_slot)]
+
+    # snapshots
+    def put_snapshot(self, session_id: str, snapshot_id: str, data: bytes, metadata: str, *, now: float) -> Op[None]:
+        reply = yield self._eval(_PUT_SNAPSHOT, session_id, snapshot_id, data, metadata, now=now)
+        self._ok(session_id, reply)
+
+    def get_snapshot(self, session_id: str, snapshot_id: str) -> Op[tuple[bytes, str] | None]:
+        found = self._ok(session_id, (yield self._eval(_GET_SNAPSHOT, session_id, snapshot_id)))
+        if not found:
+            return None
+        return bytes(found[0]), _text(found[1])
+
+    def list_snapshots(self, session_id: str) -> Op[list[str]]:
+        (names,) = self._ok(session_id, (yield self._eval(_LIST_SNAPSHOTS, session_id)))
+        return sorted(_text(name) for name in names)
+
+    # audit
+    def append_audit(self, session_id: str, event: str, *, now: float) -> Op[None]:
+        self._ok(session_id, (yield self._eval(_AUDIT, session_id, event, now=now)))
+
+    def read_audit(self, session_id: str, *, since: int, limit: int | None) -> Op[list[str]]:
+        reply = yield self._eval(_READ_AUDIT, session_id, since, -1 if limit is None else limit)
+        (events,) = self._ok(session_id, reply)
+        return [_text(event) for event in events]
+
+    # locks: SET NX PX with an owner token; the lease runs on the server's clock.
+    def try_lock(self, session_id: str, token: str, *, lease: float, now: float) -> Op[bool]:
+        reply = yield self._eval(_TRY_LOCK, session_id, token, max(1, int(lease * 1000)))
+        (taken,) = self._ok(session_id, reply)
+        return bool(int(taken))
+
+    def unlock(self, session_id: str, token: str) -> Op[None]:
+        yield self._eval(_UNLOCK, session_id, token)
+
+
+# --- drivers ------------------------------------------------------------------------------------
+
+
+def _check_prefix(prefix: str) -> str:
+    if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{}") or len(prefix) > 100:
+        raise ConfigError(
+            f"Redis key `prefix` {prefix!r} must be 1 to 100 characters without braces (they would break the "
+            "cluster hash tag); use e.g. 'ck' or 'myapp-ck'.",
+            key="prefix",
+        )
+    return prefix
+
+
+def _check_client(client: Any) -> None:
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    if kwargs.get("decode_responses"):
+        raise ConfigError(
+            "the Redis client decodes responses to str, which would corrupt binary snapshots; create it with "
+            "`decode_responses=False` (the default).",
+            key="decode_responses",
+        )
+
+
+def _split_url(url: str) -> tuple[str, dict[str, Any]]:
+    """Remove our own options (prefix, ttl) from a Redis URL's query; redis-py gets the rest."""
+    parts = urlsplit(url)
+    ours: dict[str, Any] = {}
+    rest: list[tuple[str, str]] = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key == "prefix":
+            ours["prefix"] = value
+        elif key == "ttl":
+            ours["ttl"] = float(value)
+        else:
+            rest.append((key, value))
+    return urlunsplit(parts._replace(query=urlencode(rest, quote_via=quote))), ours
+
+
+def _owned_client_options(options: dict[str, Any]) -> dict[str, Any]:
+    # Fail fast when the server is gone: a handful of short retries, then StoreUnavailable.
+    defaults: dict[str, Any] = {
+        "socket_connect_timeout": 5.0,
+        "socket_timeout": 10.0,
+        "retry": Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.2), 3),
+    }
+    return {**defaults, **options}
+
+
+def _translate(exc: RedisError, where: str) -> StoreError:
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError):
+        return StoreUnavailable(
+            f"Redis at {where} is unreachable ({type(exc).__name__}: {exc}); the operation was not confirmed. "
+            "Check the server and retry; appends are idempotent by message id."
+        )
+    text = str(exc)
+    if text.startswith(("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")):
+        return StoreUnavailable(f"Redis at {where} is not ready ({text}); retry shortly.")
+    return StoreError(f"Redis at {where} failed: {type(exc).__name__}: {text}")
+
+
+def _describe(client: Any) -> str:
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    if "path" in kwargs:
+        return f"unix:{kwargs['path']}"
+    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+
+
+class RedisStore(BaseStore):
+    """`SessionStore` on Redis (or Redis Cluster, through a cluster client).
+
+    Args:
+        client: A ``redis.Redis`` made with ``decode_responses=False`` (the default); the store does not
+            close it.
+        prefix: Namespace of every key (braces not allowed).
+        ttl: Seconds of inactivity after which Redis removes a session by itself; None keeps sessions.
+        clock: Source of timestamps (tests inject a fake one).
+        lock_lease: Seconds after which a lock whose holder died expires.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = "ck",
+        ttl: float | None = None,
+        clock: Callable[[], float] = time.time,
+        lock_lease: float = 60.0,
+    ) -> None:
+        super().__init__(clock=clock, lock_lease=lock_lease)
+        _check_client(client)
+        # redis-py's command methods are untyped; the store only uses execute_command and pipelines.
+        self._client: Any = client
+        self._ops = RedisOps(prefix=_check_prefix(prefix), ttl=ttl)
+        self._owns = False
+        self._ready = False
+        self._where = _describe(client)
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        *,
+        prefix: str = "ck",
+        ttl: float | None = None,
+        clock: Callable[[], float] = time.time,
+        lock_lease: float = 60.0,
+        **client_options: Any,
+    ) -> Self:
+        """A store owning a new client for ``url`` (``?prefix=`` and ``?ttl=`` in the query are ours)."""
+        redis_url, ours = _split_url(url)
+        client = redis.Redis.from_url(redis_url, **_owned_client_options(client_options))
+        store = cls(
+            client, prefix=ours.get("prefix", prefix), ttl=ours.get("ttl", ttl), clock=clock, lock_lease=lock_lease
+        )
+        store._owns = True
+        return store
+
+    @classmethod
+    @contextmanager
+    def from_url(cls, url: str, **kwargs: Any) -> Iterator[Self]:
+        """Open the store for ``url`` and close its client when the block ends."""
+        store = cls.connect(url, **kwargs)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def close(self) -> None:
+        if self._owns:
+            self._client.close()
+
+    def _call(self, command: _Cmd | _Eval) -> Any:
+        if isinstance(command, _Cmd):
+            return self._client.execute_command(*command.args)
+        try:
+            return self._client.execute_command(
+                "EVALSHA", command.script.sha, len(command.keys), *command.keys, *command.args
+            )
+        except NoScriptError:
+            return self._client.execute_command(
+                "EVAL", command.script.source, len(command.keys), *command.keys, *command.args
+            )
+
+    def _execute(self, command: _Cmd | _Eval | _Pipe) -> Any:
+        if not isinstance(command, _Pipe):
+            return self._call(command)
+        for attempt in (1, 2):
+            pipe = self._client.pipeline(transaction=False)
+            for part in command.commands:
+                if isinstance(part, _Cmd):
+                    pipe.execute_command(*part.args)
+                else:
+                    pipe.execute_command("EVALSHA", part.script.sha, len(part.keys), *part.keys, *part.args)
+            try:
+                return pipe.execute()
+            except NoScriptError:
+                if attempt == 2:
+                    raise
+                # The server lost its script cache (a restart): load the scripts and send again.
+                for script in {part.script for part in command.commands if isinstance(part, _Eval)}:
+                    self._client.execute_command("SCRIPT", "LOAD", script.source)
+        raise AssertionError("unreachable")
+
+    def _run(self, op: Op[T], *, write: bool) -> T:
+        try:
+            if not self._ready:
+                drive(self._ops.setup(), self._execute)
+                self._ready = True
+            return drive(op, self._execute)
+        except RedisError as exc:
+            raise _translate(exc, self._where) from exc
+
+
+class AsyncRedisStore(BaseAsyncStore):
+    """The async twin of `RedisStore`, on ``redis.asyncio.Redis``.
+
+    Args:
+        client: A ``redis.asyncio.Redis`` made with ``decode_responses=False``; the store does not close it.
+        prefix: Namespace of every key (braces not allowed).
+        ttl: Seconds of inactivity after which Redis removes a session by itself; None keeps sessions.
+        clock: Source of timestamps.
+        lock_lease: Seconds after which a lock whose holder died expires.
+    """
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        *,
+        prefix: str = "ck",
+        ttl: float | None = None,
+        clock: Callable[[], float] = time.time,
+        lock_lease: float = 60.0,
+    ) -> None:
+        super().__init__(clock=clock, lock_lease=lock_lease)
+        _check_client(client)
+        # redis-py's command methods are untyped; the store only uses execute_command and pipelines.
+        self._client: Any = client
+        self._ops = RedisOps(prefix=_check_prefix(prefix), ttl=ttl)
+        self._owns = False
+        self._ready = False
+        self._where = _describe(client)
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        *,
+        prefix: str = "ck",
+        ttl: float | None = None,
+        clock: Callable[[], float] = time.time,
+        lock_lease: float = 60.0,
+        **client_options: Any,
+    ) -> Self:
+        """A store owning a new client for ``url``; it connects on first use."""
+        redis_url, ours = _split_url(url)
+        client = redis.asyncio.Redis.from_url(redis_url, **_owned_client_options(client_options))
+        store = cls(
+            client, prefix=ours.get("prefix", prefix), ttl=ours.get("ttl", ttl), clock=clock, lock_lease=lock_lease
+        )
+        store._owns = True
+        return store
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(cls, url: str, **kwargs: Any) -> AsyncIterator[Self]:
+        """Open the store for ``url`` and close its client when the block ends."""
+        store = cls.connect(url, **kwargs)
+        try:
+            yield store
+        finally:
+            await store.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns:
+            await self._client.aclose()
+
+    async def _call(self, command: _Cmd | _Eval) -> Any:
+        if isinstance(command, _Cmd):
+            return await self._client.execute_command(*command.args)
+        try:
+            return await self._client.execute_command(
+                "EVALSHA", command.script.sha, len(command.keys), *command.keys, *command.args
+            )
+        except NoScriptError:
+            return await self._client.execute_command(
+                "EVAL", command.script.source, len(command.keys), *command.keys, *command.args
+            )
+
+    async def _execute(self, command: _Cmd | _Eval | _Pipe) -> Any:
+        if not isinstance(command, _Pipe):
+            return await self._call(command)
+        for attempt in (1, 2):
+            pipe = self._client.pipeline(transaction=False)
+            for part in command.commands:
+                if isinstance(part, _Cmd):
+                    pipe.execute_command(*part.args)
+                else:
+                    pipe.execute_command("EVALSHA", part.script.sha, len(part.keys), *part.keys, *part.args)
+            try:
+                return await pipe.execute()
+            except NoScriptError:
+                if attempt == 2:
+                    raise
+                for script in {part.script for part in command.commands if isinstance(part, _Eval)}:
+                    await self._client.execute_command("SCRIPT", "LOAD", script.source)
+            finally:
+                await pipe.reset()
+        raise AssertionError("unreachable")
+
+    async def _run(self, op: Op[T], *, write: bool) -> T:
+        execute: Callable[[Any], Awaitable[Any]] = self._execute
+        try:
+            if not self._ready:
+                await adrive(self._ops.setup(), execute)
+                self._ready = True
+            return await adrive(op, execute)
+        except RedisError as exc:
+            raise _translate(exc, self._where) from exc

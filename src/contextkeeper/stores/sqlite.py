@@ -1,0 +1,246 @@
+"""SQLite session store: the embedded default (stdlib ``sqlite3``, WAL, busy timeout, migrations).
+
+One connection per store, guarded by a lock, in autocommit mode with explicit transactions:
+writes use ``BEGIN IMMEDIATE`` so two processes never deadlock upgrading a read lock, and WAL
+lets readers run while one writer commits. ``synchronous=NORMAL`` is durable against a killed
+process (the fault suite kills writers mid-append); a power loss can drop the last commits but
+never corrupts the file. `AsyncSqliteStore` runs the same code in a worker thread.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any, Self
+from urllib.parse import parse_qs, urlsplit
+
+import anyio.to_thread
+
+from ..exceptions import ConfigError, SchemaError, StoreError, StoreUnavailable
+from ._sql import Dialect, Sql, SqlOps
+from .base import BaseAsyncStore, BaseStore, Op, T, drive
+
+__all__ = ["AsyncSqliteStore", "SqliteStore", "sqlite_path_from_url"]
+
+
+def sqlite_path_from_url(url: str) -> tuple[str, dict[str, str]]:
+    """The database path and options of a ``sqlite:///relative.db`` or ``sqlite:////absolute.db`` URL.
+
+    ``sqlite:///:memory:`` gives a private in-memory database. Options come from the query string
+    (``?busy_timeout=10``).
+    """
+    if not url.startswith("sqlite:///"):
+        raise ConfigError(
+            f"SQLite store URL {url!r} must start with `sqlite:///` (three slashes, then the path; four for an "
+            "absolute path: `sqlite:////var/lib/ck.db`).",
+            key="store_url",
+        )
+    parts = urlsplit(url)
+    path = url[len("sqlite:///") :].split("?", 1)[0]
+    if not path:
+        raise ConfigError(f"SQLite store URL {url!r} has no path; use e.g. `sqlite:///ck.db`.", key="store_url")
+    options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    return path, options
+
+
+def _options(options: dict[str, str]) -> dict[str, Any]:
+    known: dict[str, Any] = {}
+    for key, value in options.items():
+        if key == "busy_timeout":
+            known[key] = float(value)
+        else:
+            raise ConfigError(f"unknown SQLite store URL option {key!r}; the known one is `busy_timeout`.", key=key)
+    return known
+
+
+class SqliteStore(BaseStore):
+    """`SessionStore` on a SQLite database file.
+
+    Args:
+        conn: An open connection. The store switches it to autocommit mode and manages transactions
+            itself; to use it from the async twin's worker thread open it with ``check_same_thread=False``.
+        busy_timeout: Seconds a writer waits for another process's write lock.
+        clock: Source of timestamps (tests inject a fake one).
+        lock_lease: Seconds after which a lock whose holder died is taken over.
+    """
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        busy_timeout: float = 5.0,
+        clock: Callable[[], float] = time.time,
+        lock_lease: float = 60.0,
+    ) -> None:
+        super().__init__(clock=clock, lock_lease=lock_lease)
+        conn.isolation_level = None
+        self._conn = conn
+        self._busy_timeout = busy_timeout
+        self._mutex = threading.RLock()
+        self._owns = False
+        self._ready = False
+        self._closed = False
+        self._where = f"SQLite database {self._database_path()!r}"
+        self._ops = SqlOps(Dialect.sqlite(), where=self._where)
+
+    @classmethod
+    def connect(
+        cls,
+        path: str | Path,
+        *,
+        busy_timeout: float = 5.0,
+        clock: Callable[[], float] = time.time,
+        lock_lease: float = 60.0,
+    ) -> Self:
+        """Open (creating if needed) the database at ``path``; the store owns the connection."""
+        try:
+            conn = sqlite3.connect(str(path), timeout=busy_timeout, check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open SQLite database {str(path)!r} ({exc}); check the path.") from exc
+        store = cls(conn, busy_timeout=busy_timeout, clock=clock, lock_lease=lock_lease)
+        store._owns = True
+        return store
+
+    @classmethod
+    @contextmanager
+    def from_url(cls, url: str, **kwargs: Any) -> Iterator[Self]:
+        """Open the store for ``sqlite:///path`` and close it when the block ends."""
+        path, options = sqlite_path_from_url(url)
+        store = cls.connect(path, **{**_options(options), **kwargs})
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._owns and not self._closed:
+                self._conn.close()
+            self._closed = True
+
+    # driver
+    def _database_path(self) -> str:
+        try:
+            rows = self._conn.execute("PRAGMA database_list").fetchall()
+        except sqlite3.Error:
+            return "?"
+        path = next((row[2] for row in rows if row[1] == "main"), "")
+        return path or ":memory:"
+
+    def _execute(self, command: Sql) -> list[tuple[Any, ...]]:
+        if command.many:
+            self._conn.executemany(command.text, command.params)
+            return []
+        return self._conn.execute(command.text, command.params).fetchall()
+
+    def _transaction(self, op: Op[T], *, write: bool) -> T:
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                result = drive(op, self._execute)
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from exc
+
+    def _run(self, op: Op[T], *, write: bool) -> T:
+        with self._mutex:
+            if self._closed:
+                op.close()
+                raise StoreError(f"{self._where}: the store is closed; open a new one.")
+            if not self._ready:
+                self._prepare()
+            return self._transaction(op, write=write)
+
+    def _prepare(self) -> None:
+        try:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+            # WAL is a property of the file: it persists and lets readers run beside a writer.
+            self._conn.execute("PRAGMA journal_mode = WAL").fetchall()
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from exc
+        self._transaction(self._ops.setup(), write=True)
+        self._ready = True
+
+    def _translate(self, exc: sqlite3.Error) -> StoreError:
+        text = str(exc)
+        if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+            return StoreUnavailable(
+                f"{self._where} stayed locked by another writer for longer than busy_timeout={self._busy_timeout} s "
+                f"({text}); raise `busy_timeout` or keep transactions short."
+            )
+        if "unable to open" in text or "disk I/O" in text:
+            return StoreUnavailable(f"{self._where} cannot be read or written ({text}); check the path and disk.")
+        if isinstance(exc, sqlite3.DatabaseError) and ("not a database" in text or "malformed" in text):
+            return SchemaError(
+                f"{self._where} is corrupted ({text}); restore it from a backup or an export, or use another file."
+            )
+        return StoreError(f"{self._where}: {type(exc).__name__}: {text}")
+
+
+class AsyncSqliteStore(BaseAsyncStore):
+    """The async twin of `SqliteStore`: the same code, run in a worker thread.
+
+    Args:
+        conn: An open connection made with ``check_same_thread=False``.
+        busy_timeout: Seconds a writer waits for another process's write lock.
+        clock: Source of timestamps.
+        lock_lease: Seconds after which a lock whose holder died is taken over.
+    """
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection | SqliteStore,
+        *,
+        busy_timeout: float = 5.0,
+        clock: Callable[[], float] = time.time,
+        lock_lease: float = 60.0,
+    ) -> None:
+        super().__init__(clock=clock, lock_lease=lock_lease)
+        self._sync = (
+            conn
+            if isinstance(conn, SqliteStore)
+            else SqliteStore(conn, busy_timeout=busy_timeout, clock=clock, lock_lease=lock_lease)
+        )
+        self._ops = self._sync._ops
+
+    @classmethod
+    def connect(
+        cls,
+        path: str | Path,
+        *,
+        busy_timeout: float = 5.0,
+        clock: Callable[[], float] = time.time,
+        lock_lease: float = 60.0,
+    ) -> Self:
+        """Open (creating if needed) the database at ``path``; the store owns the connection."""
+        sync = SqliteStore.connect(path, busy_timeout=busy_timeout, clock=clock, lock_lease=lock_lease)
+        return cls(sync, clock=clock, lock_lease=lock_lease)
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(cls, url: str, **kwargs: Any) -> AsyncIterator[Self]:
+        """Open the store for ``sqlite:///path`` and close it when the block ends."""
+        path, options = sqlite_path_from_url(url)
+        store = cls.connect(path, **{**_options(options), **kwargs})
+        try:
+            yield store
+        finally:
+            await store.aclose()
+
+    async def _run(self, op: Op[T], *, write: bool) -> T:
+        return await anyio.to_thread.run_sync(functools.partial(self._sync._run, op, write=write))
+
+    async def aclose(self) -> None:
+        await anyio.to_thread.run_sync(self._sync.close)

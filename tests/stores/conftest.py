@@ -1,0 +1,230 @@
+"""Fixtures for the session-store suites: real Redis and Postgres, one namespace per test.
+
+Servers come from ``CONTEXTKEEPER_TEST_REDIS_URL`` / ``CONTEXTKEEPER_TEST_POSTGRES_URL``
+(defaults: the local servers). A test that needs an unreachable server skips, or fails when
+``CONTEXTKEEPER_REQUIRE_SERVICES=1`` (as in CI). Every Redis test gets its own key prefix and
+every Postgres test its own schema; both are removed afterwards.
+
+The `store` fixture runs each contract test on every backend, through the sync store and through
+the async twin (driven from a blocking portal), so both twins pass the very same scenarios.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from contextkeeper.stores import (
+    AsyncMemoryStore,
+    AsyncSqliteStore,
+    MemoryStore,
+    SqliteStore,
+)
+from contextkeeper.stores.postgres import AsyncPostgresStore, PostgresStore
+from contextkeeper.stores.redis import AsyncRedisStore, RedisStore
+
+REDIS_URL = os.environ.get("CONTEXTKEEPER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+POSTGRES_URL = os.environ.get("CONTEXTKEEPER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REQUIRE_SERVICES = os.environ.get("CONTEXTKEEPER_REQUIRE_SERVICES") == "1"
+BACKENDS = ("memory", "sqlite", "redis", "postgres")
+
+
+def service_missing(what: str, variable: str, error: BaseException) -> None:
+    """Skip (or, with CONTEXTKEEPER_REQUIRE_SERVICES=1, fail) a test whose server is unreachable."""
+    message = (
+        f"{what} is not reachable ({type(error).__name__}: {error}); start it, or point {variable} at one. "
+        "Set CONTEXTKEEPER_REQUIRE_SERVICES=1 to make this a failure."
+    )
+    if REQUIRE_SERVICES:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        service_missing(f"Redis at {REDIS_URL}", "CONTEXTKEEPER_TEST_REDIS_URL", exc)
+    finally:
+        client.close()
+    return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    try:
+        psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        service_missing(f"Postgres at {POSTGRES_URL}", "CONTEXTKEEPER_TEST_POSTGRES_URL", exc)
+    return POSTGRES_URL
+
+
+def drop_redis_prefix(url: str, prefix: str) -> None:
+    client = redis.Redis.from_url(url)
+    try:
+        for pattern in (f"{{{prefix}:*", f"{prefix}:*"):
+            keys = list(client.scan_iter(match=pattern, count=1000))
+            if keys:
+                client.delete(*keys)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def redis_prefix(redis_url: str) -> Iterator[str]:
+    prefix = f"ckt-{uuid.uuid4().hex[:12]}"
+    yield prefix
+    drop_redis_prefix(redis_url, prefix)
+
+
+def drop_pg_schema(url: str, schema: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def pg_schema(postgres_url: str) -> Iterator[str]:
+    schema = f"ckt_{uuid.uuid4().hex[:12]}"
+    yield schema
+    drop_pg_schema(postgres_url, schema)
+
+
+class FakeClock:
+    """A settable clock: stores stamp sessions with it, so idle expiry tests need no sleeping."""
+
+    def __init__(self, start: float = 1_750_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(scope="session")
+def portal() -> Iterator[BlockingPortal]:
+    with start_blocking_portal(backend="asyncio") as portal:
+        yield portal
+
+
+async def _collect(lines: AsyncIterator[str]) -> list[str]:
+    return [line async for line in lines]
+
+
+class PortalStore:
+    """Sync view of an async store: each call runs on the portal's event loop."""
+
+    def __init__(self, portal: BlockingPortal, store: Any) -> None:
+        self.portal = portal
+        self.inner = store
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.inner, name)
+        if name == "export_session":
+            return lambda *args, **kwargs: iter(self.portal.call(_collect, attribute(*args, **kwargs)))
+        if name == "lock":
+            return lambda *args, **kwargs: self.portal.wrap_async_context_manager(attribute(*args, **kwargs))
+        if not callable(attribute):
+            return attribute
+        return lambda *args, **kwargs: self.portal.call(functools.partial(attribute, *args, **kwargs))
+
+    def close(self) -> None:
+        self.portal.call(self.inner.aclose)
+
+
+class Backend:
+    """Makes stores of one backend over one namespace (each new store sees the same sessions)."""
+
+    def __init__(self, name: str, mode: str, *, request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock):
+        self.name = name
+        self.mode = mode
+        self.clock = clock
+        self._request = request
+        self._tmp_path = tmp_path
+        self._created: list[Any] = []
+        self._first: Any = None
+        if name == "redis":
+            self.url = request.getfixturevalue("redis_url")
+            self.prefix = request.getfixturevalue("redis_prefix")
+        elif name == "postgres":
+            self.url = request.getfixturevalue("postgres_url")
+            self.schema = request.getfixturevalue("pg_schema")
+        elif name == "sqlite":
+            self.path = tmp_path / "ck.db"
+
+    def make(self, **options: Any) -> Any:
+        """A new store over this test's namespace."""
+        options.setdefault("clock", self.clock)
+        if self.mode == "async":
+            portal: BlockingPortal = self._request.getfixturevalue("portal")
+            store = PortalStore(portal, portal.call(functools.partial(self._make_async, **options)))
+        else:
+            store = self._make_sync(**options)
+        if self._first is None:
+            self._first = store
+        self._created.append(store)
+        return store
+
+    def _make_sync(self, **options: Any) -> Any:
+        if self.name == "memory":
+            share = self._first
+            return MemoryStore(share=share, **options)
+        if self.name == "sqlite":
+            return SqliteStore.connect(self.path, **options)
+        if self.name == "redis":
+            return RedisStore.connect(self.url, prefix=self.prefix, **options)
+        return PostgresStore.connect(self.url, schema=self.schema, **options)
+
+    def _make_async(self, **options: Any) -> Any:
+        if self.name == "memory":
+            share = self._first.inner if self._first is not None else None
+            return AsyncMemoryStore(share=share, **options)
+        if self.name == "sqlite":
+            return AsyncSqliteStore.connect(self.path, **options)
+        if self.name == "redis":
+            return AsyncRedisStore.connect(self.url, prefix=self.prefix, **options)
+        return AsyncPostgresStore.connect(self.url, schema=self.schema, **options)
+
+    def close(self) -> None:
+        for store in reversed(self._created):
+            store.close()
+
+
+@pytest.fixture(params=[(name, mode) for name in BACKENDS for mode in ("sync", "async")], ids=lambda p: "-".join(p))
+def backend(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Backend]:
+    name, mode = request.param
+    made = Backend(name, mode, request=request, tmp_path=tmp_path, clock=clock)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def store(backend: Backend) -> Any:
+    return backend.make()
+
+
+@pytest.fixture(params=BACKENDS)
+def sync_backend(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Backend]:
+    made = Backend(request.param, "sync", request=request, tmp_path=tmp_path, clock=clock)
+    yield made
+    made.close()
+
+
+MakeStore = Callable[..., Any]
