@@ -1,0 +1,87 @@
+"""contextkeeper as a peer of ../shared/bench/peers_bench.py (the trim workload).
+
+    PYTHONPATH=. .venv/bin/python ../shared/bench/peers_bench.py \\
+        --adapter benchmarks.peers_adapter:ContextKeeperPeer \\
+        --peers floor,floor-hysteresis,contextkeeper --sizes 1000,5000 --window 128000,32000 --json OUT
+
+The peer drives the public API with the default pipeline for the window: cl100k counting with
+OpenAI framing, no reserved output, no tool schemas, no LLM. Messages are converted to
+contextkeeper `Message` objects before timing (as the harness converts for every peer); what
+compaction synthesizes (stand-ins, the context block) goes back as canonical dicts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from contextkeeper import Message, TextPart, ToolCall
+from contextkeeper.session import Session
+from contextkeeper.tokens import get_counter
+
+
+def _to_message(m: dict[str, Any]) -> Message:
+    calls = tuple(ToolCall(call_id=c["id"], name=c["name"], arguments=c["arguments"]) for c in m.get("tool_calls") or ())
+    text = m.get("content") or ""
+    parts = ((TextPart(text=text),) if text else ()) + calls
+    return Message(role=m["role"], parts=parts, tool_call_id=m.get("tool_call_id"), name=m.get("name"))
+
+
+def _to_canonical(m: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": m.role, "content": m.text}
+    if m.tool_calls:
+        out["tool_calls"] = [{"id": c.call_id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls]
+    if m.tool_call_id:
+        out["tool_call_id"] = m.tool_call_id
+        out["name"] = m.name
+    return out
+
+
+class ContextKeeperPeer:
+    """The harness's Peer interface (convert / setup / step), duck-typed."""
+
+    name = "contextkeeper"
+    description = "contextkeeper Session, default pipeline (clear → evict + ledger), hysteresis 1.0→0.5"
+    requires = ("contextkeeper", "tiktoken")
+
+    def available(self) -> str | None:
+        for mod in self.requires:
+            if importlib.util.find_spec(mod) is None:
+                return f"module {mod!r} not importable"
+        return None
+
+    def convert(self, canon: list[dict[str, Any]]) -> list[tuple[Any, list[int]]]:
+        return [(_to_message(m), [i]) for i, m in enumerate(canon)]
+
+    def setup(self, window: int, enc: Any) -> None:
+        self.session = Session(
+            "bench",
+            window=window,
+            reserved_output=0,
+            counter=get_counter("tiktoken:cl100k_base"),
+            format="openai",
+        )
+        self._synth: dict[str, dict[str, Any]] = {}
+        self._out: list[Any] = []
+        self._generation = -1
+
+    def step(self, native_round: list[Any]) -> list[Any]:
+        self.session.add(native_round)
+        view = self.session.prepare(format="internal").view
+        generation = self.session.engine.view_generation
+        if generation == self._generation:
+            # the view only appended this round: extend the mapped list instead of re-mapping it
+            self._out.extend(view[len(self._out) :])
+            return list(self._out)
+        synth = self._synth
+        out: list[Any] = []
+        for m in view:
+            if m.snapshot_id is None and not m.source_ids:
+                out.append(m)  # a transcript message, returned as the same object
+                continue
+            d = synth.get(m.message_id)
+            if d is None:
+                d = synth[m.message_id] = _to_canonical(m)
+            out.append(d)
+        self._out, self._generation = out, generation
+        return list(out)

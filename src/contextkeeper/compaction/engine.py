@@ -1,0 +1,951 @@
+"""The view engine: transcript in, view out, with the cheapest-first cascade and hysteresis.
+
+The transcript is append-only; every message is counted once when it arrives. The view is a
+cached list derived from it: between compactions a turn only appends the new messages to that
+list, so the prefix the provider cached stays byte-identical. When the view passes the high-water
+mark, layers run in order until it is under the low-water mark:
+
+1. clear  — old tool outputs become a stand-in (head, key lines, identifiers, snapshot id);
+2. evict  — old rounds leave the view; the progress ledger stands in for them;
+3. summarize — the evicted span is folded into a running summary (sans-IO: yields a request);
+then, only when the budget itself is at stake, the newest rounds shrink to previews and an
+oversized item is offloaded to a snapshot. Rounds are atomic: a tool call never leaves without
+all its results, and a result never stays without its call.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from ..budget import Budget
+from ..events import (
+    Alert,
+    CompactionFinished,
+    CompactionStarted,
+    ContextStatus,
+    EventBus,
+    SnapshotWritten,
+    Trigger,
+)
+from ..exceptions import BudgetExceeded, MessageError, ToolPairError
+from ..keyinfo import key_lines, preview, salient_facts
+from ..ledger import Ledger, LedgerEntry, entry_for_round, request_facts
+from ..messages import Message, TextPart, ThinkingPart, check_message
+from ..snapshots import SnapshotStore, encode_snapshot, make_snapshot_id
+from ..tokens.accountant import TokenAccountant
+from .breaker import CircuitBreaker
+from .config import CompactionConfig
+from .policies import Candidate, order_for_eviction
+from .summarizer import SummaryRequest, check_summary
+
+__all__ = ["ContextEngine", "ViewStatus"]
+
+logger = logging.getLogger(__name__)
+
+RoundKind = Literal["system", "user", "exchange", "tool-call", "message"]
+RoundState = Literal["full", "cleared", "evicted"]
+CONTEXT_HEADER = "[contextkeeper] Earlier conversation was compacted"
+
+
+@dataclass(eq=False)
+class _Round:
+    ordinal: int
+    kind: RoundKind
+    indices: list[int]
+    tokens: int
+    tool_tokens: int = 0
+    pending: set[str] = field(default_factory=set)
+    state: RoundState = "full"
+    shown: list[Message] | None = None
+    """Stand-ins shown instead of the transcript messages (cleared or shrunk rounds)."""
+    shown_tokens: int = 0
+    shown_tool_tokens: int = 0
+    pinned: bool = False
+    facts: tuple[str, ...] | None = None
+    ledger_step: int | None = None
+    snapshot_id: str | None = None
+    ready: list[Message] | None = None
+    """Stand-ins prepared ahead of the next compaction (see `_prepare_ahead`)."""
+    entry: LedgerEntry | None = None
+    """Ledger entry prepared ahead, appended when the round leaves the view."""
+    prepared: bool = False
+    snapshot_written: bool = False
+
+    @property
+    def view_tokens(self) -> int:
+        if self.state == "evicted":
+            return 0
+        return self.shown_tokens if self.shown is not None else self.tokens
+
+    @property
+    def view_tool_tokens(self) -> int:
+        if self.state == "evicted":
+            return 0
+        return self.shown_tool_tokens if self.shown is not None else self.tool_tokens
+
+
+@dataclass(frozen=True, kw_only=True)
+class ViewStatus:
+    """Accounting of one prepared view."""
+
+    used: int
+    budget: int
+    ratio: float
+    state: str
+    layer: str | None
+    """The last layer that ran in this prepare (None: the view only appended)."""
+    breakdown: dict[str, int]
+    """Tokens by component: system, context (summary + ledger), history, tool_results."""
+    turn: int
+    compactions: dict[str, int]
+    """Layer runs so far in this session."""
+    transcript_messages: int
+    view_messages: int
+    breaker: str
+    subscriber_errors: int = 0
+    hook_errors: int = 0
+
+
+class ContextEngine:
+    """Transcript, rounds and the cached view of one session; no I/O besides snapshot writes."""
+
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        accountant: TokenAccountant,
+        budget: Budget,
+        config: CompactionConfig,
+        snapshots: SnapshotStore,
+        events: EventBus,
+    ) -> None:
+        self.session_id = session_id
+        self.accountant = accountant
+        self.budget = budget
+        self.config = config
+        self.snapshots = snapshots
+        self.events = events
+        self.ledger = Ledger(max_entries=config.ledger_max_entries)
+        self.breaker = CircuitBreaker(max_failures=config.max_summarizer_failures, cooldown_s=config.breaker_cooldown_s)
+        self.transcript: list[Message] = []
+        self.counts: list[int] = []
+        self.rounds: list[_Round] = []
+        self._ids: set[str] = set()
+        self._open_calls: dict[str, _Round] = {}
+        """Calls without a result yet, by call id (ids may be reused once answered, as real traces do)."""
+        self._answered: set[str] = set()
+        self._last_user_round: _Round | None = None
+        self.summary: str | None = None
+        self.summary_span: tuple[str, str] | None = None
+        self._summarized_upto = -1  # ordinal of the newest round folded into the summary
+        self._context_msg: Message | None = None
+        self._context_tokens = 0
+        self._view: list[Message] = []
+        self._view_tokens = 0
+        self._dirty = True
+        self.view_generation = 0
+        """Bumped whenever the view is re-rendered (not when it only appends)."""
+        # running totals over rounds in view, so accounting never walks the history
+        self._rounds_total = 0
+        self._tool_total = 0
+        self._system_total = 0
+        self._n_evicted = 0
+        self._msg_facts: dict[int, list[str]] = {}
+        self.summarizer_enabled = False
+        """Set by the session when a summarizer drives the summary layer."""
+        self._pre_ratio = 0.0
+        self._prep_cursor = 0
+        self._system_rounds: list[_Round] = []
+        self._live_from = 0
+        """Every round before this ordinal is evicted or a system round: loops start here."""
+        self.turn = 0
+        self.compactions: dict[str, int] = {}
+        self._last_compaction_turn: int | None = None
+        self._thrash_streak = 0
+        self._deepen = 0.0
+        self.hook_errors = 0
+
+    # --- adding ---------------------------------------------------------------------------
+    def add(self, messages: Sequence[Message]) -> int:
+        """Append ``messages`` to the transcript; returns how many were new (ids already seen are skipped).
+
+        All messages are checked before any is added: on error the session is unchanged.
+        """
+        batch_calls: set[str] = set()
+        batch_answered: set[str] = set()
+        batch_ids: set[str] = set()
+        fresh: list[Message] = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, Message):
+                raise MessageError(
+                    f"message {i}: expected a contextkeeper Message, got {type(m).__name__}; "
+                    "convert provider dicts with contextkeeper.adapters.to_messages().",
+                    index=i,
+                )
+            check_message(m, index=i)
+            if m.message_id in self._ids or m.message_id in batch_ids:
+                continue
+            batch_ids.add(m.message_id)
+            if m.role == "tool":
+                cid = m.tool_call_id or ""
+                is_open = (cid in self._open_calls and cid not in batch_answered) or cid in batch_calls
+                if not is_open:
+                    if cid in self._answered or cid in batch_answered:
+                        raise ToolPairError(
+                            f"message {i}: a second result for call {cid!r}; send one result per call "
+                            "(merge the outputs into one message).",
+                            index=i,
+                            call_id=cid,
+                        )
+                    raise ToolPairError(
+                        f"message {i}: tool result for unknown call {cid!r}; add the assistant message "
+                        "that makes this call first.",
+                        index=i,
+                        call_id=cid,
+                    )
+                batch_calls.discard(cid)
+                batch_answered.add(cid)
+            for call in m.tool_calls:
+                cid = call.call_id
+                if cid in batch_calls or (cid in self._open_calls and cid not in batch_answered):
+                    raise ToolPairError(
+                        f"message {i}: tool call id {cid!r} is already waiting for its result; "
+                        "a call id may be reused only after its result was added.",
+                        index=i,
+                        call_id=cid,
+                    )
+                batch_calls.add(cid)
+            fresh.append(m)
+        for m in fresh:
+            self._append(m)
+        return len(fresh)
+
+    def _append(self, m: Message) -> None:
+        index = len(self.transcript)
+        n = self.accountant.count_message(m)
+        self.transcript.append(m)
+        self.counts.append(n)
+        self._ids.add(m.message_id)
+        last = self.rounds[-1] if self.rounds else None
+        if m.role == "tool":
+            r = self._open_calls.pop(m.tool_call_id or "")
+            self._detach(r)
+            r.indices.append(index)
+            r.tokens += n
+            r.tool_tokens += n
+            if r.shown is not None:  # a late result for a shortened round is shown in full
+                r.shown.append(m)
+                r.shown_tokens += n
+                r.shown_tool_tokens += n
+            self._attach(r)
+            r.pending.discard(m.tool_call_id or "")
+            self._answered.add(m.tool_call_id or "")
+            if r is not last or r.state != "full":
+                self._dirty = True  # a late result must be rendered next to its call
+        elif m.role == "assistant" and not m.tool_calls and last is not None and last.kind == "user":
+            self._detach(last)
+            last.kind = "exchange"
+            last.indices.append(index)
+            last.tokens += n
+            if last.shown is not None:
+                last.shown.append(m)
+                last.shown_tokens += n
+            self._attach(last)
+            if last.state == "evicted" or last is not self.rounds[-1]:
+                self._dirty = True
+        else:
+            kind: RoundKind
+            if m.role in ("system", "developer"):
+                kind = "system"
+            elif m.role == "user":
+                kind = "user"
+            elif m.tool_calls:
+                kind = "tool-call"
+            else:
+                kind = "message"
+            r = _Round(ordinal=len(self.rounds), kind=kind, indices=[index], tokens=n)
+            if kind == "tool-call":
+                r.pending = {c.call_id for c in m.tool_calls}
+                for c in m.tool_calls:
+                    self._open_calls[c.call_id] = r
+                    self._answered.discard(c.call_id)
+            if kind == "user":
+                self._last_user_round = r
+            self.rounds.append(r)
+            if kind == "system":
+                self._system_rounds.append(r)
+            self._attach(r)
+        if m.pinned:
+            owner = self.rounds[-1] if m.role != "tool" else r
+            owner.pinned = True
+        if not self._dirty:
+            self._view.append(m)
+            self._view_tokens += n
+
+    def _detach(self, r: _Round) -> None:
+        self._rounds_total -= r.view_tokens
+        self._tool_total -= r.view_tool_tokens
+        if r.kind == "system":
+            self._system_total -= r.view_tokens
+        if r.state == "evicted":
+            self._n_evicted -= 1
+
+    def _attach(self, r: _Round) -> None:
+        self._rounds_total += r.view_tokens
+        self._tool_total += r.view_tool_tokens
+        if r.kind == "system":
+            self._system_total += r.view_tokens
+        if r.state == "evicted":
+            self._n_evicted += 1
+
+    def _set_shown(self, r: _Round, shown: list[Message]) -> None:
+        self._detach(r)
+        counts = [self.accountant.count_message(m) for m in shown]
+        r.shown = shown
+        r.shown_tokens = sum(counts)
+        r.shown_tool_tokens = sum(c for m, c in zip(shown, counts, strict=True) if m.role == "tool")
+        if r.state == "full":
+            r.state = "cleared"
+        self._attach(r)
+        self._dirty = True
+
+    def _set_evicted(self, r: _Round) -> None:
+        if r.state == "evicted":
+            return
+        if r.ledger_step is None and r.kind != "system":
+            self._record(r)
+        self._detach(r)
+        r.state = "evicted"
+        self._attach(r)
+        self._dirty = True
+
+    # --- preparing ------------------------------------------------------------------------
+    def prepare_flow(
+        self, *, trigger: Trigger | None = None, low_water: float | None = None, keep_rounds: int | None = None
+    ) -> Generator[SummaryRequest, str | None, tuple[list[Message], ViewStatus]]:
+        """Compute the view for the next call; yields a summary request when L3 runs."""
+        self.turn += 1
+        if self._dirty:
+            self._rebuild()
+        layer: str | None = None
+        effective = self.budget.effective
+        high = self.config.high_water * effective
+        refilled = self._view_tokens > high
+        if trigger is not None or refilled:
+            if trigger is None:
+                self._check_thrashing()
+            low = low_water if low_water is not None else max(self.config.min_low_water, self.config.low_water - self._deepen)
+            layer = yield from self._compact(
+                trigger=trigger or "high-water",
+                target=int(low * effective),
+                keep_rounds=self.config.keep_recent_rounds if keep_rounds is None else keep_rounds,
+            )
+            self._last_compaction_turn = self.turn
+        elif self._view_tokens > self._prepare_from():
+            self._prepare_ahead()
+        status = self.status(layer)
+        self.events.emit(self._status_event(status))
+        return list(self._view), status
+
+    def status(self, layer: str | None = None) -> ViewStatus:
+        """Accounting of the current view (constant time: totals are kept as messages arrive)."""
+        effective = self.budget.effective
+        used = self._view_tokens
+        history = used - self._system_total - self._context_tokens - self._tool_total
+        return ViewStatus(
+            used=used,
+            budget=effective,
+            ratio=round(used / effective, 4) if effective else 0.0,
+            state=self.budget.state(used),
+            layer=layer,
+            breakdown={
+                "system": self._system_total,
+                "context": self._context_tokens,
+                "history": history,
+                "tool_results": self._tool_total,
+            },
+            turn=self.turn,
+            compactions=dict(self.compactions),
+            transcript_messages=len(self.transcript),
+            view_messages=len(self._view),
+            breaker=self.breaker.state,
+            subscriber_errors=self.events.subscriber_errors,
+            hook_errors=self.hook_errors,
+        )
+
+    def _status_event(self, s: ViewStatus) -> ContextStatus:
+        state: Any = s.state
+        return ContextStatus(
+            session_id=self.session_id, used=s.used, budget=s.budget, ratio=s.ratio, state=state, compact_layer=s.layer
+        )
+
+    def _prepare_from(self) -> float:
+        low = self.config.low_water * self.budget.effective
+        high = self.config.high_water * self.budget.effective
+        return low + (high - low) * self.config.prepare_from
+
+    def _prepare_ahead(self) -> None:
+        """Spread the next compaction's work over the turns before it.
+
+        Once the view is well into the band below high water, each turn spends a small, bounded
+        slice of time extracting identifiers and building stand-ins for the rounds the next
+        compaction will clear or evict. The view itself does not change (the cached prefix stays
+        valid); the compaction then only swaps in what is ready, so no single turn pays for
+        dozens of outputs at once.
+        """
+        deadline = time.perf_counter() + self.config.prepare_slice_ms / 1000
+        newest_clearable = len(self.rounds) - 1 - self.config.clear_after_rounds
+        i = self._prep_cursor
+        while i < len(self.rounds) and i <= newest_clearable:
+            r = self.rounds[i]
+            i += 1
+            if r.prepared or r.state == "evicted" or r.kind == "system" or r.pending:
+                continue
+            self._facts(r)
+            if r.kind == "tool-call":
+                self._write_snapshot(r)
+                if r.state == "full":
+                    r.ready = self._build_stand_ins(r, force=False)
+            r.entry = self._entry(r)
+            r.prepared = True
+            if time.perf_counter() >= deadline:
+                break
+        self._prep_cursor = i
+
+    def _check_thrashing(self) -> None:
+        last = self._last_compaction_turn
+        if last is not None and self.turn - last <= self.config.thrash_window_turns:
+            self._thrash_streak += 1
+            if self._thrash_streak >= self.config.thrash_repeats:
+                self._deepen = min(self._deepen + self.config.thrash_deepen_by, self.config.low_water)
+                self._thrash_streak = 0
+                self.events.emit(
+                    Alert(
+                        session_id=self.session_id,
+                        alert="thrashing",
+                        detail=(
+                            f"view refilled to high water within {self.config.thrash_window_turns} turns of a "
+                            f"compaction {self.config.thrash_repeats} times in a row; next compactions cut to "
+                            f"{max(self.config.min_low_water, self.config.low_water - self._deepen):.2f}"
+                        ),
+                    )
+                )
+        else:
+            self._thrash_streak = 0
+
+    # --- the cascade ----------------------------------------------------------------------
+    def _compact(
+        self, *, trigger: Trigger, target: int, keep_rounds: int
+    ) -> Generator[SummaryRequest, str | None, str | None]:
+        effective = self.budget.effective
+        layer: str | None = None
+        protected = self._protected(keep_rounds)
+        self._pre_ratio = self._total() / effective if effective else 1.0
+        if "clear" in self.config.layers and self._total() > target:
+            layer = self._run_layer("clear", trigger, target, lambda: self._clear(protected, target))
+        if "evict" in self.config.layers and self._total() > target:
+            layer = self._run_layer("evict", trigger, target, lambda: self._evict(protected, target))
+        if "summarize" in self.config.layers and self._summary_due(trigger):
+            before = self._total()
+            started = time.perf_counter()
+            self.events.emit(
+                CompactionStarted(
+                    session_id=self.session_id, layer="summarize", trigger=trigger, tokens_before=before, target=target
+                )
+            )
+            done = yield from self._summarize(target)
+            if done:
+                layer = "summarize"
+                self._count_layer("summarize")
+            self._finish_layer("summarize", trigger, before, started, int(done))
+        if self._total() > effective:
+            layer = self._run_layer("shrink", trigger, effective, lambda: self._shrink(effective))
+        self._render_context(effective)
+        self._rebuild()
+        if self._view_tokens > effective:
+            raise self._budget_error(effective)
+        return layer
+
+    def _run_layer(self, name: str, trigger: Trigger, target: int, fn: Any) -> str | None:
+        before = self._total()
+        started = time.perf_counter()
+        self.events.emit(
+            CompactionStarted(session_id=self.session_id, layer=name, trigger=trigger, tokens_before=before, target=target)
+        )
+        items = int(fn())
+        self._finish_layer(name, trigger, before, started, items)
+        if items:
+            self._count_layer(name)
+            return name
+        return None
+
+    def _finish_layer(self, name: str, trigger: Trigger, before: int, started: float, items: int) -> None:
+        after = self._total()
+        duration = (time.perf_counter() - started) * 1000
+        self.events.emit(
+            CompactionFinished(
+                session_id=self.session_id,
+                layer=name,
+                trigger=trigger,
+                tokens_before=before,
+                tokens_after=after,
+                duration_ms=round(duration, 3),
+                items=items,
+            )
+        )
+        logger.info(
+            "compaction session=%s layer=%s trigger=%s tokens %d->%d items=%d in %.2f ms",
+            self.session_id,
+            name,
+            trigger,
+            before,
+            after,
+            items,
+            duration,
+        )
+
+    def _count_layer(self, name: str) -> None:
+        self.compactions[name] = self.compactions.get(name, 0) + 1
+
+    def _total(self) -> int:
+        """Tokens of the view as it would be rendered now (context block at its expected size)."""
+        return self._rounds_total + self._context_reserve() + self.accountant.framing.reply_priming
+
+    def _ledger_cap(self) -> int:
+        return min(self.config.ledger_max_tokens, int(self.config.ledger_share * self.budget.effective))
+
+    def _context_reserve(self) -> int:
+        if not self._n_evicted and self.summary is None:
+            return self._context_tokens
+        return max(self._context_tokens, min(self._ledger_cap(), 64 + 48 * self._n_evicted))
+
+    def _protected(self, keep_rounds: int) -> set[int]:
+        """Ordinals of rounds no layer may touch: system, pinned, current request, in flight, newest."""
+        keep: set[int] = {r.ordinal for r in self._system_rounds}
+        conversation = self._age_order()
+        for r in conversation:
+            if r.pinned or r.pending:
+                keep.add(r.ordinal)
+        if self._last_user_round is not None:
+            keep.add(self._last_user_round.ordinal)
+        keep.update(r.ordinal for r in conversation[-keep_rounds:] if keep_rounds > 0)
+        if conversation:
+            keep.add(conversation[-1].ordinal)
+        return keep
+
+    def _record(self, r: _Round) -> None:
+        """Put the round in the progress ledger (once, when it first leaves the view)."""
+        entry = r.entry if r.entry is not None else self._entry(r)
+        if r.kind == "tool-call":
+            self._snapshot(r, "evicted")
+        if entry is not None:
+            self.ledger.append(entry)
+            r.ledger_step = entry.step
+        r.entry = None
+
+    def _entry(self, r: _Round) -> LedgerEntry | None:
+        msgs = [self.transcript[i] for i in r.indices]
+        snap = self._snapshot_id(r) if r.kind == "tool-call" else None
+        return entry_for_round(msgs, snapshot_id=snap, facts=self._facts(r), step=r.ordinal)
+
+    def _message_facts(self, index: int) -> list[str]:
+        facts = self._msg_facts.get(index)
+        if facts is None:
+            m = self.transcript[index]
+            text = m.text
+            facts = key_lines(text, limit=2, max_line_chars=160) if m.is_error else []
+            facts += salient_facts(text, limit=self.config.cleared_max_facts * 3, scan_chars=self.config.scan_chars)
+            self._msg_facts[index] = facts
+        return facts
+
+    def _facts(self, r: _Round) -> tuple[str, ...]:
+        """Identifiers of the round (tool outputs; a long request's text past its first 200 characters)."""
+        if r.facts is None:
+            facts: list[str] = []
+            for i in r.indices:
+                m = self.transcript[i]
+                if m.role == "tool":
+                    facts.extend(self._message_facts(i))
+                elif m.role == "user" and i == r.indices[0]:
+                    facts.extend(request_facts(m.text))
+            r.facts = tuple(dict.fromkeys(facts))
+        return r.facts
+
+    def _snapshot_id(self, r: _Round) -> str:
+        if r.snapshot_id is None:
+            r.snapshot_id = make_snapshot_id(self.session_id, self.transcript[r.indices[0]].message_id)
+        return r.snapshot_id
+
+    def _write_snapshot(self, r: _Round) -> None:
+        """Store the round's full messages under its snapshot id (once its results are all in)."""
+        if not r.snapshot_written:
+            msgs = [self.transcript[i] for i in r.indices]
+            self.snapshots.put_snapshot(self.session_id, self._snapshot_id(r), encode_snapshot("round", msgs))
+            r.snapshot_written = not r.pending
+
+    def _snapshot(self, r: _Round, reason: Literal["cleared", "evicted", "offloaded", "summarized"]) -> str:
+        """Make sure the round's snapshot exists and report that compaction now points to it."""
+        announced = r.snapshot_written
+        self._write_snapshot(r)
+        if not announced or reason != "evicted":
+            self.events.emit(
+                SnapshotWritten(
+                    session_id=self.session_id,
+                    snapshot_id=self._snapshot_id(r),
+                    reason=reason,
+                    message_ids=tuple(self.transcript[i].message_id for i in r.indices),
+                )
+            )
+        return self._snapshot_id(r)
+
+    def _live(self) -> list[_Round]:
+        """Rounds from the first one still in view (system rounds included), oldest first."""
+        rounds, i = self.rounds, self._live_from
+        while i < len(rounds) and (rounds[i].state == "evicted" or rounds[i].kind == "system"):
+            i += 1
+        self._live_from = i
+        return rounds[i:]
+
+    def _age_order(self) -> list[_Round]:
+        """Conversation rounds still in view (or evicted after the first live one), oldest first."""
+        return [r for r in self._live() if r.kind != "system"]
+
+    def _clear(self, protected: set[int], target: int) -> int:
+        """L1: replace old tool outputs by stand-ins, oldest first, until under ``target``."""
+        conversation = self._age_order()
+        limit = len(conversation) - self.config.clear_after_rounds
+        cleared = 0
+        total = self._total()
+        for r in conversation[: max(limit, 0)]:
+            if total <= target:
+                break
+            if r.kind != "tool-call" or r.state != "full" or r.ordinal in protected:
+                continue
+            saved = self._clear_round(r, reason="cleared")
+            if saved > 0:
+                total -= saved
+                cleared += 1
+        return cleared
+
+    def _clear_round(self, r: _Round, *, reason: Literal["cleared", "offloaded"], force: bool = False) -> int:
+        """Show stand-ins for the round's large tool outputs; returns tokens saved."""
+        if r.prepared and not force and r.shown is None:
+            shown = r.ready  # prepared ahead; None means nothing in it shrinks
+        else:
+            shown = self._build_stand_ins(r, force=force)
+        r.ready = None
+        if shown is None:
+            return 0
+        self._snapshot(r, reason)
+        before = r.view_tokens
+        self._set_shown(r, shown)
+        return before - r.view_tokens
+
+    def _build_stand_ins(self, r: _Round, *, force: bool) -> list[Message] | None:
+        """The round's messages with large outputs replaced by stand-ins; None when nothing shrinks."""
+        snapshot_id = self._snapshot_id(r)
+        current = r.shown if r.shown is not None else [self.transcript[i] for i in r.indices]
+        shown: list[Message] = []
+        changed = False
+        for i, m_shown in zip(r.indices, current, strict=True):
+            m = self.transcript[i]
+            if m.role == "tool" and (force or self.counts[i] >= self.config.min_clear_tokens):
+                stand_in = self._stand_in(i, snapshot_id, shrink=force)
+                if self.accountant.count_message(stand_in) < self.accountant.count_message(m_shown):
+                    shown.append(stand_in)
+                    changed = True
+                    continue
+            shown.append(m_shown)
+        return shown if changed else None
+
+    def _stand_in(self, index: int, snapshot_id: str, *, shrink: bool) -> Message:
+        m = self.transcript[index]
+        tokens = self.counts[index]
+        text = m.text
+        cfg = self.config
+        if shrink:
+            body = preview(text, head_chars=cfg.preview_head_chars, tail_chars=cfg.preview_tail_chars)
+        else:
+            body = preview(text, head_chars=cfg.cleared_head_chars)
+        lines = [f'[output shortened from {tokens} tokens; full text: read_context("{snapshot_id}")]', body]
+        found = key_lines(text, limit=3, max_line_chars=160)
+        extra_keys = [k for k in found if k not in body]
+        if extra_keys:
+            lines.append("key lines: " + " | ".join(extra_keys))
+        facts = [f for f in self._message_facts(index)[: cfg.cleared_max_facts] if f not in body]
+        if facts:
+            lines.append("ids: " + " · ".join(facts))
+        return Message(
+            role="tool",
+            parts=(TextPart(text="\n".join(lines)),),
+            message_id=f"{m.message_id}~{'p' if shrink else 'c'}",
+            tool_call_id=m.tool_call_id,
+            name=m.name,
+            is_error=m.is_error,
+            turn=m.turn,
+            snapshot_id=snapshot_id,
+            source_ids=(m.message_id,),
+        )
+
+    def _candidates(self, protected: set[int]) -> list[Candidate]:
+        conversation = self._age_order()
+        n = len(conversation)
+        cands: list[Candidate] = []
+        need_refs = self.config.eviction_policy in ("lru", "hybrid")
+        need_words = self.config.eviction_policy == "semantic-merge"
+        last_seen: dict[str, int] = {}
+        if need_refs:
+            for r in conversation:
+                for f in self._facts(r):
+                    last_seen[f] = r.ordinal
+                for i in r.indices:
+                    for c in self.transcript[i].tool_calls:
+                        for f in salient_facts(c.arguments, limit=16):
+                            last_seen[f] = r.ordinal
+        for age_pos, r in enumerate(conversation):
+            if r.state == "evicted" or r.ordinal in protected:
+                continue
+            first = self.transcript[r.indices[0]]
+            facts = frozenset(self._facts(r)) if need_refs else frozenset()
+            refs = max((last_seen.get(f, -1) for f in facts if last_seen.get(f, -1) > r.ordinal), default=-1)
+            words: frozenset[str] = frozenset()
+            if need_words:
+                words = frozenset(" ".join(self.transcript[i].text[:2000] for i in r.indices).split())
+            importance = float(first.extra.get("importance", 1.0)) if isinstance(first.extra, dict) else 1.0
+            if any(self.transcript[i].is_error for i in r.indices):
+                importance *= 2.0
+            cands.append(
+                Candidate(
+                    ordinal=r.ordinal,
+                    age=n - 1 - age_pos,
+                    kind=r.kind,
+                    role=first.role,
+                    importance=importance,
+                    has_thinking=any(
+                        isinstance(p, ThinkingPart) for i in r.indices for p in self.transcript[i].parts
+                    ),
+                    identifiers=facts,
+                    words=words,
+                    last_reference=refs,
+                )
+            )
+        return cands
+
+    def _evict(self, protected: set[int], target: int) -> int:
+        """L2: drop whole rounds in policy order until under ``target`` (ledger included)."""
+        evicted = 0
+        total = self._total()
+        if self.config.eviction_policy == "fifo":  # no scoring needed: walk the rounds oldest first
+            for r in self._live():
+                if total <= target:
+                    break
+                if r.kind == "system" or r.state == "evicted" or r.ordinal in protected:
+                    continue
+                self._set_evicted(r)
+                total = self._total()
+                evicted += 1
+            return evicted
+        for cand in order_for_eviction(self._candidates(protected), self.config):
+            if total <= target:
+                break
+            self._set_evicted(self.rounds[cand.ordinal])
+            total = self._total()
+            evicted += 1
+        return evicted
+
+    def _unsummarized(self) -> list[_Round]:
+        return [r for r in self.rounds if r.state == "evicted" and r.ordinal > self._summarized_upto]
+
+    def _summary_due(self, trigger: Trigger) -> bool:
+        """L3 runs when a summarizer is set, its breaker allows, and evicted rounds are not yet folded in."""
+        if not self.summarizer_enabled or not self._n_evicted:
+            return False
+        if trigger != "reactive" and self.config.summarize_from is not None:
+            if self._pre_ratio < self.config.summarize_from:
+                return False
+        if not self.breaker.allow():
+            return False
+        return bool(self._unsummarized())
+
+    def _summarize(self, target: int) -> Generator[SummaryRequest, str | None, bool]:
+        """Fold the newly evicted rounds into the running summary; False when the summarizer failed."""
+        fresh = self._unsummarized()
+        messages = [self.transcript[i] for r in fresh for i in r.indices]
+        first = self.summary_span[0] if self.summary_span else messages[0].message_id
+        span = (first, messages[-1].message_id)
+        request = SummaryRequest(
+            previous=self.summary,
+            messages=messages,
+            max_tokens=min(self.config.summary_max_tokens, self._ledger_cap()),
+            span=span,
+        )
+        text = yield request
+        problem = "the summarizer failed" if text is None else check_summary(text)
+        if problem is not None:
+            opened = self.breaker.record_failure()
+            logger.warning("summary rejected for session %s: %s", self.session_id, problem)
+            if opened:
+                self.events.emit(
+                    Alert(
+                        session_id=self.session_id,
+                        alert="breaker-open",
+                        detail=(
+                            f"summary layer stopped after {self.breaker.failures} consecutive failures "
+                            f"(last: {problem}); retrying in {self.config.breaker_cooldown_s:.0f}s. "
+                            "Clearing and eviction keep working."
+                        ),
+                    )
+                )
+            return False
+        assert text is not None
+        self.breaker.record_success()
+        self.summary = text.strip()
+        self.summary_span = span
+        self._summarized_upto = fresh[-1].ordinal
+        return True
+
+    def _shrink(self, effective: int) -> int:
+        """Tight budget: shrink the newest rounds' outputs, then drop newest rounds down to the current one."""
+        changed = 0
+        protected_hard = self._protected(0)
+        conversation = self._age_order()
+        for r in conversation:  # previews for large outputs, oldest of the kept rounds first
+            if self._total() <= effective:
+                return changed
+            if r.state != "evicted" and r.kind == "tool-call":
+                if self._clear_round(r, reason="offloaded", force=r.state != "full") > 0:
+                    changed += 1
+        for r in conversation:
+            if self._total() <= effective:
+                return changed
+            if r.state != "evicted" and r.ordinal not in protected_hard:
+                self._set_evicted(r)
+                changed += 1
+        for r in conversation:  # the protected rounds themselves: offload what is oversized
+            if self._total() <= effective:
+                return changed
+            if r.state != "evicted" and r.kind == "tool-call" and r.shown is None:
+                if self._clear_round(r, reason="offloaded", force=True) > 0:
+                    changed += 1
+        return changed
+
+    def _render_context(self, effective: int) -> None:
+        """Render the context block (summary + ledger) into the room left in the budget."""
+        if not self._n_evicted and self.summary is None:
+            self._context_msg, self._context_tokens = None, 0
+            return
+        rest = self._rounds_total + self.accountant.framing.reply_priming
+        room = max(0, min(self._ledger_cap(), effective - rest))
+        span = self._evicted_span()
+        head = CONTEXT_HEADER + ("; read_context(\"#<step>\") shows any step in full." if span else ".")
+        parts = [head]
+        if self.summary and self.summary_span:
+            a, b = self.summary_span
+            summary = self.summary
+            limit = max(0, room - 64)
+            if self.accountant.count_text(summary) > limit:  # a summary never pushes the view past the budget
+                summary = summary[: max(0, limit * 3)] + " …"
+            parts.append(f"Summary of messages {a}..{b}:\n{summary}")
+        fixed = self.accountant.count_message(Message.user("\n".join(parts)))
+        source_ids = span or ()
+        ledger_room = room - fixed - 2
+        for _ in range(4):  # the ledger's size is estimated; shrink its room until the exact count fits
+            ledger_text = self.ledger.render(
+                max_tokens=max(0, ledger_room), count=self.accountant.count_text, exact=False
+            )
+            msg = Message(
+                role="user",
+                parts=(TextPart(text="\n".join([*parts, ledger_text] if ledger_text else parts)),),
+                message_id=f"ck_context_{self.turn}",
+                source_ids=source_ids,
+                extra={"contextkeeper": "context"},
+            )
+            tokens = self.accountant.count_message(msg)
+            if tokens <= room or not ledger_text:
+                break
+            ledger_room -= tokens - room + 8
+        if tokens > room:
+            self._context_msg, self._context_tokens = None, 0
+            return
+        self._context_msg, self._context_tokens = msg, tokens
+
+    def _evicted_span(self) -> tuple[str, str] | None:
+        """First and last transcript message id that left the view."""
+        first = next((r for r in self.rounds if r.state == "evicted"), None)
+        last = next((r for r in reversed(self.rounds) if r.state == "evicted" and r.ordinal >= self._live_from), None)
+        if last is None and self._live_from > 0:
+            last = next((r for r in reversed(self.rounds[: self._live_from]) if r.state == "evicted"), None)
+        if first is None or last is None:
+            return None
+        return self.transcript[first.indices[0]].message_id, self.transcript[last.indices[-1]].message_id
+
+    def _rebuild(self) -> None:
+        """Render the view list from the round states (after a compaction or a late tool result)."""
+        head: list[Message] = []
+        body: list[Message] = []
+        kept_started = False
+        tokens = self.accountant.framing.reply_priming
+        live = self._live()
+        start = live[0].ordinal if live else len(self.rounds)
+        for r in [*(r for r in self._system_rounds if r.ordinal < start), *live]:
+            if r.state == "evicted":
+                continue
+            msgs = r.shown if r.shown is not None else [self.transcript[i] for i in r.indices]
+            if r.kind == "tool-call" and r.shown is None and len(r.indices) > 1:
+                # a result may have arrived late: render results right after their call
+                msgs = sorted(msgs, key=lambda m: 0 if m.role != "tool" else 1)
+            tokens += r.view_tokens
+            if r.kind == "system" and not kept_started:
+                head.extend(msgs)
+            else:
+                kept_started = True
+                body.extend(msgs)
+        view = head
+        if self._context_msg is not None:
+            view.append(self._context_msg)
+            tokens += self._context_tokens
+        view.extend(body)
+        self._view = view
+        self._view_tokens = tokens
+        self._dirty = False
+        self.view_generation += 1
+
+    def _budget_error(self, effective: int) -> BudgetExceeded:
+        s = self.status()
+        return BudgetExceeded(
+            f"session {self.session_id!r}: the protected part of the view needs {self._view_tokens} tokens "
+            f"but the effective budget is {effective} (window {self.budget.window} − reserved output "
+            f"{self.budget.reserved_output} − tool schemas {self.budget.tool_schemas}); breakdown {s.breakdown}. "
+            "Raise the window, lower the reserved output, shorten the system prompt or unpin messages.",
+            budget=effective,
+            used=self._view_tokens,
+            breakdown=s.breakdown,
+        )
+
+    # --- reactive (L4) --------------------------------------------------------------------
+    def reactive_flow(self) -> Generator[SummaryRequest, str | None, tuple[list[Message], ViewStatus]]:
+        """Emergency compaction after a provider context-length error: deeper cut, last rounds only."""
+        self.turn -= 1  # the failed call does not count as a turn
+        return (
+            yield from self.prepare_flow(
+                trigger="reactive",
+                low_water=self.config.reactive_low_water,
+                keep_rounds=self.config.reactive_keep_rounds,
+            )
+        )
+
+    def pinned_copy(self, message_id: str) -> None:
+        """Pin an existing transcript message (it will never be evicted)."""
+        for i, m in enumerate(self.transcript):
+            if m.message_id == message_id:
+                self.transcript[i] = replace(m, pinned=True)
+                for r in self.rounds:
+                    if i in r.indices:
+                        r.pinned = True
+                self._dirty = True
+                return
+        raise MessageError(f"no message {message_id!r} in session {self.session_id!r}", field="message_id")

@@ -1,0 +1,73 @@
+"""The summarizer interface the summary layer (L3) calls.
+
+The layer is written sans-IO: compaction yields a `SummaryRequest` and receives the summary
+text (or None on failure). `Session.prepare()` drives it with a `Summarizer`,
+`AsyncSession.prepare()` with an `AsyncSummarizer`; the logic exists once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from ..messages import Message
+
+__all__ = ["AsyncSummarizer", "SummaryRequest", "Summarizer", "check_summary"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryRequest:
+    """Fold ``messages`` into ``previous`` and return one summary of at most ``max_tokens``."""
+
+    previous: str | None
+    """The running summary so far (covering ``previous_span``), or None."""
+    messages: Sequence[Message]
+    """Transcript messages newly leaving the view, in order."""
+    max_tokens: int
+    span: tuple[str, str]
+    """First and last message id the new summary will cover (previous span included)."""
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Produces a running summary; raising or returning junk counts as a failure."""
+
+    def summarize(self, request: SummaryRequest) -> str:
+        """The new running summary text."""
+        ...
+
+
+@runtime_checkable
+class AsyncSummarizer(Protocol):
+    """Async twin of `Summarizer`."""
+
+    async def summarize(self, request: SummaryRequest) -> str:
+        """The new running summary text."""
+        ...
+
+
+_ERROR_MARKERS = (
+    "error:",
+    "traceback (most recent call last)",
+    "i'm sorry, i can't",
+    "i cannot help",
+    "as an ai",
+    "rate limit",
+    "context_length_exceeded",
+    "internal server error",
+)
+
+
+def check_summary(text: object) -> str | None:
+    """Why a summary must be rejected (empty, not text, an error text), or None when it is usable."""
+    if not isinstance(text, str):
+        return f"summary is {type(text).__name__}, not text"
+    stripped = text.strip()
+    if not stripped:
+        return "summary is empty"
+    head = stripped[:300].lower()
+    for marker in _ERROR_MARKERS:
+        if head.startswith(marker) or (marker in head and len(stripped) < 400):
+            return f"summary looks like an error text ({marker!r})"
+    return None

@@ -1,0 +1,183 @@
+"""Typed events: what the context did, for callbacks, async iterators, metrics and the audit log.
+
+Subscribers that raise never break the agent: the error is logged and counted, and shows up
+in the next status as ``subscriber_errors``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "Alert",
+    "CompactionFinished",
+    "CompactionStarted",
+    "ContextStatus",
+    "Event",
+    "EventBus",
+    "SnapshotWritten",
+    "event_to_dict",
+]
+
+logger = logging.getLogger(__name__)
+
+PressureLevel = Literal["normal", "warning", "error", "critical", "overflow"]
+Trigger = Literal["high-water", "reactive", "manual", "oversized", "thrashing"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextStatus:
+    """Where the view stands: emitted after accounting and after each compaction layer."""
+
+    session_id: str
+    used: int
+    budget: int
+    ratio: float
+    state: PressureLevel
+    compact_layer: str | None = None
+    """The layer that last ran in this prepare, or None."""
+    ts: float = field(default_factory=time.time)
+    kind: Literal["context.status"] = "context.status"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactionStarted:
+    """A compaction layer is about to run."""
+
+    session_id: str
+    layer: str
+    trigger: Trigger
+    tokens_before: int
+    target: int
+    ts: float = field(default_factory=time.time)
+    kind: Literal["compaction.started"] = "compaction.started"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactionFinished:
+    """A compaction layer ran."""
+
+    session_id: str
+    layer: str
+    trigger: Trigger
+    tokens_before: int
+    tokens_after: int
+    duration_ms: float
+    items: int = 0
+    """How many tool outputs were cleared, rounds evicted or spans summarized."""
+    ts: float = field(default_factory=time.time)
+    kind: Literal["compaction.finished"] = "compaction.finished"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alert:
+    """Something an operator should look at (thrashing, spikes, a tripped breaker, a failing hook)."""
+
+    session_id: str
+    alert: str
+    """Short machine name: thrashing, spike, breaker-open, subscriber-error, hook-error, oversized."""
+    detail: str
+    ts: float = field(default_factory=time.time)
+    kind: Literal["alert"] = "alert"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SnapshotWritten:
+    """A full original was saved before compaction shortened it."""
+
+    session_id: str
+    snapshot_id: str
+    reason: Literal["cleared", "evicted", "offloaded", "summarized"]
+    message_ids: tuple[str, ...]
+    ts: float = field(default_factory=time.time)
+    kind: Literal["snapshot.written"] = "snapshot.written"
+
+
+Event = ContextStatus | CompactionStarted | CompactionFinished | Alert | SnapshotWritten
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """JSON-ready dict of an event (the audit-log and SSE format)."""
+    names = _FIELDS.get(type(event))
+    if names is None:  # events are flat: a shallow copy is enough and far cheaper than asdict
+        names = _FIELDS[type(event)] = tuple(f.name for f in dataclasses.fields(event))
+    out = {name: getattr(event, name) for name in names}
+    for name, value in out.items():
+        if isinstance(value, tuple):
+            out[name] = list(value)
+    return out
+
+
+class EventBus:
+    """Fan-out of events to callbacks and async iterators; keeps a bounded in-memory audit log."""
+
+    def __init__(self, *, audit_limit: int = 10_000) -> None:
+        self._subscribers: list[Callable[[Event], object]] = []
+        self._queues: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[Event]]] = []
+        self._lock = threading.Lock()
+        self.audit: list[dict[str, Any]] = []
+        self.audit_limit = audit_limit
+        self.subscriber_errors = 0
+        self.sinks: list[Callable[[dict[str, Any]], None]] = []
+        """Called with every event dict; a session store's audit log plugs in here."""
+
+    def subscribe(self, callback: Callable[[Event], object]) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event; returns a function that unsubscribes."""
+        with self._lock:
+            self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    async def stream(self) -> AsyncIterator[Event]:
+        """Iterate over events as they happen (until the consumer stops)."""
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        entry = (asyncio.get_running_loop(), queue)
+        with self._lock:
+            self._queues.append(entry)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            with self._lock:
+                self._queues.remove(entry)
+
+    def emit(self, event: Event) -> None:
+        """Deliver ``event``; a failing subscriber is logged and counted, never raised."""
+        record = event_to_dict(event)
+        self.audit.append(record)
+        if len(self.audit) > self.audit_limit:
+            del self.audit[: len(self.audit) - self.audit_limit]
+        with self._lock:
+            subscribers = list(self._subscribers)
+            queues = list(self._queues)
+        for sink in self.sinks:
+            self._call(sink, record)
+        for callback in subscribers:
+            self._call(callback, event)
+        for loop, queue in queues:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, event)
+            except RuntimeError:  # the consumer's loop is closed; it will never read again
+                continue
+
+    def _call(self, fn: Callable[[Any], object], arg: Any) -> None:
+        try:
+            fn(arg)
+        except Exception:
+            self.subscriber_errors += 1
+            logger.exception("event subscriber %r failed", fn)

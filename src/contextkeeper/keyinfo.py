@@ -1,0 +1,179 @@
+"""Find what must survive when a text is shortened: identifiers, key lines, head and tail.
+
+Compaction replaces old tool outputs and evicted rounds by short stand-ins. Agents later need
+the exact strings those held (ids, paths, dates, amounts, function names, error messages), so
+every stand-in keeps them verbatim. Everything here is deterministic and regex-based: it runs on
+the hot path of a compaction and must cost little more than one scan of the text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+
+__all__ = ["extract_identifiers", "fact_rank", "json_facts", "key_lines", "preview", "rank_facts", "salient_facts"]
+
+# One pass, shaped so that the regex engine does O(1) work at most positions: a token start is
+# checked by a look-behind, and a look-ahead requires a digit, underscore or slash in the token
+# before it is consumed (ids, dates, amounts, paths, snake_case names). A second branch, tried only
+# at word starts, takes codes (SEA, HXDUBJ), exception names, camelCase names and file names.
+_TOKEN = r"""[^\s"'`()\[\]{}<>,;=|]"""
+_IDENT_RE = re.compile(
+    r"https?://[^\s\"'<>)\]]+"
+    rf"|(?<!{_TOKEN})(?={_TOKEN}*[\d_/]){_TOKEN}+"
+    r"|\b(?=[A-Z][A-Z0-9]{2}|[A-Za-z]\w*?(?:[a-z][A-Z]|Error\b|Exception\b|Warning\b"
+    r"|\.(?:py|js|ts|tsx|go|rs|java|rb|cpp|md|json|yaml|yml|toml|txt|sql|sh|cfg|ini|log|csv)\b))[\w.]*\w"
+)
+# Lower-cased needles found with str.find: one C-speed scan each, far cheaper than a regex.
+_KEY_WORDS = (
+    "error",
+    "exception",
+    "traceback",
+    "failed",
+    "fatal",
+    "panic",
+    "denied",
+    "refused",
+    "timeout",
+    "not found",
+    "assert",
+    "warning",
+)
+_TRIVIAL = frozenset({"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "100", "HTTP", "JSON", "NULL", "TRUE"})
+
+
+def extract_identifiers(text: str, *, limit: int | None = None) -> list[str]:
+    """Identifier-like strings of ``text`` in order of first appearance, without duplicates.
+
+    Dates, URLs, paths, file names, amounts, codes, snake_case and camelCase names, and words
+    that carry digits. Single digits and a few noise words are skipped.
+    """
+    seen: dict[str, None] = {}
+    for m in _IDENT_RE.finditer(text):
+        tok = m.group(0).rstrip(".,:;!?")
+        if len(tok) < 2 or tok in _TRIVIAL or len(tok) > 200:
+            continue
+        seen.setdefault(tok, None)
+        if limit is not None and len(seen) >= limit:
+            break
+    return list(seen)
+
+
+def _json_scalars(value: object, depth: int = 0) -> Iterator[str]:
+    if depth > 12:
+        return
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _json_scalars(v, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _json_scalars(v, depth + 1)
+    elif isinstance(value, bool) or value is None:
+        return
+    elif isinstance(value, int | float):
+        yield str(value)
+    elif isinstance(value, str) and value and len(value) <= 80:
+        yield value
+
+
+_DATE_LIKE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_TRIVIAL_WORDS = frozenset({"yes", "no", "true", "false", "none", "null", "ok", "n/a"})
+
+
+def fact_rank(fact: str) -> int:
+    """How much a fact is worth keeping (0 best): ids and dates, codes, amounts, names, other words."""
+    has_digit = any(c.isdigit() for c in fact)
+    has_alpha = any(c.isalpha() for c in fact)
+    if (has_digit and has_alpha) or ("_" in fact and has_alpha) or _DATE_LIKE.match(fact) or "/" in fact:
+        return 0
+    if len(fact) >= 3 and fact.isupper():
+        return 1
+    if has_digit and sum(c.isdigit() for c in fact) >= 3:
+        return 2
+    if fact.lower() in _TRIVIAL_WORDS or len(fact) <= 2 or (has_digit and not has_alpha):
+        return 5
+    if fact[:1].isupper():
+        return 3
+    return 4
+
+
+def rank_facts(facts: Iterable[str]) -> list[str]:
+    """Facts ordered by `fact_rank`, first appearance breaking ties; duplicates removed."""
+    unique = list(dict.fromkeys(facts))
+    return sorted(unique, key=fact_rank)
+
+
+def json_facts(text: str) -> list[str] | None:
+    """Distinct short scalar values of a JSON document, or None when ``text`` is not JSON."""
+    stripped = text.lstrip()
+    if not stripped or stripped[0] not in "[{":
+        return None
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return list(dict.fromkeys(_json_scalars(doc)))
+
+
+def salient_facts(text: str, *, limit: int | None = None, scan_chars: int | None = None) -> list[str]:
+    """The facts worth keeping from a text, best first (`fact_rank`).
+
+    A JSON document (up to 64 KB) is parsed whole and its short scalar values ranked; any other
+    text is scanned for identifiers, over its first ``scan_chars`` characters when given.
+    """
+    facts = json_facts(text) if len(text) <= 65536 else None
+    if facts is None:
+        window = text if scan_chars is None else text[:scan_chars]
+        facts = extract_identifiers(window)
+    ranked = rank_facts(f for f in facts if fact_rank(f) < 5)
+    return ranked if limit is None else ranked[:limit]
+
+
+def key_lines(text: str, *, limit: int = 8, max_line_chars: int = 200) -> list[str]:
+    """Lines that report errors, failures, warnings or timeouts (first ``limit``, in text order)."""
+    lowered = text.lower()
+    starts: set[int] = set()
+    for word in _KEY_WORDS:
+        pos = lowered.find(word)
+        found = 0
+        while pos >= 0 and found < limit:
+            line_start = lowered.rfind("\n", 0, pos) + 1
+            starts.add(line_start)
+            found += 1
+            line_end = lowered.find("\n", pos)
+            if line_end < 0:
+                break
+            pos = lowered.find(word, line_end)
+    out: list[str] = []
+    for line_start in sorted(starts):
+        line_end = text.find("\n", line_start)
+        line = text[line_start : line_end if line_end >= 0 else len(text)].strip()
+        if line and line not in out:
+            out.append(line[:max_line_chars])
+            if len(out) >= limit:
+                break
+    return out
+
+
+def preview(text: str, *, head_chars: int = 300, tail_chars: int = 0) -> str:
+    """Head (and optionally tail) of ``text``, cut at line or word boundaries, with the elision marked."""
+    if len(text) <= head_chars + tail_chars + 40:
+        return text
+    head = text[:head_chars]
+    cut = max(head.rfind("\n"), head.rfind(" "))
+    if cut > head_chars // 2:
+        head = head[:cut]
+    omitted = len(text) - len(head) - tail_chars
+    if tail_chars <= 0:
+        return f"{head} …[{omitted} chars omitted]"
+    tail = text[-tail_chars:]
+    nl = tail.find("\n")
+    if 0 <= nl < tail_chars // 2:
+        tail = tail[nl + 1 :]
+    return f"{head}\n…[{omitted} chars omitted]…\n{tail}"
+
+
+def join_facts(facts: Iterable[str]) -> str:
+    """Facts as one compact, unambiguous line."""
+    return " · ".join(facts)

@@ -1,0 +1,342 @@
+"""The task-progress ledger: what the agent already did, standing in for evicted rounds.
+
+Each completed step (a tool-call round, or a request from the user) becomes an entry with its
+status, its intention (the call and its arguments, or the request's key data), the facts its
+output carried (identifiers kept verbatim) and a reference to the snapshot of its full text.
+The ledger is rendered into the view at every compaction, within a token budget: the newest
+entries keep their facts, the oldest roll up into counts, and facts shown once are not repeated.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+from .keyinfo import extract_identifiers, fact_rank, key_lines, salient_facts
+from .messages import Message
+
+__all__ = ["Ledger", "LedgerEntry", "StepStatus", "describe_call", "entry_for_round", "request_facts"]
+
+StepStatus = Literal["planned", "done", "failed"]
+_MARK = {"planned": "…", "done": "✓", "failed": "✗"}
+HEADER = "[Progress ledger: steps already completed; do not repeat them.]"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LedgerEntry:
+    """One step of the task."""
+
+    step: int
+    status: StepStatus
+    intention: str
+    """What the step set out to do: ``tool(arg=value, ...)`` or ``user: ...``."""
+    kind: Literal["tool", "request", "note"] = "tool"
+    facts: tuple[str, ...] = ()
+    """Identifiers and key lines from the step's output, verbatim."""
+    snapshot_id: str | None = None
+    message_ids: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    turn: int | None = None
+
+
+def _short(value: Any, limit: int) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe_call(name: str, arguments: str, *, limit: int = 240) -> str:
+    """``name(k=v, ...)`` with long values shortened; falls back to the raw text for non-JSON."""
+    try:
+        parsed = json.loads(arguments) if arguments else {}
+    except json.JSONDecodeError:
+        return f"{name}({_short(arguments, limit)})"
+    if isinstance(parsed, dict):
+        inner = ", ".join(f"{k}={_short(v, 80)}" for k, v in parsed.items())
+    else:
+        inner = _short(parsed, limit)
+    return f"{name}({_short(inner, limit)})"
+
+
+def request_facts(text: str) -> tuple[str, ...]:
+    """Identifiers of a user request beyond the first 200 characters (the ledger shows those as they are)."""
+    flat = " ".join(text.split())
+    return tuple(extract_identifiers(flat[199:800], limit=24)) if len(flat) > 200 else ()
+
+
+def _intention_facts(entry: LedgerEntry) -> list[str]:
+    """Identifiers in a step's intention (call arguments or request) that its short line may cut."""
+    return extract_identifiers(entry.intention[100:], limit=24) if len(entry.intention) > 100 else []
+
+
+def _failed(message: Message) -> bool:
+    if message.is_error:
+        return True
+    head = message.text[:400].lower()
+    return head.startswith(("error", "traceback", "exception")) or '"error"' in head[:40]
+
+
+def entry_for_round(
+    messages: Sequence[Message],
+    *,
+    step: int,
+    snapshot_id: str | None = None,
+    facts: Sequence[str] | None = None,
+) -> LedgerEntry | None:
+    """The ledger entry for a round (a tool-call round or a user request); None for other rounds.
+
+    Pure: compaction prepares entries ahead and appends them when the round leaves the view.
+    """
+    if not messages:
+        return None
+    first = messages[0]
+    ids = tuple(m.message_id for m in messages)
+    if first.role == "user":
+        text = " ".join(first.text.split())
+        return LedgerEntry(
+            step=step,
+            status="done",
+            intention="user: " + _short(text, 200),
+            kind="request",
+            facts=tuple(facts) if facts is not None else request_facts(first.text),
+            snapshot_id=snapshot_id,
+            message_ids=ids,
+            turn=first.turn,
+        )
+    calls = first.tool_calls
+    if not calls:
+        return None
+    results = {m.tool_call_id: m for m in messages[1:] if m.role == "tool"}
+    failed = any(_failed(r) for r in results.values())
+    if facts is None:
+        found: list[str] = []
+        for call in calls:
+            result = results.get(call.call_id)
+            if result is None:
+                continue
+            text = result.text
+            found.extend(key_lines(text, limit=2, max_line_chars=160) if _failed(result) else [])
+            found.extend(salient_facts(text[:6000], limit=48))
+        facts = found
+    return LedgerEntry(
+        step=step,
+        status="failed" if failed else "done",
+        intention="; ".join(describe_call(c.name, c.arguments) for c in calls),
+        kind="tool",
+        facts=tuple(dict.fromkeys(facts)),
+        snapshot_id=snapshot_id,
+        message_ids=ids,
+        tools=tuple(c.name for c in calls),
+        turn=first.turn,
+    )
+
+
+@dataclass
+class Ledger:
+    """Entries in step order, plus counts of entries rolled up out of the list."""
+
+    entries: list[LedgerEntry] = field(default_factory=list)
+    max_entries: int = 200
+    """Entries beyond this roll up into ``rolled_up`` counts (the ledger stays bounded)."""
+    rolled_up: dict[str, int] = field(default_factory=dict)
+    next_step: int = 1
+
+    # --- recording ------------------------------------------------------------------------
+    def record_round(
+        self,
+        messages: Sequence[Message],
+        *,
+        snapshot_id: str | None = None,
+        facts: Sequence[str] | None = None,
+        step: int | None = None,
+    ) -> LedgerEntry | None:
+        """Record a round from the transcript (a tool-call round or a user request).
+
+        ``facts`` are the identifiers of the round's outputs when the caller already has them;
+        ``step`` numbers the entry (entries stay sorted by step), default: the next number.
+        """
+        entry = entry_for_round(messages, snapshot_id=snapshot_id, facts=facts, step=step or self.next_step)
+        return None if entry is None else self.append(entry)
+
+    def append(self, entry: LedgerEntry) -> LedgerEntry:
+        """Add a prepared entry (see `entry_for_round`), keeping entries sorted by step and bounded."""
+        self.next_step = max(self.next_step, entry.step) + 1
+        if self.entries and self.entries[-1].step > entry.step:
+            bisect.insort(self.entries, entry, key=lambda e: e.step)
+        else:
+            self.entries.append(entry)
+        if len(self.entries) > self.max_entries:
+            self._roll_up(self.entries[: len(self.entries) - self.max_entries])
+            del self.entries[: len(self.entries) - self.max_entries]
+        return entry
+
+    def note(self, text: str, *, status: StepStatus = "done") -> LedgerEntry:
+        """Record a step the agent reports itself (from ``on_turn_end`` or explicitly)."""
+        return self._add(kind="note", status=status, intention=_short(text, 240), facts=(), messages=(), snap=None)
+
+    def plan(self, steps: Sequence[str]) -> list[LedgerEntry]:
+        """Record planned steps; mark them done later with `mark`."""
+        return [self._add(kind="note", status="planned", intention=s, facts=(), messages=(), snap=None) for s in steps]
+
+    def mark(self, step: int, status: StepStatus) -> None:
+        """Change the status of a recorded step."""
+        for i, e in enumerate(self.entries):
+            if e.step == step:
+                self.entries[i] = replace(e, status=status)
+                return
+        raise KeyError(f"no ledger step {step}; known steps: {[e.step for e in self.entries][-10:]}")
+
+    def _add(
+        self,
+        *,
+        kind: Literal["tool", "request", "note"],
+        status: StepStatus,
+        intention: str,
+        facts: tuple[str, ...],
+        messages: Sequence[Message],
+        snap: str | None,
+    ) -> LedgerEntry:
+        return self.append(
+            LedgerEntry(
+                step=self.next_step,
+                status=status,
+                intention=intention,
+                kind=kind,
+                facts=facts,
+                snapshot_id=snap,
+                message_ids=tuple(m.message_id for m in messages),
+                turn=messages[0].turn if messages else None,
+            )
+        )
+
+    def _roll_up(self, entries: Sequence[LedgerEntry]) -> None:
+        for e in entries:
+            self.rolled_up[e.status] = self.rolled_up.get(e.status, 0) + 1
+            for tool in e.tools:
+                key = f"tool:{tool}"
+                self.rolled_up[key] = self.rolled_up.get(key, 0) + 1
+
+    # --- rendering ------------------------------------------------------------------------
+    @property
+    def done_steps(self) -> int:
+        """Steps done or failed so far, rolled-up ones included."""
+        listed = sum(1 for e in self.entries if e.status != "planned")
+        return listed + self.rolled_up.get("done", 0) + self.rolled_up.get("failed", 0)
+
+    def render(
+        self,
+        *,
+        max_tokens: int,
+        count: Callable[[str], int],
+        only_steps: Sequence[int] | None = None,
+        exact: bool = True,
+    ) -> str:
+        """The ledger as one text within ``max_tokens`` (by ``count``); "" when empty or no room.
+
+        Facts outrank prose: each step gets a short line (its call with arguments cut to a few
+        dozen characters, or the start of a request), and the identifiers of every step, those
+        cut from the lines included, are listed once each, best first (`fact_rank`), newest steps
+        first. Older steps' lines go first when room runs out; their facts stay longest.
+
+        With ``exact=False`` the size is only estimated (the caller counts the final text).
+        ``only_steps`` limits the listing to those entries.
+        """
+        wanted = None if only_steps is None else set(only_steps)
+        entries = [e for e in self.entries if wanted is None or e.step in wanted or e.kind == "note"]
+        if (not entries and not self.rolled_up) or max_tokens <= 0:
+            return ""
+        ratio = 3.2  # chars per token, a low (safe) estimate for ledger text; checked by `count`
+        listable = max(1, max_tokens // 12)
+        skipped, entries = (entries[:-listable], entries[-listable:]) if len(entries) > listable else ([], entries)
+        lines = [self._line(e) for e in entries]
+        costs = [len(x) / ratio + 1 for x in lines]
+        fixed = len(HEADER) / ratio + 24
+        # Lines may take half the room; facts get the rest.
+        hidden = 0
+        used = fixed + sum(costs)
+        while hidden < len(entries) and used > max_tokens * 0.5:
+            used -= costs[hidden]
+            hidden += 1
+        visible = entries[hidden:]
+        budget = max_tokens * 0.92 - used
+        shown_text = "\n".join(lines[hidden:])
+        pool: list[tuple[int, int, int, str]] = []
+        for pos, e in enumerate([*skipped, *entries]):
+            for j, f in enumerate((*e.facts, *_intention_facts(e))):
+                if f not in shown_text:
+                    pool.append((fact_rank(f), -pos, j, f))
+        pool.sort()
+        taken: dict[str, None] = {}
+        for _, _, _, fact in pool:
+            cost = len(fact) / ratio + 1.5
+            if fact in taken or cost > budget:
+                continue
+            budget -= cost
+            taken[fact] = None
+        facts = list(taken)
+        text = self._compose([*skipped, *entries[:hidden]], visible, facts)
+        if not exact:
+            return text
+        n = count(text)
+        while n > max_tokens and (facts or visible):  # estimates ran over: drop facts, then old lines
+            if facts:
+                facts.pop()
+            else:
+                hidden += 1
+                visible = entries[hidden:]
+            text = self._compose([*skipped, *entries[:hidden]], visible, facts)
+            n = count(text)
+        return text if n <= max_tokens else ""
+
+    def _compose(self, hidden: Sequence[LedgerEntry], visible: Sequence[LedgerEntry], facts: Sequence[str]) -> str:
+        lines = [HEADER, self._summary_line(hidden), *(self._line(e) for e in visible)]
+        if facts:
+            lines.append("Key data: " + " · ".join(facts))
+        return "\n".join(x for x in lines if x)
+
+    def _line(self, e: LedgerEntry) -> str:
+        # "#<step>" is the reference: read_context("#<step>") resolves it to the step's snapshot
+        return f"#{e.step} {_MARK[e.status]} {_short(e.intention, 110)}"
+
+    def _summary_line(self, hidden: Sequence[LedgerEntry]) -> str:
+        counts = Counter(e.status for e in hidden)
+        tools: Counter[str] = Counter(t for e in hidden for t in e.tools)
+        for key, n in self.rolled_up.items():
+            if key.startswith("tool:"):
+                tools[key[5:]] += n
+            else:
+                counts[key] += n
+        if not counts:
+            return ""
+        parts = [f"{n} {status}" for status, n in sorted(counts.items())]
+        top = ", ".join(f"{t}×{n}" for t, n in tools.most_common(6))
+        return f"Earlier steps: {', '.join(parts)}" + (f" ({top})" if top else "")
+
+    # --- persistence ----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready state."""
+        return {
+            "entries": [asdict(e) for e in self.entries],
+            "max_entries": self.max_entries,
+            "rolled_up": dict(self.rolled_up),
+            "next_step": self.next_step,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Ledger:
+        """Inverse of `to_dict`."""
+        entries = [
+            LedgerEntry(
+                **{**e, "facts": tuple(e["facts"]), "message_ids": tuple(e["message_ids"]), "tools": tuple(e["tools"])}
+            )
+            for e in data.get("entries", [])
+        ]
+        return cls(
+            entries=entries,
+            max_entries=int(data.get("max_entries", 200)),
+            rolled_up=dict(data.get("rolled_up", {})),
+            next_step=int(data.get("next_step", len(entries) + 1)),
+        )
