@@ -296,6 +296,28 @@ class SqlOps:
         return int(self._guard(session_id, rows)[0])
 
     # schema
+    def _known(self, version: int) -> int:
+        if version > len(MIGRATIONS):
+            raise SchemaError(
+                f"{self._where} has contextkeeper schema version {version}, but this release knows versions up to "
+                f"{len(MIGRATIONS)}; upgrade contextkeeper (`pip install -U contextkeeper`) or point the store at "
+                "another database."
+            )
+        return version
+
+    def installed_version(self) -> Op[int]:
+        """The schema version the database has (0 when empty), read without taking a write lock."""
+        if self.dialect.name == "postgres":
+            rows = yield Sql(
+                self.dialect.render("SELECT to_regclass(?) IS NOT NULL"), (f"{self.dialect.tables}migrations",)
+            )
+        else:
+            rows = yield Sql("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'ck_migrations'")
+        if not rows[0][0]:
+            return 0
+        rows = yield Sql(self.q.schema_version)
+        return self._known(int(rows[0][0]))
+
     def setup(self) -> Op[int]:
         if self.dialect.name == "postgres":
             assert self._schema is not None
@@ -305,13 +327,7 @@ class SqlOps:
             yield Sql(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
         yield Sql(self.q.migrations_table)
         rows = yield Sql(self.q.schema_version)
-        current = int(rows[0][0])
-        if current > len(MIGRATIONS):
-            raise SchemaError(
-                f"{self._where} has contextkeeper schema version {current}, but this release knows versions up to "
-                f"{len(MIGRATIONS)}; upgrade contextkeeper (`pip install -U contextkeeper`) or point the store at "
-                "another database."
-            )
+        current = self._known(int(rows[0][0]))
         for version in range(current + 1, len(MIGRATIONS) + 1):
             for statement in self.q.migrations[version - 1]:
                 yield Sql(statement)

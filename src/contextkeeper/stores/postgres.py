@@ -26,7 +26,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from ..exceptions import ConfigError, SchemaError, StoreError, StoreUnavailable
 from ..messages import Message
-from ._sql import Dialect, Sql, SqlOps
+from ._sql import MIGRATIONS, Dialect, Sql, SqlOps
 from .base import BaseAsyncStore, BaseStore, Op, T, aresume, check_id, resume
 
 __all__ = ["AsyncPostgresStore", "PostgresStore"]
@@ -251,7 +251,8 @@ class PostgresStore(_PostgresCommon, BaseStore):
         try:
             with self._pool.connection() as conn:
                 if not self._ready:
-                    self._transaction(conn, self._ops.setup())
+                    if self._transaction(conn, self._ops.installed_version()) < len(MIGRATIONS):
+                        self._transaction(conn, self._ops.setup())
                     self._ready = True
                 return self._transaction(conn, op)
         except (psycopg.Error, PoolTimeout) as exc:
@@ -387,7 +388,8 @@ class AsyncPostgresStore(_PostgresCommon, BaseAsyncStore):
             await self._open()
             async with self._pool.connection() as conn:
                 if not self._ready:
-                    await self._transaction(conn, self._ops.setup())
+                    if await self._transaction(conn, self._ops.installed_version()) < len(MIGRATIONS):
+                        await self._transaction(conn, self._ops.setup())
                     self._ready = True
                 return await self._transaction(conn, op)
         except (psycopg.Error, PoolTimeout) as exc:

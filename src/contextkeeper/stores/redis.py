@@ -255,7 +255,9 @@ class _Pipe:
 
 
 def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    # Invalid UTF-8 (a corrupted value) decodes with replacement characters and then fails the
+    # JSON or message validation, which names the session; a bare UnicodeDecodeError would not.
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def _pairs(flat: Sequence[bytes]) -> dict[str, bytes]:

@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 import anyio.to_thread
 
 from ..exceptions import ConfigError, SchemaError, StoreError, StoreUnavailable
-from ._sql import Dialect, Sql, SqlOps
+from ._sql import MIGRATIONS, Dialect, Sql, SqlOps
 from .base import BaseAsyncStore, BaseStore, Op, T, drive
 
 __all__ = ["AsyncSqliteStore", "SqliteStore", "sqlite_path_from_url"]
@@ -48,6 +48,10 @@ def sqlite_path_from_url(url: str) -> tuple[str, dict[str, str]]:
     return path, options
 
 
+def _decode_text(value: bytes) -> str:
+    return value.decode("utf-8", "replace")
+
+
 def _options(options: dict[str, str]) -> dict[str, Any]:
     known: dict[str, Any] = {}
     for key, value in options.items():
@@ -62,8 +66,9 @@ class SqliteStore(BaseStore):
     """`SessionStore` on a SQLite database file.
 
     Args:
-        conn: An open connection. The store switches it to autocommit mode and manages transactions
-            itself; to use it from the async twin's worker thread open it with ``check_same_thread=False``.
+        conn: An open connection. The store switches it to autocommit mode (it manages transactions
+            itself) and decodes text leniently; to use it from the async twin's worker thread open it
+            with ``check_same_thread=False``.
         busy_timeout: Seconds a writer waits for another process's write lock.
         clock: Source of timestamps (tests inject a fake one).
         lock_lease: Seconds after which a lock whose holder died is taken over.
@@ -79,6 +84,9 @@ class SqliteStore(BaseStore):
     ) -> None:
         super().__init__(clock=clock, lock_lease=lock_lease)
         conn.isolation_level = None
+        # Invalid UTF-8 in a row (corruption) then fails message validation, which names the
+        # session, instead of failing inside sqlite3 with an error that cannot.
+        conn.text_factory = _decode_text
         self._conn = conn
         self._busy_timeout = busy_timeout
         self._mutex = threading.RLock()
@@ -170,7 +178,9 @@ class SqliteStore(BaseStore):
             self._conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
             raise self._translate(exc) from exc
-        self._transaction(self._ops.setup(), write=True)
+        # Check first without the write lock, so opening a store never waits for another writer.
+        if self._transaction(self._ops.installed_version(), write=False) < len(MIGRATIONS):
+            self._transaction(self._ops.setup(), write=True)
         self._ready = True
 
     def _translate(self, exc: sqlite3.Error) -> StoreError:
@@ -182,7 +192,9 @@ class SqliteStore(BaseStore):
             )
         if "unable to open" in text or "disk I/O" in text:
             return StoreUnavailable(f"{self._where} cannot be read or written ({text}); check the path and disk.")
-        if isinstance(exc, sqlite3.DatabaseError) and ("not a database" in text or "malformed" in text):
+        if isinstance(exc, sqlite3.DatabaseError) and (
+            "not a database" in text or "malformed" in text or "decode to UTF-8" in text
+        ):
             return SchemaError(
                 f"{self._where} is corrupted ({text}); restore it from a backup or an export, or use another file."
             )

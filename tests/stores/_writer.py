@@ -1,0 +1,67 @@
+"""Writer processes for the fault tests (started from a forkserver, so they start in milliseconds)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from contextkeeper.exceptions import VersionConflict
+from contextkeeper.messages import Message
+from contextkeeper.stores import open_store
+
+
+def batch(worker: int, number: int) -> list[Message]:
+    """Batch ``number`` of ``worker``: 1 to 5 messages whose ids say which batch and how big it is."""
+    size = 1 + (worker + number) % 5
+    return [
+        Message.user(
+            f"{worker}/{number}/{k} " + "payload " * (20 + 40 * k), message_id=f"w{worker}:b{number}:{k}:{size}"
+        )
+        for k in range(size)
+    ]
+
+
+def append_until_killed(url: str, options: dict[str, Any], session_id: str, worker: int, ack_path: str) -> None:
+    """Append batches forever; after each acknowledged append, record it in ``ack_path``."""
+    store = open_store(url, **options)
+    fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    number = 0
+    while True:
+        store.append_messages(session_id, batch(worker, number))
+        # One write() of a short line is atomic, so the parent sees whole lines only.
+        os.write(fd, f"{worker} {number}\n".encode())
+        number += 1
+
+
+def round_of(worker: int, number: int) -> list[Message]:
+    """Round ``number`` of ``worker`` (deterministic, so another worker can re-append it)."""
+    return [
+        Message.user(f"task {worker}.{number}", message_id=f"w{worker}-r{number}-u"),
+        Message.assistant(f"done {worker}.{number}", message_id=f"w{worker}-r{number}-a"),
+    ]
+
+
+def append_and_compact(
+    url: str, options: dict[str, Any], session_id: str, worker: int, other: int, rounds: int, start: Any, results: Any
+) -> None:
+    """Append rounds (re-appending the other worker's previous round too) and CAS the state after each."""
+    store = open_store(url, **options)
+    conflicts = 0
+    start.wait()
+    for number in range(rounds):
+        messages = round_of(worker, number)
+        if number:
+            messages += round_of(other, number - 1)
+        store.append_messages(session_id, messages)
+        while True:
+            state, version = store.load_state(session_id)
+            done = list((state or {}).get("compactions", []))
+            time.sleep(0.001)  # widen the window between load and save, as a real compaction would
+            try:
+                store.save_state(session_id, {"compactions": [*done, f"{worker}:{number}"]}, expected_version=version)
+                break
+            except VersionConflict:
+                conflicts += 1
+    store.close()
+    results.put((worker, conflicts))

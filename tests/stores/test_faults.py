@@ -1,0 +1,248 @@
+"""Faults: writers killed mid-append, concurrent writers and compactors, a Redis server that dies."""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from multiprocessing.context import ForkServerContext
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from contextkeeper.exceptions import StoreUnavailable
+from contextkeeper.messages import Message
+from contextkeeper.stores import open_store
+from contextkeeper.stores.redis import RedisStore
+
+from . import _writer
+from .conftest import REQUIRE_SERVICES, service_missing
+
+KILLS = 50
+ROUNDS = 40
+
+
+def _context() -> ForkServerContext:
+    # Children fork from a server that has already imported the store code: ~10 ms per writer
+    # instead of ~300 ms for a fresh interpreter, which keeps 100 kills well under a minute.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([_writer.__name__])
+    return context
+
+
+def _location(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    if name == "sqlite":
+        return f"sqlite:///{tmp_path / 'ck.db'}", {}
+    if name == "redis":
+        return request.getfixturevalue("redis_url"), {"prefix": request.getfixturevalue("redis_prefix")}
+    return request.getfixturevalue("postgres_url"), {"schema": request.getfixturevalue("pg_schema")}
+
+
+def _acks(path: Path) -> list[tuple[int, int]]:
+    text = path.read_text()
+    # A line cut by the kill has no newline: that append was not acknowledged.
+    complete = text[: text.rfind("\n") + 1]
+    return [(int(w), int(n)) for w, n in (line.split() for line in complete.splitlines())]
+
+
+@pytest.mark.parametrize("name", ["sqlite", "postgres"])
+def test_writers_killed_mid_append_leave_no_partial_batch(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    url, options = _location(name, request, tmp_path)
+    with open_store(url, **options) as store:
+        store.create_session("s")
+    context = _context()
+    rng = random.Random(20240601)
+    acknowledged: set[tuple[int, int]] = set()
+    for worker in range(KILLS):
+        ack_path = tmp_path / f"ack-{worker}"
+        ack_path.touch()
+        process = context.Process(
+            target=_writer.append_until_killed, args=(url, options, "s", worker, str(ack_path)), daemon=True
+        )
+        process.start()
+        wanted = rng.randint(1, 8)
+        deadline = time.monotonic() + 30
+        while len(_acks(ack_path)) < wanted:
+            assert process.is_alive(), f"writer {worker} died by itself (exit code {process.exitcode})"
+            assert time.monotonic() < deadline, f"writer {worker} acknowledged nothing in 30 s"
+            time.sleep(0.0005)
+        # Land the kill at a random point of the following appends.
+        time.sleep(rng.random() * 0.004)
+        process.kill()
+        process.join(10)
+        assert process.exitcode == -signal.SIGKILL
+        acknowledged.update(_acks(ack_path))
+
+    with open_store(url, **options) as store:
+        messages = store.load_messages("s")  # decodes every row: a torn row would raise SchemaError
+        assert len(messages) == store.count_messages("s")
+    ids = [m.message_id for m in messages]
+    assert len(ids) == len(set(ids))
+    stored: Counter[tuple[int, int]] = Counter()
+    sizes: dict[tuple[int, int], int] = {}
+    for message in messages:
+        worker, number, part, size = (
+            int(field[1:]) if field[0] in "wb" else int(field) for field in message.message_id.split(":")
+        )
+        assert message.text.startswith(f"{worker}/{number}/{part} ")
+        stored[(worker, number)] += 1
+        sizes[(worker, number)] = size
+    assert all(stored[key] == sizes[key] for key in stored), "a batch was stored in part"
+    assert acknowledged <= set(stored), "an acknowledged batch is missing"
+    by_worker: dict[int, list[int]] = defaultdict(list)
+    for worker, number in stored:
+        by_worker[worker].append(number)
+    # Each writer's batches are a gap-free prefix: nothing after a lost batch was kept.
+    assert all(sorted(numbers) == list(range(len(numbers))) for numbers in by_worker.values())
+    assert len(by_worker) == KILLS
+
+
+@pytest.mark.parametrize("name", ["sqlite", "redis", "postgres"])
+def test_two_processes_append_and_compact_concurrently(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    url, options = _location(name, request, tmp_path)
+    with open_store(url, **options) as store:
+        store.create_session("s")
+    context = _context()
+    start = context.Event()
+    results = context.Queue()
+    processes = [
+        context.Process(
+            target=_writer.append_and_compact,
+            args=(url, options, "s", worker, 1 - worker, ROUNDS, start, results),
+            daemon=True,
+        )
+        for worker in (0, 1)
+    ]
+    for process in processes:
+        process.start()
+    start.set()
+    conflicts = dict(results.get(timeout=60) for _ in processes)
+    for process in processes:
+        process.join(10)
+        assert process.exitcode == 0
+
+    with open_store(url, **options) as store:
+        messages = store.load_messages("s")
+        state, version = store.load_state("s")
+    expected = {m.message_id for w in (0, 1) for n in range(ROUNDS) for m in _writer.round_of(w, n)}
+    ids = [m.message_id for m in messages]
+    assert len(ids) == len(set(ids)), "a message was stored twice"
+    assert set(ids) == expected, "a message was lost"
+    for worker in (0, 1):
+        own = [int(i.split("-")[1][1:]) for i in ids if i.startswith(f"w{worker}-") and i.endswith("-u")]
+        assert own == list(range(ROUNDS)), "a worker's rounds are out of order"
+    assert state is not None
+    done = state["compactions"]
+    assert sorted(done) == sorted(f"{w}:{n}" for w in (0, 1) for n in range(ROUNDS)), "a compaction was lost"
+    assert version == 2 * ROUNDS
+    assert sum(conflicts.values()) > 0, "the compactions never raced; the test proves nothing"
+
+
+# --- Redis dies mid-session -------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class _RedisServer:
+    """A private redis-server (AOF, fsync always) that the test may kill and restart."""
+
+    def __init__(self, binary: str, directory: Path) -> None:
+        self.port = _free_port()
+        self.args = [
+            binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "yes",
+            "--appendfsync", "always",
+            "--dir", str(directory),
+        ]  # fmt: skip
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + 10
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline or self.process.poll() is not None:
+                        raise
+                    time.sleep(0.02)
+        finally:
+            client.close()
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(10)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[_RedisServer]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        message = "redis-server is not installed (Debian: apt-get install redis-server)"
+        if REQUIRE_SERVICES:
+            pytest.fail(message)
+        pytest.skip(message)
+    server = _RedisServer(binary, tmp_path)
+    try:
+        server.start()
+    except redis.ConnectionError as exc:
+        service_missing("a private redis-server", "PATH", exc)
+    yield server
+    if server.process is not None and server.process.poll() is None:
+        server.kill()
+
+
+def test_redis_dying_mid_session_raises_store_unavailable_and_keeps_state(redis_server: _RedisServer) -> None:
+    with RedisStore.from_url(redis_server.url) as store:
+        store.create_session("s")
+        first = [Message.user(f"m{i}", message_id=f"m{i}") for i in range(20)]
+        store.append_messages("s", first)
+        store.save_state("s", {"summary": "before"}, expected_version=0)
+        store.put_snapshot("s", "snap", b"\x00blob")
+
+        redis_server.kill()
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="unreachable") as info:
+            store.append_messages("s", [Message.user("lost?", message_id="during")])
+        assert "retry" in str(info.value)
+        with pytest.raises(StoreUnavailable):
+            store.load_state("s")
+        assert time.monotonic() - started < 10
+
+        redis_server.start()
+        # The restarted server has an empty script cache: the store reloads its scripts itself.
+        assert store.load_messages("s") == first
+        assert store.load_state("s") == ({"summary": "before"}, 1)
+        assert store.get_snapshot("s", "snap") == b"\x00blob"
+        assert store.append_messages("s", [Message.user("after", message_id="after")]) == 1
+        assert store.save_state("s", {"summary": "after"}, expected_version=1) == 2
+        assert [m.message_id for m in store.load_messages("s")][-1] == "after"
+        assert store.count_messages("s") == 21

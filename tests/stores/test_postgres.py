@@ -1,0 +1,196 @@
+"""What only the Postgres store does: schemas, migrations, advisory locks, racing duplicate appends."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg_pool import ConnectionPool
+
+from contextkeeper.exceptions import ConfigError, LockTimeout, SchemaError, StoreUnavailable
+from contextkeeper.messages import Message
+from contextkeeper.stores import AsyncPostgresStore, PostgresStore, open_async_store, open_store
+
+
+@pytest.fixture
+def store(postgres_url: str, pg_schema: str) -> Iterator[PostgresStore]:
+    with PostgresStore.from_url(postgres_url, schema=pg_schema) as store:
+        yield store
+
+
+def _sql(url: str, statement: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        cursor = conn.execute(statement)
+        return cursor.fetchall() if cursor.description else []
+
+
+def test_tables_and_migrations_live_in_the_schema(store: PostgresStore, postgres_url: str, pg_schema: str) -> None:
+    store.create_session("s")
+    tables = _sql(postgres_url, f"SELECT tablename FROM pg_tables WHERE schemaname = '{pg_schema}' ORDER BY 1")
+    assert [t[0] for t in tables] == [
+        "ck_audit",
+        "ck_locks",
+        "ck_messages",
+        "ck_migrations",
+        "ck_sessions",
+        "ck_snapshots",
+        "ck_state",
+    ]
+    assert _sql(postgres_url, f'SELECT version FROM "{pg_schema}".ck_migrations') == [(1,)]
+    store.setup()  # idempotent
+    assert _sql(postgres_url, f'SELECT count(*) FROM "{pg_schema}".ck_migrations') == [(1,)]
+
+
+def test_schemas_isolate_stores(postgres_url: str, pg_schema: str) -> None:
+    other = pg_schema + "_b"
+    try:
+        with (
+            PostgresStore.from_url(postgres_url, schema=pg_schema) as a,
+            PostgresStore.from_url(f"{postgres_url}?schema={other}") as b,
+        ):
+            a.create_session("s")
+            assert b.list_sessions() == ([], None)
+    finally:
+        _sql(postgres_url, f'DROP SCHEMA IF EXISTS "{other}" CASCADE')
+
+
+def test_owned_connections_use_generic_plans_and_the_commit_setting(postgres_url: str, pg_schema: str) -> None:
+    with PostgresStore.from_url(
+        f"{postgres_url}?schema={pg_schema}&application_name=ck-test", synchronous_commit=False
+    ) as store:
+        store.create_session("s")
+        with store._pool.connection() as conn:
+            assert conn.execute("SHOW plan_cache_mode").fetchone() == ("force_generic_plan",)
+            assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+            assert conn.execute("SHOW application_name").fetchone() == ("ck-test",)
+
+
+def test_a_given_pool_stays_open(postgres_url: str, pg_schema: str) -> None:
+    pool: ConnectionPool[psycopg.Connection[tuple[object, ...]]] = ConnectionPool(
+        postgres_url, min_size=1, max_size=2, open=True
+    )
+    with PostgresStore(pool, schema=pg_schema) as store:  # connections not in autocommit: still works
+        store.create_session("s")
+        store.append_messages("s", [Message.user("x", message_id="a")])
+        assert store.count_messages("s") == 1
+    with pool.connection() as conn:
+        assert conn.execute(f'SELECT count(*) FROM "{pg_schema}".ck_messages').fetchone() == (1,)
+    pool.close()
+
+
+def test_advisory_lock_spans_processes_and_dies_with_its_connection(postgres_url: str, pg_schema: str) -> None:
+    holder = PostgresStore.connect(postgres_url, schema=pg_schema)
+    other = PostgresStore.connect(postgres_url, schema=pg_schema)
+    holder.create_session("s")
+    held = holder.lock("s")
+    held.__enter__()
+    with pytest.raises(LockTimeout):
+        with other.lock("s", timeout=0.1):
+            pass
+    # The holder "dies": its connection goes away, and Postgres releases the lock with it.
+    _sql(
+        postgres_url,
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+        f"AND objid = {holder._lock_key('s') & 0xFFFFFFFF}",
+    )
+    with other.lock("s", timeout=5):
+        pass
+    held.__exit__(None, None, None)  # releasing on the dead connection is harmless
+    holder.close()
+    other.close()
+
+
+def test_racing_duplicate_appends_store_each_message_once(postgres_url: str, pg_schema: str) -> None:
+    stores = [PostgresStore.connect(postgres_url, schema=pg_schema) for _ in range(4)]
+    stores[0].create_session("s")
+    batches = [[Message.user(f"{b}.{k}", message_id=f"b{b}-{k}") for k in range(3)] for b in range(30)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(stores))
+
+    def work(store: PostgresStore) -> None:
+        barrier.wait()
+        try:
+            for batch in batches:
+                store.append_messages("s", batch)
+        except BaseException as exc:  # pragma: no cover - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in stores]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    loaded = stores[0].load_messages("s")
+    assert [m.message_id for m in loaded] == [m.message_id for batch in batches for m in batch]
+    rows = _sql(postgres_url, f'SELECT min(seq), max(seq), count(*) FROM "{pg_schema}".ck_messages')
+    assert rows == [(0, 89, 90)]
+    for store in stores:
+        store.close()
+
+
+def test_corrupted_rows_and_newer_formats(store: PostgresStore, postgres_url: str, pg_schema: str) -> None:
+    store.create_session("victim")
+    store.append_messages("victim", [Message.user(f"m{i}", message_id=f"m{i}") for i in range(3)])
+    _sql(postgres_url, f"""UPDATE "{pg_schema}".ck_messages SET body = '{{"role": 1}}' WHERE seq = 2""")
+    with pytest.raises(SchemaError, match="position 2") as info:
+        store.load_messages("victim")
+    assert info.value.session_id == "victim"
+    _sql(postgres_url, f'UPDATE "{pg_schema}".ck_sessions SET format = 3')
+    with pytest.raises(SchemaError, match="format 3"):
+        store.append_messages("victim", [Message.user("x", message_id="new")])
+    assert _sql(postgres_url, f'SELECT count(*) FROM "{pg_schema}".ck_messages') == [(3,)]
+
+
+def test_a_database_from_a_newer_release_is_refused(store: PostgresStore, postgres_url: str, pg_schema: str) -> None:
+    store.create_session("s")
+    _sql(postgres_url, f'INSERT INTO "{pg_schema}".ck_migrations (version, applied_at) VALUES (9, 0)')
+    with PostgresStore.from_url(postgres_url, schema=pg_schema) as fresh:
+        with pytest.raises(SchemaError, match="schema version 9") as info:
+            fresh.get_session("s")
+    assert "upgrade contextkeeper" in str(info.value)
+
+
+def test_dropped_tables_point_at_setup(store: PostgresStore, postgres_url: str, pg_schema: str) -> None:
+    store.create_session("s")
+    _sql(postgres_url, f'DROP TABLE "{pg_schema}".ck_messages')
+    with pytest.raises(SchemaError, match="setup"):
+        store.append_messages("s", [Message.user("x")])
+
+
+def test_an_unreachable_server_is_store_unavailable() -> None:
+    started = time.monotonic()
+    with PostgresStore.from_url("postgresql://postgres@127.0.0.1:1/test", timeout=0.5) as store:
+        with pytest.raises(StoreUnavailable, match="127.0.0.1:1"):
+            store.create_session("s")
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("schema", ["", "has space", 'q"uote', "1digit", "x" * 64])
+def test_unsafe_schema_names_are_refused(postgres_url: str, schema: str) -> None:
+    with pytest.raises(ConfigError, match="schema"):
+        PostgresStore.connect(postgres_url, schema=schema)
+
+
+def test_open_store_resolves_postgres_urls(postgres_url: str, pg_schema: str) -> None:
+    with open_store(f"{postgres_url}?schema={pg_schema}") as store:
+        assert isinstance(store, PostgresStore)
+        store.create_session("s")
+    with open_store(f"{postgres_url.replace('postgresql://', 'postgres://')}?schema={pg_schema}") as store:
+        assert store.get_session("s").session_id == "s"
+
+
+@pytest.mark.anyio
+async def test_async_twin(postgres_url: str, pg_schema: str) -> None:
+    async with AsyncPostgresStore.from_url(postgres_url, schema=pg_schema) as store:
+        await store.create_session("s")
+        assert await store.append_messages("s", [Message.user("x", message_id="a")]) == 1
+        async with store.lock("s", timeout=1):
+            other = open_async_store(f"{postgres_url}?schema={pg_schema}")
+            with pytest.raises(LockTimeout):
+                async with other.lock("s", timeout=0.1):
+                    pass
+            await other.aclose()

@@ -1,0 +1,193 @@
+"""What only the Redis store does: hash-tagged keys, TTL, server-side lock leases, corrupted keys."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import pytest
+import redis
+import redis.asyncio
+from redis.crc import key_slot
+
+from contextkeeper.exceptions import ConfigError, LockTimeout, SchemaError, SessionNotFound, StoreUnavailable
+from contextkeeper.messages import Message
+from contextkeeper.stores import AsyncRedisStore, RedisStore, open_async_store, open_store
+
+from .test_contract import NASTY_IDS
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def store(redis_url: str, redis_prefix: str) -> Iterator[RedisStore]:
+    with RedisStore.from_url(redis_url, prefix=redis_prefix) as store:
+        yield store
+
+
+def _fill(store: RedisStore, session_id: str) -> None:
+    store.create_session(session_id)
+    store.append_messages(session_id, [Message.user("x", message_id="a")])
+    store.save_state(session_id, {"v": 1}, expected_version=0)
+    store.put_snapshot(session_id, "snap", b"blob")
+    store.append_audit(session_id, {"e": 1})
+    with store.lock(session_id):
+        pass
+
+
+def test_every_key_of_a_session_lives_in_one_cluster_slot(
+    store: RedisStore, client: redis.Redis, redis_prefix: str
+) -> None:
+    for session_id in NASTY_IDS:
+        _fill(store, session_id)
+        tag = "{" + redis_prefix + ":" + quote(session_id, safe="") + "}"
+        keys = list(client.scan_iter(match=tag.replace("[", "\\[") + "*", count=1000))
+        assert len(keys) >= 7
+        assert {key_slot(key) for key in keys} == {key_slot(tag.encode())}
+    # Nothing outside the namespace: session keys carry the tag, indexes the prefix.
+    everything = list(client.scan_iter(match=f"*{redis_prefix}*", count=1000))
+    assert all(
+        key.startswith((b"{" + redis_prefix.encode() + b":", redis_prefix.encode() + b":")) for key in everything
+    )
+
+
+def test_ttl_pushes_expiry_on_every_write(redis_url: str, redis_prefix: str, client: redis.Redis) -> None:
+    with RedisStore.from_url(f"{redis_url}?prefix={redis_prefix}&ttl=100") as store:
+        _fill(store, "s")
+        tag = "{" + redis_prefix + ":s}"
+        for suffix in (":meta", ":ids", ":msgs", ":state", ":statever", ":snaps", ":snapmeta", ":audit"):
+            assert 90_000 < client.pttl(tag + suffix) <= 100_000, suffix
+    with RedisStore.from_url(redis_url, prefix=redis_prefix) as store:
+        store.create_session("forever")
+        assert client.pttl("{" + redis_prefix + ":forever}:meta") == -1
+
+
+def test_sessions_removed_by_ttl_disappear_from_listing(redis_url: str, redis_prefix: str, client: redis.Redis) -> None:
+    with RedisStore.from_url(redis_url, prefix=redis_prefix, ttl=0.2) as short:
+        short.create_session("short-lived")
+    with RedisStore.from_url(redis_url, prefix=redis_prefix) as store:
+        store.create_session("kept")
+        time.sleep(0.35)
+        with pytest.raises(SessionNotFound):
+            store.get_session("short-lived")
+        assert [info.session_id for info in store.list_sessions()[0]] == ["kept"]
+        # The listing removed the stale index entry.
+        assert client.zrange(f"{redis_prefix}:sessions", 0, -1) == [b"kept"]
+
+
+def test_a_client_that_decodes_responses_is_refused(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    with pytest.raises(ConfigError, match="decode_responses"):
+        RedisStore(client)
+    client.close()
+
+
+@pytest.mark.parametrize("prefix", ["", "a{b", "x}"])
+def test_prefixes_that_break_the_hash_tag_are_refused(redis_url: str, prefix: str) -> None:
+    with pytest.raises(ConfigError, match="prefix"):
+        RedisStore(redis.Redis.from_url(redis_url), prefix=prefix)
+
+
+def test_a_given_client_stays_open(redis_url: str, redis_prefix: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    with RedisStore(client, prefix=redis_prefix) as store:
+        store.create_session("s")
+    assert client.exists("{" + redis_prefix + ":s}:meta") == 1
+    client.close()
+
+
+def test_corrupted_keys_name_the_session(store: RedisStore, client: redis.Redis, redis_prefix: str) -> None:
+    store.create_session("victim")
+    store.append_messages("victim", [Message.user(f"m{i}", message_id=f"m{i}") for i in range(3)])
+    store.save_state("victim", {"ok": True}, expected_version=0)
+    tag = "{" + redis_prefix + ":victim}"
+    client.lset(tag + ":msgs", 1, b"\xff\xfe not json")
+    with pytest.raises(SchemaError, match="position 1") as info:
+        store.load_messages("victim")
+    assert info.value.session_id == "victim"
+    client.hset(tag + ":state", "view", "{broken")
+    with pytest.raises(SchemaError, match="state 'view'"):
+        store.load_state("victim")
+    client.hdel(tag + ":meta", "tenant")
+    with pytest.raises(SchemaError, match="metadata hash"):
+        store.get_session("victim")
+
+
+def test_a_session_in_a_newer_format_is_refused(store: RedisStore, client: redis.Redis, redis_prefix: str) -> None:
+    store.create_session("s")
+    client.hset("{" + redis_prefix + ":s}:meta", "format", 7)
+    with pytest.raises(SchemaError, match="format 7") as info:
+        store.append_messages("s", [Message.user("x")])
+    assert info.value.session_id == "s"
+    assert client.llen("{" + redis_prefix + ":s}:msgs") == 0
+
+
+def test_a_namespace_from_a_newer_release_is_refused(redis_url: str, redis_prefix: str, client: redis.Redis) -> None:
+    client.set(f"{redis_prefix}:schema", 5)
+    with RedisStore.from_url(redis_url, prefix=redis_prefix) as store:
+        with pytest.raises(SchemaError, match="schema version '5'") as info:
+            store.create_session("s")
+    assert "upgrade contextkeeper" in str(info.value)
+
+
+def test_lock_lease_runs_on_the_server_clock(redis_url: str, redis_prefix: str) -> None:
+    with (
+        RedisStore.from_url(redis_url, prefix=redis_prefix, lock_lease=0.3) as holder,
+        RedisStore.from_url(redis_url, prefix=redis_prefix) as other,
+    ):
+        holder.create_session("s")
+        held = holder.lock("s")
+        held.__enter__()  # the holder stalls past its lease
+        with pytest.raises(LockTimeout):
+            with other.lock("s", timeout=0.05):
+                pass
+        with other.lock("s", timeout=2):
+            held.__exit__(None, None, None)  # the late release must not free the new owner's lock
+            with pytest.raises(LockTimeout):
+                with holder.lock("s", timeout=0.05):
+                    pass
+
+
+def test_a_retried_save_recognizes_its_own_write(store: RedisStore) -> None:
+    """A save whose reply was lost and is sent again reports success, not a conflict with itself."""
+    store.create_session("s")
+    save = store._ops.save_state("s", "view", '{"v":1}', expected=0, now=1.0, token="writer-1")
+    assert store._run(save, write=True) == (True, 1)
+    again = store._ops.save_state("s", "view", '{"v":1}', expected=0, now=1.0, token="writer-1")
+    assert store._run(again, write=True) == (True, 1)
+    other = store._ops.save_state("s", "view", '{"v":2}', expected=0, now=1.0, token="writer-2")
+    assert store._run(other, write=True) == (False, 1)
+
+
+def test_an_unreachable_server_is_store_unavailable() -> None:
+    started = time.monotonic()
+    with RedisStore.from_url("redis://127.0.0.1:1/0") as store:
+        with pytest.raises(StoreUnavailable, match="127.0.0.1:1"):
+            store.create_session("s")
+    assert time.monotonic() - started < 5
+
+
+def test_url_options(redis_url: str, redis_prefix: str, client: redis.Redis) -> None:
+    with open_store(f"{redis_url}?prefix={redis_prefix}&ttl=50") as store:
+        assert isinstance(store, RedisStore)
+        store.create_session("s")
+    assert 0 < client.pttl("{" + redis_prefix + ":s}:meta") <= 50_000
+
+
+@pytest.mark.anyio
+async def test_async_twin_from_url(redis_url: str, redis_prefix: str) -> None:
+    async with AsyncRedisStore.from_url(redis_url, prefix=redis_prefix) as store:
+        await store.create_session("s")
+        assert await store.append_messages("s", [Message.user("x", message_id="a")]) == 1
+    store = open_async_store(f"{redis_url}?prefix={redis_prefix}")
+    assert isinstance(store, AsyncRedisStore)
+    assert await store.count_messages("s") == 1
+    await store.aclose()
+    with pytest.raises(ConfigError):
+        AsyncRedisStore(redis.asyncio.Redis.from_url(redis_url, decode_responses=True))
