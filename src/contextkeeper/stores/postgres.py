@@ -169,7 +169,7 @@ class PostgresStore(_PostgresCommon, BaseStore):
         self._pool = pool
         self._schema = _check_schema(schema)
         self._where = _describe(pool.conninfo)
-        self._ops = SqlOps(Dialect.postgres(self._schema), schema=self._schema, where=self._where)
+        self._ops: SqlOps = SqlOps(Dialect.postgres(self._schema), schema=self._schema, where=self._where)
         self._owns = False
         self._ready = False
 
@@ -310,7 +310,7 @@ class AsyncPostgresStore(_PostgresCommon, BaseAsyncStore):
         self._pool = pool
         self._schema = _check_schema(schema)
         self._where = _describe(pool.conninfo)
-        self._ops = SqlOps(Dialect.postgres(self._schema), schema=self._schema, where=self._where)
+        self._ops: SqlOps = SqlOps(Dialect.postgres(self._schema), schema=self._schema, where=self._where)
         self._owns = False
         self._ready = False
         self._opened = False

@@ -94,7 +94,7 @@ class SqliteStore(BaseStore):
         self._ready = False
         self._closed = False
         self._where = f"SQLite database {self._database_path()!r}"
-        self._ops = SqlOps(Dialect.sqlite(), where=self._where)
+        self._ops: SqlOps = SqlOps(Dialect.sqlite(), where=self._where)
 
     @classmethod
     def connect(
