@@ -8,6 +8,7 @@ the hot path of a compaction and must cost little more than one scan of the text
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -81,15 +82,20 @@ _DATE_LIKE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _TRIVIAL_WORDS = frozenset({"yes", "no", "true", "false", "none", "null", "ok", "n/a"})
 
 
+_HAS_DIGIT = re.compile(r"\d")
+_HAS_ALPHA = re.compile(r"[^\W\d_]")
+
+
+@functools.lru_cache(maxsize=65536)
 def fact_rank(fact: str) -> int:
     """How much a fact is worth keeping (0 best): ids and dates, codes, amounts, names, other words."""
-    has_digit = any(c.isdigit() for c in fact)
-    has_alpha = any(c.isalpha() for c in fact)
-    if (has_digit and has_alpha) or ("_" in fact and has_alpha) or _DATE_LIKE.match(fact) or "/" in fact:
+    has_digit = _HAS_DIGIT.search(fact) is not None
+    has_alpha = _HAS_ALPHA.search(fact) is not None
+    if (has_digit and has_alpha) or ("_" in fact and has_alpha) or "/" in fact or _DATE_LIKE.match(fact):
         return 0
     if len(fact) >= 3 and fact.isupper():
         return 1
-    if has_digit and sum(c.isdigit() for c in fact) >= 3:
+    if has_digit and len(_HAS_DIGIT.findall(fact)) >= 3:
         return 2
     if fact.lower() in _TRIVIAL_WORDS or len(fact) <= 2 or (has_digit and not has_alpha):
         return 5

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -61,15 +62,14 @@ def describe_call(name: str, arguments: str, *, limit: int = 240) -> str:
     return f"{name}({_short(inner, limit)})"
 
 
+# Capitalized words inside a sentence: in a user's request these are names, places, products.
+_NAME_RE = re.compile(r"(?<![.!?:]\s)(?<=\s)[A-Z][a-z]{2,}\b")
+
+
 def request_facts(text: str) -> tuple[str, ...]:
-    """Identifiers of a user request beyond the first 200 characters (the ledger shows those as they are)."""
-    flat = " ".join(text.split())
-    return tuple(extract_identifiers(flat[199:800], limit=24)) if len(flat) > 200 else ()
-
-
-def _intention_facts(entry: LedgerEntry) -> list[str]:
-    """Identifiers in a step's intention (call arguments or request) that its short line may cut."""
-    return extract_identifiers(entry.intention[100:], limit=24) if len(entry.intention) > 100 else []
+    """Identifiers and names in a user request (its first 1,200 characters)."""
+    flat = " ".join(text[:1200].split())
+    return tuple(dict.fromkeys([*extract_identifiers(flat, limit=24), *_NAME_RE.findall(flat)[:12]]))
 
 
 def _failed(message: Message) -> bool:
@@ -102,6 +102,7 @@ def entry_for_round(
             intention="user: " + _short(text, 200),
             kind="request",
             facts=tuple(facts) if facts is not None else request_facts(first.text),
+            # the rendered line shows only the start of the request: its facts carry the rest
             snapshot_id=snapshot_id,
             message_ids=ids,
             turn=first.turn,
@@ -121,12 +122,15 @@ def entry_for_round(
             found.extend(key_lines(text, limit=2, max_line_chars=160) if _failed(result) else [])
             found.extend(salient_facts(text[:6000], limit=48))
         facts = found
+    intention = "; ".join(describe_call(c.name, c.arguments) for c in calls)
+    # identifiers in the arguments come first: the rendered line cuts long arguments short
+    arg_facts = extract_identifiers(intention, limit=32) if len(intention) > 100 else []
     return LedgerEntry(
         step=step,
         status="failed" if failed else "done",
-        intention="; ".join(describe_call(c.name, c.arguments) for c in calls),
+        intention=intention,
         kind="tool",
-        facts=tuple(dict.fromkeys(facts)),
+        facts=tuple(dict.fromkeys([*arg_facts, *facts])),
         snapshot_id=snapshot_id,
         message_ids=ids,
         tools=tuple(c.name for c in calls),
@@ -251,32 +255,47 @@ class Ledger:
         ratio = 3.2  # chars per token, a low (safe) estimate for ledger text; checked by `count`
         listable = max(1, max_tokens // 12)
         skipped, entries = (entries[:-listable], entries[-listable:]) if len(entries) > listable else ([], entries)
-        lines = [self._line(e) for e in entries]
-        costs = [len(x) / ratio + 1 for x in lines]
-        fixed = len(HEADER) / ratio + 24
-        # Lines may take half the room; facts get the rest.
-        hidden = 0
-        used = fixed + sum(costs)
-        while hidden < len(entries) and used > max_tokens * 0.5:
-            used -= costs[hidden]
-            hidden += 1
-        visible = entries[hidden:]
-        budget = max_tokens * 0.92 - used
-        shown_text = "\n".join(lines[hidden:])
+        room = max_tokens * 0.92 - (len(HEADER) / ratio + 24)
+        # 1. Facts, best first, may take most of the room. The pool is gathered newest step first and
+        #    bounded to a few times the room, so rendering stays cheap for long sessions.
         pool: list[tuple[int, int, int, str]] = []
-        for pos, e in enumerate([*skipped, *entries]):
-            for j, f in enumerate((*e.facts, *_intention_facts(e))):
-                if f not in shown_text:
-                    pool.append((fact_rank(f), -pos, j, f))
+        gathered = 0.0
+        ordered = [*skipped, *entries]
+        for back, e in enumerate(reversed(ordered)):
+            for j, f in enumerate(e.facts):
+                pool.append((fact_rank(f), back, j, f))
+                gathered += len(f) / ratio + 1.5
+            if gathered > room * 3:
+                break
         pool.sort()
-        taken: dict[str, None] = {}
-        for _, _, _, fact in pool:
-            cost = len(fact) / ratio + 1.5
-            if fact in taken or cost > budget:
-                continue
-            budget -= cost
-            taken[fact] = None
-        facts = list(taken)
+        ranked = list(dict.fromkeys(f for *_, f in pool))
+        costs = {f: len(f) / ratio + 1.5 for f in ranked}
+        facts: list[str] = []
+        used = 0.0
+        for f in ranked:
+            if used + costs[f] <= room * 0.7:
+                facts.append(f)
+                used += costs[f]
+        # 2. Step lines, newest first, in what is left.
+        lines = [self._line(e) for e in entries]
+        hidden = len(entries)
+        while hidden > 0 and used + len(lines[hidden - 1]) / ratio + 1 <= room:
+            hidden -= 1
+            used += len(lines[hidden]) / ratio + 1
+        visible = entries[hidden:]
+        # 3. Facts the lines already show are dropped; the room they free takes further facts.
+        shown_text = "\n".join(lines[hidden:])
+        kept = [f for f in facts if f not in shown_text]
+        used -= sum(costs[f] for f in facts if f in shown_text)
+        taken = set(facts)
+        for f in ranked:
+            if room - used < 3:
+                break
+            if f not in taken and used + costs[f] <= room and f not in shown_text:
+                kept.append(f)
+                taken.add(f)
+                used += costs[f]
+        facts = kept
         text = self._compose([*skipped, *entries[:hidden]], visible, facts)
         if not exact:
             return text
@@ -302,7 +321,7 @@ class Ledger:
         return f"#{e.step} {_MARK[e.status]} {_short(e.intention, 110)}"
 
     def _summary_line(self, hidden: Sequence[LedgerEntry]) -> str:
-        counts = Counter(e.status for e in hidden)
+        counts: Counter[str] = Counter(e.status for e in hidden)
         tools: Counter[str] = Counter(t for e in hidden for t in e.tools)
         for key, n in self.rolled_up.items():
             if key.startswith("tool:"):

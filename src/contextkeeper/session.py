@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .adapters import Format, from_messages, to_messages
 from .budget import Budget, PressureMonitor
@@ -20,13 +20,17 @@ from .compaction.config import CompactionConfig
 from .compaction.engine import ContextEngine, ViewStatus
 from .compaction.summarizer import AsyncSummarizer, Summarizer, SummaryRequest
 from .events import Alert, Event, EventBus
-from .exceptions import ConfigError, ContextOverflowError, UsageError
+from .exceptions import ConfigError, ContextOverflowError, SnapshotError, UsageError
 from .ledger import Ledger, StepStatus
 from .messages import Message
 from .models import lookup_model
 from .snapshots import READ_CONTEXT_TOOL, MemorySnapshotStore, SnapshotStore, read_context
-from .tokens import TokenCounter, get_counter
+from .tokens import TokenCounter, counter_for_model, get_counter
 from .tokens.accountant import OPENAI_FRAMING, Framing, TokenAccountant
+from .usage import RequestUsage, SessionUsage
+
+if TYPE_CHECKING:
+    from .llm.base import AsyncModel, Model, ModelResponse, StreamEvent
 
 __all__ = ["AsyncSession", "OutputFormat", "PreparedView", "Session"]
 
@@ -47,6 +51,16 @@ class PreparedView:
     status: ViewStatus
 
 
+def _is_async_store(store: Any) -> bool:
+    import inspect
+
+    return inspect.iscoroutinefunction(getattr(store, "append_messages", None))
+
+
+_EPHEMERAL_EVENTS = frozenset({"context.status"})
+"""Events not written to the persisted audit log (one per turn; the metrics carry them)."""
+
+
 class _BaseSession:
     def __init__(
         self,
@@ -62,6 +76,8 @@ class _BaseSession:
         snapshots: SnapshotStore | None = None,
         format: Format = "openai",
         include_read_tool: bool = False,
+        store: Any = None,
+        tenant: str = "default",
     ) -> None:
         self.session_id = session_id or "ses_" + uuid.uuid4().hex
         if window is None and model is None:
@@ -74,7 +90,7 @@ class _BaseSession:
             config = CompactionConfig.from_dict(config)
         self.config = config or CompactionConfig()
         if counter is None:
-            counter = get_counter(info.tokenizer if info is not None else "heuristic")
+            counter = counter_for_model(model) if model is not None else get_counter("heuristic")
         elif isinstance(counter, str):
             counter = get_counter(counter)
         self.accountant = TokenAccountant(counter, framing=framing)
@@ -86,7 +102,12 @@ class _BaseSession:
         )
         self.format: Format = format
         self.events = EventBus()
-        self.snapshots: SnapshotStore = snapshots if snapshots is not None else MemorySnapshotStore()
+        self.store = store
+        """A session store (`contextkeeper.stores.open_store`) the transcript and view state persist in."""
+        self.tenant = tenant
+        if snapshots is None:
+            snapshots = store if store is not None and not _is_async_store(store) else MemorySnapshotStore()
+        self.snapshots: SnapshotStore = snapshots
         self.engine = ContextEngine(
             session_id=self.session_id,
             accountant=self.accountant,
@@ -97,6 +118,11 @@ class _BaseSession:
         )
         self.monitor = PressureMonitor(budget=self.budget)
         self.model = model
+        self.usage = SessionUsage()
+        """Tokens the provider reported over this session's `complete()` calls."""
+        self._converted: tuple[int, str, list[Any]] | None = None
+        self._converted_upto = 0
+        self._turn_start_used = 0
 
     # --- transcript -----------------------------------------------------------------------
     def add(self, items: Sequence[Any] | Any, *, format: Format | None = None) -> int:
@@ -112,7 +138,13 @@ class _BaseSession:
             messages: list[Message] = list(items)
         else:
             messages = to_messages(items, format=format or self.format)
-        return self.engine.add(messages)
+        fresh = self.engine.check(messages)
+        self._persist_messages(fresh)
+        self.engine.commit(fresh)
+        return len(fresh)
+
+    def _persist_messages(self, fresh: Sequence[Message]) -> None:
+        """Write-through hook: the sync session stores messages before they enter the transcript."""
 
     @property
     def transcript(self) -> list[Message]:
@@ -137,7 +169,14 @@ class _BaseSession:
         self.engine.pinned_copy(message_id)
 
     def read_context(self, ref: str, *, page: int = 1) -> str:
-        """Handle the `read_context` tool: a page of a snapshot or a transcript span."""
+        """Handle the `read_context` tool: a page of a snapshot, a ledger step (``#12``) or a span.
+
+        Raises:
+            SnapshotError: the reference is malformed, unknown or outside this session.
+        """
+        ref = ref.strip()
+        if ref.startswith("#"):
+            ref = self._step_ref(ref)
         return read_context(
             ref,
             session_id=self.session_id,
@@ -145,6 +184,20 @@ class _BaseSession:
             transcript=lambda: self.engine.transcript,
             page=page,
         ).render()
+
+    def _step_ref(self, ref: str) -> str:
+        """``#<step>`` → the step's transcript span (steps are numbered by round)."""
+        try:
+            step = int(ref[1:])
+            r = self.engine.rounds[step]
+        except (ValueError, IndexError):
+            raise SnapshotError(
+                f"unknown step reference {ref!r}; steps are '#<number>' as listed in the progress ledger "
+                f"(0..{len(self.engine.rounds) - 1})."
+            ) from None
+        first = self.engine.transcript[r.indices[0]].message_id
+        last = self.engine.transcript[r.indices[-1]].message_id
+        return f"{first}..{last}"
 
     def handle_tool_call(self, name: str, arguments: str | Mapping[str, Any]) -> str | None:
         """Run the read-back tool if ``name`` is it; None for other tools."""
@@ -154,17 +207,32 @@ class _BaseSession:
         return self.read_context(str(args.get("ref", "")), page=int(args.get("page", 1)))
 
     # --- hooks for agent loops --------------------------------------------------------------
-    def on_turn_start(self) -> None:
-        """Call before each model call (counts the turn for burn rate)."""
+    def on_turn_start(self) -> ViewStatus:
+        """Call before each model call; returns the current accounting (for loops that budget their turn)."""
+        self._turn_start_used = self.engine.status().used
+        return self.engine.status()
 
     def on_turn_end(
-        self, usage: Mapping[str, Any] | None = None, *, step: str | None = None, status: StepStatus = "done"
+        self,
+        usage: RequestUsage | Mapping[str, Any] | None = None,
+        *,
+        step: str | None = None,
+        status: StepStatus = "done",
     ) -> None:
-        """Call after each model call with the provider's usage; calibrates counting, records a step."""
-        if usage:
+        """Call after each model call with the provider's usage; calibrates counting, records a step.
+
+        ``usage`` is a `RequestUsage` or a provider usage dict (``prompt_tokens``/``input_tokens``).
+        """
+        reported: object = None
+        if isinstance(usage, RequestUsage):
+            self.usage.incr(usage)
+            reported = usage.input_tokens
+        elif usage:
             reported = usage.get("prompt_tokens", usage.get("input_tokens"))
-            if isinstance(reported, int) and reported > 0:
-                self.accountant.calibration.record(self.engine.status().used, reported)
+        if isinstance(reported, int) and reported > 0:
+            # the provider counts the tool schemas too: compare like with like
+            estimated = self.engine.status().used + self.budget.tool_schemas
+            self.accountant.calibration.record(estimated, reported)
         if step:
             self.engine.ledger.note(step, status=status)
         self._record_pressure()
@@ -172,7 +240,16 @@ class _BaseSession:
     def on_tool_result(self, name: str, result: Any, *, call_id: str, is_error: bool = False) -> int:
         """Add a tool's result (any JSON-able value) for the pending call ``call_id``."""
         text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
-        return self.engine.add([Message.tool_result(call_id, text, name=name, is_error=is_error)])
+        return self.add([Message.tool_result(call_id, text, name=name, is_error=is_error)])
+
+    def _accept(self, response: ModelResponse) -> None:
+        """Record a reply from `complete()`/`stream()`: usage, calibration, the reply itself."""
+        self.on_turn_end(response.usage)
+        self.add([response.message])
+
+    def _all_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> list[Mapping[str, Any]] | None:
+        merged = [*self.tools, *(tools or ())]
+        return merged or None
 
     def _record_pressure(self) -> None:
         try:
@@ -182,16 +259,29 @@ class _BaseSession:
             logger.exception("pressure monitor failed for session %s", self.session_id)
             return
         if getattr(report, "spike", False):
-            self.events.emit(
-                Alert(session_id=self.session_id, alert="spike", detail=f"turn cost spike: {report}")
-            )
+            self.events.emit(Alert(session_id=self.session_id, alert="spike", detail=f"turn cost spike: {report}"))
 
     def _finish(self, result: tuple[list[Message], ViewStatus], format: OutputFormat | None) -> PreparedView:
         view, status = result
         fmt = format or self.format
         if fmt == "internal":
             return PreparedView(messages=list(view), view=view, status=status)
-        return PreparedView(messages=from_messages(view, format=fmt), view=view, status=status)
+        return PreparedView(messages=self._convert(view, fmt), view=view, status=status)
+
+    def _convert(self, view: list[Message], fmt: Format) -> list[Any]:
+        """The view in ``fmt``; between compactions only the appended messages are converted."""
+        generation = self.engine.view_generation
+        cached = self._converted
+        # Anthropic output merges neighbouring messages, so only per-message formats extend in place.
+        if cached is not None and cached[0] == generation and cached[1] == fmt and fmt != "anthropic":
+            done = self._converted_upto
+            out = cached[2]
+            out.extend(from_messages(view[done:], format=fmt))
+        else:
+            out = from_messages(view, format=fmt)
+        self._converted = (generation, fmt, out)
+        self._converted_upto = len(view)
+        return list(out)
 
     def _flow(self, reactive: bool) -> Generator[SummaryRequest, str | None, tuple[list[Message], ViewStatus]]:
         if reactive:
@@ -219,10 +309,72 @@ class Session(_BaseSession):
         super().__init__(session_id, **kwargs)
         self.summarizer = summarizer
         self.engine.summarizer_enabled = summarizer is not None
+        self._state_version = 0
+        if self.store is not None:
+            if _is_async_store(self.store):
+                raise ConfigError("Session needs a sync store; use AsyncSession with an async store.", key="store")
+            self._resume()
+
+    def _resume(self) -> None:
+        """Load (or create) the stored session: replay its transcript, restore its view state."""
+        store = self.store
+        store.create_session(self.session_id, tenant=self.tenant, model=self.model, window=self.budget.window)
+        stored = store.load_messages(self.session_id)
+        if stored:
+            self.engine.add(stored)
+        state, self._state_version = store.load_state(self.session_id)
+        if state is not None:
+            self.engine.import_state(state)
+        self.events.sinks.append(self._audit)
+
+    def _audit(self, record: Mapping[str, Any]) -> None:
+        if record.get("kind") not in _EPHEMERAL_EVENTS:
+            self.store.append_audit(self.session_id, record)
+
+    def _persist_messages(self, fresh: Sequence[Message]) -> None:
+        if self.store is not None and fresh:
+            self.store.append_messages(self.session_id, fresh)
 
     def prepare(self, *, format: OutputFormat | None = None) -> PreparedView:
-        """The view for the next model call, compacting first when it passed the high-water mark."""
-        return self._finish(self._drive(self._flow(False)), format)
+        """The view for the next model call, compacting first when it passed the high-water mark.
+
+        With a store, a compaction runs under the session's lock and its view state is saved with
+        compare-and-set; a writer that lost the race reloads the winner's state.
+        """
+        if self.store is None or not self.engine.needs_compaction():
+            return self._finish(self._drive(self._flow(False)), format)
+        with self.store.lock(self.session_id):
+            return self._finish(self._persisted(self._flow(False)), format)
+
+    def _persisted(
+        self, flow: Generator[SummaryRequest, str | None, tuple[list[Message], ViewStatus]]
+    ) -> tuple[list[Message], ViewStatus]:
+        _, stored_version = self.store.load_state(self.session_id)
+        if stored_version != self._state_version:  # another process compacted meanwhile: start from its state
+            flow.close()
+            self._reload()
+            flow = self._flow(False)
+        result = self._drive(flow)
+        self._state_version = self.store.save_state(
+            self.session_id, self.engine.export_state(), expected_version=self._state_version
+        )
+        return result
+
+    def _reload(self) -> None:
+        """Rebuild the engine from the store (transcript and view state)."""
+        self.engine = ContextEngine(
+            session_id=self.session_id,
+            accountant=self.accountant,
+            budget=self.budget,
+            config=self.config,
+            snapshots=self.snapshots,
+            events=self.events,
+        )
+        self.engine.summarizer_enabled = self.summarizer is not None
+        self.engine.add(self.store.load_messages(self.session_id))
+        state, self._state_version = self.store.load_state(self.session_id)
+        if state is not None:
+            self.engine.import_state(state)
 
     def on_context_overflow(self, *, format: OutputFormat | None = None) -> PreparedView:
         """The provider said the prompt is too long: compact deeper now and return the view to retry with."""
@@ -246,6 +398,62 @@ class Session(_BaseSession):
             result: tuple[list[Message], ViewStatus] = stop.value
             return result
 
+    def complete(
+        self,
+        model: Model,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> ModelResponse:
+        """One agent step: prepare the view, call ``model``, record usage, append the reply.
+
+        On a provider context-length error the view is compacted deeper (L4) and the call is
+        retried ``config.reactive_retries`` times (once by default) before the error is raised.
+        """
+        view = self.prepare(format="internal").view
+        for attempt in range(self.config.reactive_retries + 1):
+            try:
+                response = model.request(
+                    view, tools=self._all_tools(tools), max_tokens=max_tokens, temperature=temperature
+                )
+                break
+            except ContextOverflowError:
+                if attempt >= self.config.reactive_retries:
+                    raise
+                view = self.on_context_overflow(format="internal").view
+        self._accept(response)
+        return response
+
+    def stream(
+        self,
+        model: Model,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> Iterator[StreamEvent]:
+        """`complete()` as a stream: yields the model's events; the reply is appended when it is done.
+
+        A context-length error before the first event triggers L4 and a retry, as in `complete()`.
+        """
+        view = self.prepare(format="internal").view
+        for attempt in range(self.config.reactive_retries + 1):
+            started = False
+            try:
+                for event in model.stream(
+                    view, tools=self._all_tools(tools), max_tokens=max_tokens, temperature=temperature
+                ):
+                    started = True
+                    if event.kind == "done":
+                        self._accept(event.response)
+                    yield event
+                return
+            except ContextOverflowError:
+                if started or attempt >= self.config.reactive_retries:
+                    raise
+                view = self.on_context_overflow(format="internal").view
+
     def call_with_retry(self, call: Callable[[list[Any]], Any], *, format: OutputFormat | None = None) -> Any:
         """Prepare, call ``call(view)``; on ContextOverflowError compact (L4) and retry as configured."""
         view = self.prepare(format=format)
@@ -265,13 +473,70 @@ class AsyncSession(_BaseSession):
     def __init__(
         self, session_id: str | None = None, *, summarizer: AsyncSummarizer | None = None, **kwargs: Any
     ) -> None:
+        store = kwargs.get("store")
+        if store is not None and not _is_async_store(store):
+            raise ConfigError(
+                "AsyncSession needs an async store (open_async_store); use Session for sync.", key="store"
+            )
         super().__init__(session_id, **kwargs)
         self.summarizer = summarizer
         self.engine.summarizer_enabled = summarizer is not None
+        self._state_version = 0
+        self._unsaved: list[Message] = []
+        self._loaded = store is None
+
+    @classmethod
+    async def open(cls, session_id: str, *, store: Any, **kwargs: Any) -> AsyncSession:
+        """A session bound to an async store: created there if new, resumed (transcript and view state) if not."""
+        session = cls(session_id, store=store, **kwargs)
+        await session.load()
+        return session
+
+    async def load(self) -> None:
+        """Load the stored transcript and view state (done by `open`; idempotent)."""
+        if self._loaded:
+            return
+        store = self.store
+        await store.create_session(self.session_id, tenant=self.tenant, model=self.model, window=self.budget.window)
+        stored = await store.load_messages(self.session_id)
+        if stored:
+            self.engine.add(stored)
+        state, self._state_version = await store.load_state(self.session_id)
+        if state is not None:
+            self.engine.import_state(state)
+        self._loaded = True
+
+    def _persist_messages(self, fresh: Sequence[Message]) -> None:
+        if self.store is not None:
+            self._unsaved.extend(fresh)  # written by the next prepare() or flush()
+
+    async def flush(self) -> None:
+        """Write messages added since the last prepare to the store (idempotent by message id)."""
+        if self.store is not None and self._unsaved:
+            if not self._loaded:
+                raise UsageError("AsyncSession with a store must be loaded first: use `await AsyncSession.open(...)`.")
+            batch, self._unsaved = self._unsaved, []
+            try:
+                await self.store.append_messages(self.session_id, batch)
+            except BaseException:
+                self._unsaved[:0] = batch  # keep them for the next try
+                raise
 
     async def prepare(self, *, format: OutputFormat | None = None) -> PreparedView:
-        """The view for the next model call, compacting first when it passed the high-water mark."""
-        return self._finish(await self._drive(self._flow(False)), format)
+        """The view for the next model call, compacting first when it passed the high-water mark.
+
+        With a store, pending messages are written first; a compaction runs under the session's
+        lock and saves the view state with compare-and-set.
+        """
+        await self.flush()
+        if self.store is None or not self.engine.needs_compaction():
+            return self._finish(await self._drive(self._flow(False)), format)
+        async with self.store.lock(self.session_id):
+            result = await self._drive(self._flow(False))
+            self._state_version = await self.store.save_state(
+                self.session_id, self.engine.export_state(), expected_version=self._state_version
+            )
+        return self._finish(result, format)
 
     async def on_context_overflow(self, *, format: OutputFormat | None = None) -> PreparedView:
         """The provider said the prompt is too long: compact deeper now and return the view to retry with."""
@@ -294,6 +559,55 @@ class AsyncSession(_BaseSession):
         except StopIteration as stop:
             result: tuple[list[Message], ViewStatus] = stop.value
             return result
+
+    async def complete(
+        self,
+        model: AsyncModel,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> ModelResponse:
+        """Async twin of `Session.complete`."""
+        view = (await self.prepare(format="internal")).view
+        for attempt in range(self.config.reactive_retries + 1):
+            try:
+                response = await model.request(
+                    view, tools=self._all_tools(tools), max_tokens=max_tokens, temperature=temperature
+                )
+                break
+            except ContextOverflowError:
+                if attempt >= self.config.reactive_retries:
+                    raise
+                view = (await self.on_context_overflow(format="internal")).view
+        self._accept(response)
+        return response
+
+    async def stream(
+        self,
+        model: AsyncModel,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Async twin of `Session.stream`."""
+        view = (await self.prepare(format="internal")).view
+        for attempt in range(self.config.reactive_retries + 1):
+            started = False
+            try:
+                async for event in model.stream(
+                    view, tools=self._all_tools(tools), max_tokens=max_tokens, temperature=temperature
+                ):
+                    started = True
+                    if event.kind == "done":
+                        self._accept(event.response)
+                    yield event
+                return
+            except ContextOverflowError:
+                if started or attempt >= self.config.reactive_retries:
+                    raise
+                view = (await self.on_context_overflow(format="internal")).view
 
     async def call_with_retry(self, call: Callable[[list[Any]], Any], *, format: OutputFormat | None = None) -> Any:
         """Prepare, await ``call(view)``; on ContextOverflowError compact (L4) and retry as configured."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -31,7 +31,7 @@ from ..events import (
     SnapshotWritten,
     Trigger,
 )
-from ..exceptions import BudgetExceeded, MessageError, ToolPairError
+from ..exceptions import BudgetExceeded, MessageError, SchemaError, ToolPairError
 from ..keyinfo import key_lines, preview, salient_facts
 from ..ledger import Ledger, LedgerEntry, entry_for_round, request_facts
 from ..messages import Message, TextPart, ThinkingPart, check_message
@@ -175,6 +175,17 @@ class ContextEngine:
 
         All messages are checked before any is added: on error the session is unchanged.
         """
+        fresh = self.check(messages)
+        self.commit(fresh)
+        return len(fresh)
+
+    def check(self, messages: Sequence[Message]) -> list[Message]:
+        """The messages `commit` would add (new ids only), after checking all of them; changes nothing.
+
+        Raises:
+            MessageError: a malformed message (index, field and fix named).
+            ToolPairError: a result for an unknown call, a second result, a call id still pending.
+        """
         batch_calls: set[str] = set()
         batch_answered: set[str] = set()
         batch_ids: set[str] = set()
@@ -220,9 +231,12 @@ class ContextEngine:
                     )
                 batch_calls.add(cid)
             fresh.append(m)
+        return fresh
+
+    def commit(self, fresh: Sequence[Message]) -> None:
+        """Append messages that `check` returned (a store write may sit between the two)."""
         for m in fresh:
             self._append(m)
-        return len(fresh)
 
     def _append(self, m: Message) -> None:
         index = len(self.transcript)
@@ -324,6 +338,11 @@ class ContextEngine:
         self._dirty = True
 
     # --- preparing ------------------------------------------------------------------------
+    def needs_compaction(self) -> bool:
+        """True when the next `prepare_flow` will run the cascade (the view passed high water)."""
+        current = self._rounds_total + self._context_tokens + self.accountant.framing.reply_priming
+        return current > self.config.high_water * self.budget.effective
+
     def prepare_flow(
         self, *, trigger: Trigger | None = None, low_water: float | None = None, keep_rounds: int | None = None
     ) -> Generator[SummaryRequest, str | None, tuple[list[Message], ViewStatus]]:
@@ -338,7 +357,11 @@ class ContextEngine:
         if trigger is not None or refilled:
             if trigger is None:
                 self._check_thrashing()
-            low = low_water if low_water is not None else max(self.config.min_low_water, self.config.low_water - self._deepen)
+            low = (
+                low_water
+                if low_water is not None
+                else max(self.config.min_low_water, self.config.low_water - self._deepen)
+            )
             layer = yield from self._compact(
                 trigger=trigger or "high-water",
                 target=int(low * effective),
@@ -474,7 +497,9 @@ class ContextEngine:
         before = self._total()
         started = time.perf_counter()
         self.events.emit(
-            CompactionStarted(session_id=self.session_id, layer=name, trigger=trigger, tokens_before=before, target=target)
+            CompactionStarted(
+                session_id=self.session_id, layer=name, trigger=trigger, tokens_before=before, target=target
+            )
         )
         items = int(fn())
         self._finish_layer(name, trigger, before, started, items)
@@ -725,9 +750,7 @@ class ContextEngine:
                     kind=r.kind,
                     role=first.role,
                     importance=importance,
-                    has_thinking=any(
-                        isinstance(p, ThinkingPart) for i in r.indices for p in self.transcript[i].parts
-                    ),
+                    has_thinking=any(isinstance(p, ThinkingPart) for i in r.indices for p in self.transcript[i].parts),
                     identifiers=facts,
                     words=words,
                     last_reference=refs,
@@ -841,7 +864,7 @@ class ContextEngine:
         rest = self._rounds_total + self.accountant.framing.reply_priming
         room = max(0, min(self._ledger_cap(), effective - rest))
         span = self._evicted_span()
-        head = CONTEXT_HEADER + ("; read_context(\"#<step>\") shows any step in full." if span else ".")
+        head = CONTEXT_HEADER + ('; read_context("#<step>") shows any step in full.' if span else ".")
         parts = [head]
         if self.summary and self.summary_span:
             a, b = self.summary_span
@@ -925,6 +948,70 @@ class ContextEngine:
             used=self._view_tokens,
             breakdown=s.breakdown,
         )
+
+    # --- persistence ------------------------------------------------------------------------
+    def export_state(self) -> dict[str, Any]:
+        """The view state as JSON: what compaction decided, not the transcript (stored apart)."""
+        return {
+            "format": 1,
+            "transcript_messages": len(self.transcript),
+            "evicted": [r.ordinal for r in self.rounds if r.state == "evicted"],
+            "cleared": [r.ordinal for r in self.rounds if r.state == "cleared"],
+            "ledger": self.ledger.to_dict(),
+            "summary": self.summary,
+            "summary_span": list(self.summary_span) if self.summary_span else None,
+            "summarized_upto": self._summarized_upto,
+            "turn": self.turn,
+            "compactions": dict(self.compactions),
+            "deepen": self._deepen,
+            "breaker": {"failures": self.breaker.failures, "total_failures": self.breaker.total_failures},
+            "calibration": self.accountant.calibration.to_dict(),
+        }
+
+    def import_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what `export_state` saved onto a transcript that was replayed with `add`.
+
+        Cleared rounds get their stand-ins rebuilt (deterministic), evicted rounds leave the view,
+        and the ledger, running summary and counters come back as they were.
+        """
+        if state.get("format") != 1:
+            raise SchemaError(
+                f"session {self.session_id!r}: view state format {state.get('format')!r} is not known to this "
+                "version of contextkeeper; upgrade contextkeeper or run `contextkeeper db migrate`.",
+                session_id=self.session_id,
+            )
+        by_ordinal = {r.ordinal: r for r in self.rounds}
+        for ordinal in state.get("cleared", []):
+            r = by_ordinal.get(int(ordinal))
+            if r is not None and r.state == "full":
+                shown = self._build_stand_ins(r, force=False)
+                if shown is not None:
+                    self._set_shown(r, shown)
+        for ordinal in state.get("evicted", []):
+            r = by_ordinal.get(int(ordinal))
+            if r is not None:
+                self._detach(r)
+                r.state = "evicted"
+                self._attach(r)
+        self.ledger = Ledger.from_dict(state.get("ledger", {}))
+        for entry in self.ledger.entries:
+            r = by_ordinal.get(entry.step)
+            if r is not None:
+                r.ledger_step = entry.step
+        self.summary = state.get("summary")
+        span = state.get("summary_span")
+        self.summary_span = (str(span[0]), str(span[1])) if span else None
+        self._summarized_upto = int(state.get("summarized_upto", -1))
+        self.turn = int(state.get("turn", 0))
+        self.compactions = {str(k): int(v) for k, v in state.get("compactions", {}).items()}
+        self._deepen = float(state.get("deepen", 0.0))
+        breaker = state.get("breaker", {})
+        self.breaker.failures = int(breaker.get("failures", 0))
+        self.breaker.total_failures = int(breaker.get("total_failures", 0))
+        if "calibration" in state:
+            self.accountant.calibration = type(self.accountant.calibration).from_dict(state["calibration"])
+        self._render_context(self.budget.effective)
+        self._rebuild()
 
     # --- reactive (L4) --------------------------------------------------------------------
     def reactive_flow(self) -> Generator[SummaryRequest, str | None, tuple[list[Message], ViewStatus]]:
