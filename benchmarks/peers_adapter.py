@@ -21,7 +21,9 @@ from contextkeeper.tokens import get_counter
 
 
 def _to_message(m: dict[str, Any]) -> Message:
-    calls = tuple(ToolCall(call_id=c["id"], name=c["name"], arguments=c["arguments"]) for c in m.get("tool_calls") or ())
+    calls = tuple(
+        ToolCall(call_id=c["id"], name=c["name"], arguments=c["arguments"]) for c in m.get("tool_calls") or ()
+    )
     text = m.get("content") or ""
     parts = ((TextPart(text=text),) if text else ()) + calls
     return Message(role=m["role"], parts=parts, tool_call_id=m.get("tool_call_id"), name=m.get("name"))

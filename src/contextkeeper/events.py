@@ -156,12 +156,21 @@ class EventBus:
             with self._lock:
                 self._queues.remove(entry)
 
+    @property
+    def listening(self) -> bool:
+        """True when someone receives ``context.status`` events (which are not kept in the audit)."""
+        return bool(self._subscribers or self._queues or self.sinks)
+
     def emit(self, event: Event) -> None:
-        """Deliver ``event``; a failing subscriber is logged and counted, never raised."""
+        """Deliver ``event``; a failing subscriber is logged and counted, never raised.
+
+        Every event but the per-turn ``context.status`` is kept in the in-memory audit log.
+        """
         record = event_to_dict(event)
-        self.audit.append(record)
-        if len(self.audit) > self.audit_limit:
-            del self.audit[: len(self.audit) - self.audit_limit]
+        if event.kind != "context.status":
+            self.audit.append(record)
+            if len(self.audit) > self.audit_limit:
+                del self.audit[: len(self.audit) - self.audit_limit]
         with self._lock:
             subscribers = list(self._subscribers)
             queues = list(self._queues)

@@ -371,7 +371,8 @@ class ContextEngine:
         elif self._view_tokens > self._prepare_from():
             self._prepare_ahead()
         status = self.status(layer)
-        self.events.emit(self._status_event(status))
+        if self.events.listening:
+            self.events.emit(self._status_event(status))
         return list(self._view), status
 
     def status(self, layer: str | None = None) -> ViewStatus:
@@ -511,6 +512,18 @@ class ContextEngine:
     def _finish_layer(self, name: str, trigger: Trigger, before: int, started: float, items: int) -> None:
         after = self._total()
         duration = (time.perf_counter() - started) * 1000
+        if self.events.listening:
+            effective = self.budget.effective
+            self.events.emit(
+                ContextStatus(
+                    session_id=self.session_id,
+                    used=after,
+                    budget=effective,
+                    ratio=round(after / effective, 4) if effective else 0.0,
+                    state=self.budget.state(after),
+                    compact_layer=name,
+                )
+            )
         self.events.emit(
             CompactionFinished(
                 session_id=self.session_id,
