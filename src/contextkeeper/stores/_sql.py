@@ -32,8 +32,9 @@ class Sql:
     text: str
     params: Sequence[Any] = ()
     many: bool = False
-    final: bool = False
-    """The operation's only statement: a driver may run it without an explicit transaction."""
+    autocommit: bool = False
+    """On an operation's first statement: every statement of it is atomic alone, so a driver
+    may run them without an explicit transaction (one round trip fewer each way)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,6 +206,32 @@ class _Queries:
             "WHERE session_id = ? AND slot = ? AND version = ? RETURNING version"
         )
         self.state_version = r("SELECT version FROM {t}state WHERE session_id = ? AND slot = ?")
+        # Postgres saves state in one statement too: bump the session (its row lock orders writers),
+        # then the conditional write. A conflict is reported after a fresh read of the version.
+        cas_tail = """
+            SELECT (SELECT version FROM written), (SELECT format FROM {t}sessions WHERE session_id = ?)"""
+        session_cte = """WITH s AS (
+                UPDATE {t}sessions SET last_active = GREATEST(last_active, ?) WHERE session_id = ? AND format <= ?
+                RETURNING 1
+            ), """
+        self.cas_insert_one_statement = r(
+            session_cte
+            + """written AS (
+                INSERT INTO {t}state (session_id, slot, body, version, updated_at)
+                SELECT ?, ?, ?, 1, ? WHERE EXISTS (SELECT 1 FROM s)
+                ON CONFLICT (session_id, slot) DO NOTHING RETURNING version
+            )"""
+            + cas_tail
+        )
+        self.cas_update_one_statement = r(
+            session_cte
+            + """written AS (
+                UPDATE {t}state SET body = ?, version = version + 1, updated_at = ?
+                WHERE session_id = ? AND slot = ? AND version = ? AND EXISTS (SELECT 1 FROM s)
+                RETURNING version
+            )"""
+            + cas_tail
+        )
         self.restore_state = r(
             "INSERT INTO {t}state (session_id, slot, body, version, updated_at) VALUES (?, ?, ?, ?, ?) "
             "ON CONFLICT (session_id, slot) DO UPDATE SET body = excluded.body, version = excluded.version, "
@@ -420,7 +447,7 @@ class SqlOps:
         ids = [message_id for message_id, _ in items]
         bodies = [body for _, body in items]
         params = (ids, bodies, session_id, now, session_id, FORMAT_VERSION, session_id, now, session_id)
-        rows = yield Sql(self.q.append_one_statement, params, final=True)
+        rows = yield Sql(self.q.append_one_statement, params, autocommit=True)
         added, base, fmt = rows[0]
         if base is None:
             # Nothing was written: the session is missing (or gone meanwhile), or too new to touch.
@@ -454,6 +481,8 @@ class SqlOps:
     def save_state(
         self, session_id: str, slot: str, body: str, *, expected: int, now: float, token: str
     ) -> Op[tuple[bool, int]]:
+        if self.dialect.name == "postgres":
+            return (yield from self._save_state_one_statement(session_id, slot, body, expected=expected, now=now))
         yield from self._bump(session_id, now)
         if expected == 0:
             rows = yield Sql(self.q.insert_state, (session_id, slot, body, now))
@@ -461,6 +490,25 @@ class SqlOps:
             rows = yield Sql(self.q.update_state, (body, now, session_id, slot, expected))
         if rows:
             return True, int(rows[0][0])
+        rows = yield Sql(self.q.state_version, (session_id, slot))
+        return False, int(rows[0][0]) if rows else 0
+
+    def _save_state_one_statement(
+        self, session_id: str, slot: str, body: str, *, expected: int, now: float
+    ) -> Op[tuple[bool, int]]:
+        guard = (now, session_id, FORMAT_VERSION)
+        if expected == 0:
+            params: tuple[Any, ...] = (*guard, session_id, slot, body, now, session_id)
+            rows = yield Sql(self.q.cas_insert_one_statement, params, autocommit=True)
+        else:
+            params = (*guard, body, now, session_id, slot, expected, session_id)
+            rows = yield Sql(self.q.cas_update_one_statement, params, autocommit=True)
+        version, fmt = rows[0]
+        if fmt is None:
+            raise not_found(session_id)
+        check_format(session_id, int(fmt))
+        if version is not None:
+            return True, int(version)
         rows = yield Sql(self.q.state_version, (session_id, slot))
         return False, int(rows[0][0]) if rows else 0
 

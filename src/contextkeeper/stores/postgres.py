@@ -95,18 +95,6 @@ class _DuplicateRace(StoreError):
     """Two writers appended the same message id at once; the loser retries and then skips it."""
 
 
-def _finish(op: Op[T], rows: list[tuple[Any, ...]]) -> T:
-    """Complete an operation whose only statement ran (in autocommit)."""
-    try:
-        op.send(rows)
-    except StopIteration as stop:
-        result: T = stop.value
-        return result
-    finally:
-        op.close()
-    raise AssertionError("an operation marked `final` yielded a second statement")
-
-
 def _execute(cursor: psycopg.Cursor[Any], command: Sql) -> list[tuple[Any, ...]]:
     if command.many:
         cursor.executemany(command.text, command.params)
@@ -233,8 +221,8 @@ class PostgresStore(_PostgresCommon, BaseStore):
             except StopIteration as stop:
                 result: T = stop.value
                 return result
-            if command.final and conn.autocommit:
-                return _finish(op, _execute(cursor, command))
+            if command.autocommit and conn.autocommit:
+                return resume(op, command, lambda next_command: _execute(cursor, next_command))
             with conn.transaction():
                 return resume(op, command, lambda next_command: _execute(cursor, next_command))
 
@@ -369,8 +357,8 @@ class AsyncPostgresStore(_PostgresCommon, BaseAsyncStore):
             except StopIteration as stop:
                 result: T = stop.value
                 return result
-            if command.final and conn.autocommit:
-                return _finish(op, await _aexecute(cursor, command))
+            if command.autocommit and conn.autocommit:
+                return await aresume(op, command, lambda next_command: _aexecute(cursor, next_command))
             async with conn.transaction():
                 return await aresume(op, command, lambda next_command: _aexecute(cursor, next_command))
 

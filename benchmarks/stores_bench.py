@@ -1,0 +1,14 @@
+"""Session-store benchmark: ``.venv/bin/python -m benchmarks.stores_bench --json OUT``.
+
+The implementation lives in `contextkeeper.stores.bench` (so `contextkeeper bench stores` can
+run it too); this module is the command-line entry point for the benchmarks folder.
+"""
+
+from __future__ import annotations
+
+from contextkeeper.stores.bench import main, run_stores_bench
+
+__all__ = ["main", "run_stores_bench"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())
