@@ -67,8 +67,11 @@ class CompactionConfig:
     preview_head_chars: int = 600
     """Head kept when an oversized item is offloaded or a protected output must shrink."""
     preview_tail_chars: int = 300
+    """Tail kept with that head (the end of a log or stack trace is often what matters)."""
     eviction_policy: EvictionPolicyName = "fifo"
+    """Order in which old rounds leave the view (L2): fifo, lru, priority, type-ttl, semantic-merge, hybrid."""
     hybrid_weights: HybridWeights = field(default_factory=HybridWeights)
+    """Weights of freshness, priority, type and references in the hybrid policy's keep-score."""
     source_weights: Mapping[str, float] = field(
         default_factory=lambda: {"user": 1.0, "tool": 0.5, "assistant": 0.6, "system": 1.0}
     )
@@ -82,6 +85,7 @@ class CompactionConfig:
     ledger_max_tokens: int = 2000
     """Absolute cap on the rendered ledger."""
     ledger_max_entries: int = 200
+    """Entries kept in the ledger; older ones roll up into counts per status and tool."""
     summary_max_tokens: int = 1500
     """Largest running summary (L3)."""
     max_summarizer_failures: int = 3
@@ -91,13 +95,17 @@ class CompactionConfig:
     reactive_low_water: float = 0.35
     """Target of the emergency compaction after a provider context-length error."""
     reactive_keep_rounds: int = 2
+    """Newest rounds the emergency compaction keeps whole."""
     reactive_retries: int = 1
+    """Retries of a model call after a context-length error (each after an emergency compaction)."""
     thrash_window_turns: int = 3
     """A refill to high water within this many turns of a compaction counts as thrashing."""
     thrash_repeats: int = 3
     """Thrashing this many times in a row raises an alert and deepens the next compaction."""
     thrash_deepen_by: float = 0.1
+    """How much lower the low-water mark goes each time thrashing is detected."""
     min_low_water: float = 0.2
+    """Floor of the deepened low-water mark."""
     require_user_first: bool = True
     """Make the first non-system message of the view a user message (Anthropic and Gemini require it)."""
 

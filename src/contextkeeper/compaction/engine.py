@@ -904,6 +904,11 @@ class ContextEngine:
             if tokens <= room or not ledger_text:
                 break
             ledger_room -= tokens - room + 8
+        if tokens > room and self.config.require_user_first:
+            # No room for summary or ledger: a bare header still gives the view the user turn that
+            # Anthropic and Gemini require before the first kept assistant message.
+            msg = Message(role="user", parts=(TextPart(text=head),), message_id=msg.message_id, source_ids=source_ids)
+            tokens = self.accountant.count_message(msg)
         if tokens > room:
             self._context_msg, self._context_tokens = None, 0
             return
