@@ -67,8 +67,8 @@ _NAME_RE = re.compile(r"(?<![.!?:]\s)(?<=\s)[A-Z][a-z]{2,}\b")
 
 
 def request_facts(text: str) -> tuple[str, ...]:
-    """Identifiers and names in a user request (its first 1,200 characters)."""
-    flat = " ".join(text[:1200].split())
+    """Identifiers and names in a user request (its first 600 characters)."""
+    flat = " ".join(text[:600].split())
     return tuple(dict.fromkeys([*extract_identifiers(flat, limit=24), *_NAME_RE.findall(flat)[:12]]))
 
 

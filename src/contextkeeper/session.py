@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .adapters import Format, from_messages, to_messages
@@ -24,7 +26,7 @@ from .exceptions import ConfigError, ContextOverflowError, SnapshotError, UsageE
 from .ledger import Ledger, StepStatus
 from .messages import Message
 from .models import lookup_model
-from .snapshots import READ_CONTEXT_TOOL, MemorySnapshotStore, SnapshotStore, read_context
+from .snapshots import READ_CONTEXT_TOOL, FileSnapshotStore, MemorySnapshotStore, SnapshotStore, read_context
 from .tokens import TokenCounter, counter_for_model, get_counter
 from .tokens.accountant import OPENAI_FRAMING, Framing, TokenAccountant
 from .usage import RequestUsage, SessionUsage
@@ -78,6 +80,7 @@ class _BaseSession:
         include_read_tool: bool = False,
         store: Any = None,
         tenant: str = "default",
+        data_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.session_id = session_id or "ses_" + uuid.uuid4().hex
         if window is None and model is None:
@@ -106,7 +109,12 @@ class _BaseSession:
         """A session store (`contextkeeper.stores.open_store`) the transcript and view state persist in."""
         self.tenant = tenant
         if snapshots is None:
-            snapshots = store if store is not None and not _is_async_store(store) else MemorySnapshotStore()
+            if store is not None and not _is_async_store(store):
+                snapshots = store  # Redis/Postgres deployments then need no shared disk
+            elif data_dir is not None:
+                snapshots = FileSnapshotStore(Path(data_dir) / "snapshots")
+            else:
+                snapshots = MemorySnapshotStore()
         self.snapshots: SnapshotStore = snapshots
         self.engine = ContextEngine(
             session_id=self.session_id,
@@ -301,7 +309,12 @@ class Session(_BaseSession):
         counter: A TokenCounter or spec (``"tiktoken:cl100k_base"``, ``"heuristic"``...).
         config: Compaction thresholds and policies.
         summarizer: Drives the summary layer (L3); without one, clearing, eviction and the ledger do the work.
-        snapshots: Where full originals go (default: in memory).
+        snapshots: Where full originals go (default: the store when given, else files under
+            ``data_dir/snapshots`` when given, else memory).
+        store: A session store (`contextkeeper.stores.open_store`): the transcript is written
+            through, the view state saved with compare-and-set after each compaction, and an
+            existing session with this id is resumed.
+        data_dir: Directory for snapshot files when there is no store.
         format: Format of `prepare()` output and of `add()` input by default.
     """
 

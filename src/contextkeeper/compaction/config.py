@@ -52,16 +52,18 @@ class CompactionConfig:
     """Newest rounds kept whole while the budget allows (``min_keep_recent_rounds``)."""
     clear_after_rounds: int = 5
     """Tool outputs older than this many rounds may be cleared (``max_observation_age_rounds``)."""
-    cleared_head_chars: int = 160
+    cleared_head_chars: int = 120
     """Characters of a cleared output kept as its head (``truncated_observation_max_chars``)."""
-    cleared_max_facts: int = 16
+    cleared_max_facts: int = 12
     """Identifiers kept verbatim in a cleared output's stand-in."""
-    scan_chars: int = 1000
+    scan_chars: int = 600
     """Characters of an output scanned for identifiers and key lines when it is cleared (cost bound)."""
-    prepare_from: float = 0.65
-    """Start preparing the next compaction's stand-ins once the view is this far into the band (0..1)."""
-    prepare_slice_ms: float = 1.0
-    """Time per turn spent preparing ahead; the compaction turn then only swaps stand-ins in."""
+    prepare_turns: int = 6
+    """Prepare the next compaction's stand-ins during the last turns before it (estimated from the burn rate)."""
+    compaction_budget_ms: float = 2.5
+    """Work a compaction may do on its own; beyond this estimate the turns before it prepare ahead."""
+    prepare_slice_ms: float = 3.0
+    """Most time a turn spends preparing ahead (the work is shared evenly over the turns left)."""
     min_clear_tokens: int = 120
     """Outputs smaller than this are not worth clearing."""
     preview_head_chars: int = 600

@@ -159,6 +159,11 @@ class ContextEngine:
         """Set by the session when a summarizer drives the summary layer."""
         self._pre_ratio = 0.0
         self._prep_cursor = 0
+        self._prep_cost = 0.0001
+        """Measured seconds to prepare one round (moving average), to size the slices."""
+        self._turn_tokens = 0.0
+        """Recent growth of the view per turn (moving average), to see a compaction coming."""
+        self._last_rounds_total = 0
         self._system_rounds: list[_Round] = []
         self._live_from = 0
         """Every round before this ordinal is evicted or a system round: loops start here."""
@@ -368,8 +373,14 @@ class ContextEngine:
                 keep_rounds=self.config.keep_recent_rounds if keep_rounds is None else keep_rounds,
             )
             self._last_compaction_turn = self.turn
-        elif self._view_tokens > self._prepare_from():
-            self._prepare_ahead()
+        else:
+            grown = self._rounds_total - self._last_rounds_total
+            if grown > 0:
+                self._turn_tokens = 0.8 * self._turn_tokens + 0.2 * grown if self._turn_tokens else float(grown)
+            turns_left = self._turns_left(high)
+            if turns_left <= self.config.prepare_turns:
+                self._prepare_ahead(turns_left)
+        self._last_rounds_total = self._rounds_total
         status = self.status(layer)
         if self.events.listening:
             self.events.emit(self._status_event(status))
@@ -407,22 +418,32 @@ class ContextEngine:
             session_id=self.session_id, used=s.used, budget=s.budget, ratio=s.ratio, state=state, compact_layer=s.layer
         )
 
-    def _prepare_from(self) -> float:
-        low = self.config.low_water * self.budget.effective
-        high = self.config.high_water * self.budget.effective
-        return low + (high - low) * self.config.prepare_from
+    def _turns_left(self, high: float) -> float:
+        """Turns until the view passes high water at the recent growth rate."""
+        if self._turn_tokens <= 0:
+            return float("inf")
+        return (high - self._view_tokens) / self._turn_tokens
 
-    def _prepare_ahead(self) -> None:
-        """Spread the next compaction's work over the turns before it.
+    def _prepare_ahead(self, turns_left: float) -> None:
+        """Spread the next compaction's work over the few turns before it.
 
-        Once the view is well into the band below high water, each turn spends a small, bounded
-        slice of time extracting identifiers and building stand-ins for the rounds the next
-        compaction will clear or evict. The view itself does not change (the cached prefix stays
-        valid); the compaction then only swaps in what is ready, so no single turn pays for
-        dozens of outputs at once.
+        When the burn rate says a compaction is a few turns away and many rounds are waiting,
+        each of those turns spends a bounded slice of time extracting identifiers, writing
+        snapshots and building the stand-ins and ledger entries the compaction will need. The
+        view itself does not change (the cached prefix stays valid); the compaction then only
+        swaps in what is ready, so no single turn pays for dozens of outputs at once, and the
+        turns far from a compaction pay nothing.
         """
-        deadline = time.perf_counter() + self.config.prepare_slice_ms / 1000
         newest_clearable = len(self.rounds) - 1 - self.config.clear_after_rounds
+        pending = newest_clearable - self._prep_cursor
+        if pending * self._prep_cost * 1000 < self.config.compaction_budget_ms:
+            return  # a small batch is cheap enough to do in the compaction itself
+        # share the expected work evenly over the turns left, within the configured slice
+        needed = pending * self._prep_cost / max(1.0, turns_left) * 1.3
+        budget = min(self.config.prepare_slice_ms / 1000, max(needed, 0.0005))
+        started = time.perf_counter()
+        deadline = started + budget
+        done = 0
         i = self._prep_cursor
         while i < len(self.rounds) and i <= newest_clearable:
             r = self.rounds[i]
@@ -436,9 +457,13 @@ class ContextEngine:
                     r.ready = self._build_stand_ins(r, force=False)
             r.entry = self._entry(r)
             r.prepared = True
+            done += 1
             if time.perf_counter() >= deadline:
                 break
         self._prep_cursor = i
+        if done:
+            per_round = (time.perf_counter() - started) / done
+            self._prep_cost = 0.7 * self._prep_cost + 0.3 * per_round
 
     def _check_thrashing(self) -> None:
         last = self._last_compaction_turn
@@ -710,7 +735,7 @@ class ContextEngine:
         else:
             body = preview(text, head_chars=cfg.cleared_head_chars)
         lines = [f'[output shortened from {tokens} tokens; full text: read_context("{snapshot_id}")]', body]
-        found = key_lines(text, limit=3, max_line_chars=160)
+        found = key_lines(text, limit=2, max_line_chars=120)
         extra_keys = [k for k in found if k not in body]
         if extra_keys:
             lines.append("key lines: " + " | ".join(extra_keys))
