@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 from contextkeeper.exceptions import VersionConflict
@@ -43,25 +42,30 @@ def round_of(worker: int, number: int) -> list[Message]:
 
 
 def append_and_compact(
-    url: str, options: dict[str, Any], session_id: str, worker: int, other: int, rounds: int, start: Any, results: Any
+    url: str, options: dict[str, Any], session_id: str, worker: int, other: int, rounds: int, barrier: Any, results: Any
 ) -> None:
-    """Append rounds (re-appending the other worker's previous round too) and CAS the state after each."""
+    """Append rounds (re-appending the other worker's previous round too) and CAS the state after each.
+
+    Both workers load the state between two barrier waits, so each round both hold the same
+    version and exactly one save wins; the loser must reload and retry.
+    """
     store = open_store(url, **options)
     conflicts = 0
-    start.wait()
     for number in range(rounds):
         messages = round_of(worker, number)
         if number:
             messages += round_of(other, number - 1)
         store.append_messages(session_id, messages)
+        barrier.wait(30)
+        state, version = store.load_state(session_id)
+        barrier.wait(30)
         while True:
-            state, version = store.load_state(session_id)
             done = list((state or {}).get("compactions", []))
-            time.sleep(0.001)  # widen the window between load and save, as a real compaction would
             try:
                 store.save_state(session_id, {"compactions": [*done, f"{worker}:{number}"]}, expected_version=version)
                 break
             except VersionConflict:
                 conflicts += 1
+                state, version = store.load_state(session_id)
     store.close()
     results.put((worker, conflicts))

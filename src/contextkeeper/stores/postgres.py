@@ -83,6 +83,13 @@ def _connection_options(conninfo: str, synchronous_commit: bool | None) -> dict[
     return {"autocommit": True, "options": options}
 
 
+def _connection_lost(exc: psycopg.OperationalError) -> bool:
+    """Whether the error means the server went away (vs. a statement-level failure)."""
+    state = exc.sqlstate
+    # No SQLSTATE: libpq could not talk to the server. 08: connection exception. 57P: shutdown.
+    return state is None or state.startswith(("08", "57P"))
+
+
 def _lock_key(schema: str, session_id: str) -> int:
     digest = hashlib.blake2b(f"ck-lock\x00{schema}\x00{session_id}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
@@ -118,7 +125,7 @@ class _PostgresCommon:
     def _translate(self, exc: Exception) -> StoreError:
         if isinstance(exc, psycopg.errors.UniqueViolation):
             return _DuplicateRace(f"{self._where}: concurrent append of the same message id ({exc}); retry.")
-        if isinstance(exc, PoolTimeout | psycopg.OperationalError):
+        if isinstance(exc, PoolTimeout) or (isinstance(exc, psycopg.OperationalError) and _connection_lost(exc)):
             return StoreUnavailable(
                 f"{self._where} is unreachable ({type(exc).__name__}: {exc}); the operation was not confirmed. "
                 "Check the server and retry; appends are idempotent by message id."
@@ -126,7 +133,7 @@ class _PostgresCommon:
         if isinstance(exc, psycopg.errors.UndefinedTable):
             return SchemaError(
                 f"{self._where}: contextkeeper tables are missing from schema {self._schema!r} ({exc}); call "
-                "`store.setup()` (or `contextkeeper db migrate`) to create them."
+                "`store.setup()` to create them."
             )
         return StoreError(f"{self._where} failed: {type(exc).__name__}: {exc}")
 

@@ -12,7 +12,8 @@ the session slot, ``prefix:sessions`` and ``prefix:tenant:<tenant>``; they are u
 session's own keys and cleaned lazily, so a listing never shows a session that is gone.
 
 With ``ttl`` set, every write pushes the expiry of all the session's keys ``ttl`` seconds ahead:
-Redis itself then removes idle sessions.
+Redis itself then removes idle sessions. Without it, `expire_idle` walks the session index
+(cost grows with the number of sessions; run it from a periodic job, not per request).
 """
 
 from __future__ import annotations
