@@ -293,6 +293,8 @@ def test_a_bad_message_rejects_the_whole_batch(store: Any) -> None:
         store.append_messages("s", [*good, {"role": "user"}])
     with pytest.raises(MessageError, match="message_id"):
         store.append_messages("s", [Message.user("x", message_id="a\tb")])
+    with pytest.raises(MessageError, match="surrogate"):
+        store.append_messages("s", [*good, Message.user("half a pair: \ud83d")])
     assert store.load_messages("s") == []
 
 
@@ -344,6 +346,8 @@ def test_state_must_be_a_json_object(store: Any) -> None:
         store.save_state("s", {"x": {1, 2}}, expected_version=0)
     with pytest.raises(UsageError, match="JSON"):
         store.save_state("s", {"x": float("nan")}, expected_version=0)
+    with pytest.raises(UsageError, match="lone surrogate"):
+        store.save_state("s", {"x": "bad \ud800"}, expected_version=0)
     with pytest.raises(UsageError, match="expected_version"):
         store.save_state("s", {}, expected_version=-1)
     assert store.load_state("s") == (None, 0)

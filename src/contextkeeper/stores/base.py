@@ -151,12 +151,20 @@ def _check_snapshot_id(value: object) -> str:
 
 def _dumps(value: object, *, what: str) -> str:
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        # Every backend stores UTF-8: a lone surrogate must fail here, with a clear message.
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(
+            f"{what} contains a lone surrogate ({exc.object[exc.start : exc.end]!r}); decode the source bytes "
+            "with errors='replace' or fix the string."
+        ) from None
     except (TypeError, ValueError) as exc:
         raise UsageError(
             f"{what} is not JSON-serializable ({exc}); store only dicts, lists, strings, finite numbers, "
             "booleans and None."
         ) from None
+    return text
 
 
 def _loads(text: str | bytes, *, session_id: str, what: str) -> Any:
