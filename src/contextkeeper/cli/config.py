@@ -1,0 +1,117 @@
+"""``contextkeeper config show|validate``."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from ..settings import config_file_of, find_config_file, iter_env_keys, user_dir, validate_config_file
+from ._common import CLIError, get_settings, out, print_json, state
+
+__all__ = ["config_app"]
+
+config_app = typer.Typer(help="Show the effective configuration or validate a config file.", no_args_is_help=True)
+
+
+@config_app.command("show")
+def show_command(
+    ctx: typer.Context,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Resolve window and budget for this model.")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """The effective settings (defaults < file < CONTEXTKEEPER_* variables), and what they build."""
+    settings = get_settings(ctx)
+    model = model or settings.model
+    derived: dict[str, Any] = {
+        "thresholds": dataclasses.asdict(settings.thresholds()),
+        "compaction": settings.compaction_config().to_dict(),
+        "store_url": settings.store_url,
+    }
+    if model is not None:
+        window = settings.window_for(model)
+        from ..models import lookup_model
+
+        info = lookup_model(model, window=window)
+        reserved = settings.reserved_output_for(model, info.context_window)
+        effective = info.context_window - reserved
+        derived["model"] = {
+            "name": info.name,
+            "window": info.context_window,
+            "reserved_output": reserved,
+            "effective": effective,
+        }
+        derived["compaction"] = settings.compaction_config(effective=effective).to_dict()
+    env_keys = list(iter_env_keys())
+    result: dict[str, Any] = {
+        "config_file": str(config_file_of(settings)) if config_file_of(settings) else None,
+        "user_dir": str(user_dir()),
+        "environment": env_keys,
+        "settings": settings.model_dump(mode="json"),
+        "derived": derived,
+    }
+    if json_out:
+        print_json(result)
+        return
+    out.print(f"config file: {result['config_file'] or '(none)'}")
+    out.print(f"user dir:    {result['user_dir']}")
+    out.print(f"environment: {', '.join(env_keys) or '(no CONTEXTKEEPER_* variables)'}")
+    out.print(f"store:       {settings.store_url}")
+    out.print(f"summarizer:  {settings.summarizer.model}")
+    if "model" in derived:
+        m = derived["model"]
+        out.print(
+            f"model:       {m['name']}: window {m['window']:,} − reserved {m['reserved_output']:,} "
+            f"= effective {m['effective']:,}"
+        )
+    t = derived["thresholds"]
+    out.print(f"thresholds:  warning {t['warning']} · error {t['error']} · critical {t['critical']}")
+    table = Table(title="compaction (effective)")
+    table.add_column("option")
+    table.add_column("value")
+    table.add_column("set by")
+    explicit = settings.compaction_options()
+    for key, value in derived["compaction"].items():
+        table.add_row(key, str(value), "config" if key in explicit else "default")
+    out.print(table)
+    if settings.models:
+        overrides = Table(title="[models] overrides")
+        for col in ("model", "context_length", "max_output"):
+            overrides.add_column(col)
+        for name, o in settings.models.items():
+            overrides.add_row(name, str(o.context_length or "-"), str(o.max_output or "-"))
+        out.print(overrides)
+
+
+@config_app.command("validate")
+def validate_command(
+    ctx: typer.Context,
+    file: Annotated[
+        Path | None, typer.Argument(help="Config file (default: the one in force, see `config show`).")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Check a config file and the CONTEXTKEEPER_* variables; list every invalid key with its line."""
+    if file is not None and not file.is_file():
+        raise CLIError(f"{file}: no such file; check the path.", exit_code=2)
+    path = file if file is not None else find_config_file(state(ctx).config)
+    problems = validate_config_file(path)
+    if json_out:
+        print_json(
+            {"file": str(path) if path else None, "ok": not problems, "problems": [p.to_dict() for p in problems]}
+        )
+    else:
+        for p in problems:
+            typer.echo(p.render())
+        where = str(path) if path else "no config file"
+        if problems:
+            typer.echo(f"{len(problems)} problem(s) in {where} and the environment", err=True)
+        else:
+            typer.echo(f"ok: {where} and the CONTEXTKEEPER_* variables are valid")
+    if problems:
+        raise typer.Exit(1)

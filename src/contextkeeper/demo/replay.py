@@ -1,0 +1,283 @@
+"""Replay a generated session through a `Session`, turn by turn, and measure what happened.
+
+Per turn: the view's size and state, the layer that ran, tokens by component, and the prompt-cache
+reuse — tokens of the longest common prefix with the previous request over the tokens sent (the
+definition of ../shared/bench/peers_bench.py). At the end: which planted facts are still in the
+view the model would receive.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..adapters import to_messages
+from ..events import Alert, CompactionFinished, Event
+from ..messages import Message
+from ..session import Session
+from .generator import DemoSession, PlantedFact
+
+__all__ = ["CompactionRecord", "DemoResult", "TurnStats", "replay", "view_text"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnStats:
+    """The request of one turn."""
+
+    turn: int
+    used: int
+    """Tokens of the view (the request's messages)."""
+    budget: int
+    """Effective budget."""
+    ratio: float
+    state: str
+    layer: str | None
+    """The last layer that ran before this request (None: the view only appended)."""
+    breakdown: dict[str, int]
+    view_messages: int
+    reused: int
+    """Tokens of the common prefix with the previous request."""
+    sent: int
+    """Tokens of this request's messages (the denominator of the reuse ratio)."""
+    transcript_tokens: int
+    """Tokens of the whole transcript so far (what sending everything would cost)."""
+    facts_planted: int
+    facts_in_view: int
+    prepare_ms: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactionRecord:
+    """One compaction layer that changed the view."""
+
+    turn: int
+    layer: str
+    trigger: str
+    before: int
+    after: int
+    items: int
+    duration_ms: float
+
+
+@dataclass(kw_only=True)
+class DemoResult:
+    """Everything the final table and the HTML report show."""
+
+    seed: int
+    model: str | None
+    window: int
+    reserved_output: int
+    tool_schemas: int
+    budget: int
+    thresholds: dict[str, float]
+    high_water: float
+    low_water: float
+    session_id: str
+    store_url: str
+    summarizer: str
+    turns: list[TurnStats] = field(default_factory=list)
+    compactions: list[CompactionRecord] = field(default_factory=list)
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    facts: list[PlantedFact] = field(default_factory=list)
+    found: list[str] = field(default_factory=list)
+    messages: int = 0
+    snapshots: int = 0
+    compute_s: float = 0.0
+    wall_s: float = 0.0
+
+    @property
+    def tokens_seen(self) -> int:
+        """Tokens of the whole transcript at the end."""
+        return self.turns[-1].transcript_tokens if self.turns else 0
+
+    @property
+    def tokens_sent(self) -> int:
+        """Tokens sent over all requests."""
+        return sum(t.sent for t in self.turns)
+
+    @property
+    def tokens_full_history(self) -> int:
+        """Tokens that sending the whole transcript on every request would have cost."""
+        return sum(t.transcript_tokens for t in self.turns)
+
+    @property
+    def prefix_reuse(self) -> float:
+        """Share of the tokens sent that a prompt cache could serve (common prefix with the previous request)."""
+        sent = self.tokens_sent
+        return round(sum(t.reused for t in self.turns) / sent, 4) if sent else 0.0
+
+    @property
+    def compactions_by_layer(self) -> dict[str, int]:
+        """Layer runs that changed the view, by layer."""
+        out: dict[str, int] = {}
+        for c in self.compactions:
+            out[c.layer] = out.get(c.layer, 0) + 1
+        return out
+
+    @property
+    def compaction_turns(self) -> int:
+        """Turns on which a compaction ran."""
+        return len({c.turn for c in self.compactions})
+
+    @property
+    def retention(self) -> float:
+        """Share of the planted facts found verbatim in the final view."""
+        return round(len(self.found) / len(self.facts), 4) if self.facts else 0.0
+
+    @property
+    def peak(self) -> int:
+        """Largest request."""
+        return max((t.used for t in self.turns), default=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (the per-turn series included)."""
+        return {
+            "seed": self.seed,
+            "model": self.model,
+            "window": self.window,
+            "reserved_output": self.reserved_output,
+            "tool_schemas": self.tool_schemas,
+            "budget": self.budget,
+            "thresholds": self.thresholds,
+            "high_water": self.high_water,
+            "low_water": self.low_water,
+            "session_id": self.session_id,
+            "store_url": self.store_url,
+            "summarizer": self.summarizer,
+            "turns": len(self.turns),
+            "messages": self.messages,
+            "tokens_seen": self.tokens_seen,
+            "tokens_sent": self.tokens_sent,
+            "tokens_full_history": self.tokens_full_history,
+            "peak": self.peak,
+            "prefix_reuse": self.prefix_reuse,
+            "compactions_by_layer": self.compactions_by_layer,
+            "compaction_turns": self.compaction_turns,
+            "snapshots": self.snapshots,
+            "retention": self.retention,
+            "facts": [
+                {"kind": f.kind, "value": f.value, "turn": f.turn, "found": f.value in self.found} for f in self.facts
+            ],
+            "alerts": self.alerts,
+            "compute_s": round(self.compute_s, 3),
+            "wall_s": round(self.wall_s, 3),
+        }
+
+
+def view_text(view: Sequence[Message]) -> str:
+    """Everything a model reads in a view: contents and tool-call names and arguments."""
+    chunks: list[str] = []
+    for m in view:
+        chunks.append(m.text)
+        for c in m.tool_calls:
+            chunks.append(c.name)
+            chunks.append(c.arguments)
+    return "\n".join(chunks)
+
+
+def replay(
+    demo: DemoSession,
+    session: Session,
+    *,
+    result: DemoResult,
+    on_turn: Callable[[TurnStats, list[CompactionRecord]], None] | None = None,
+    delay: float = 0.0,
+) -> DemoResult:
+    """Add each turn's messages, prepare the view, record the turn; fills and returns ``result``.
+
+    Args:
+        demo: The generated session.
+        session: A fresh session (its store, if any, receives the transcript, snapshots and audit).
+        result: Carries the run's settings; the measurements are added to it.
+        on_turn: Called after each turn with its stats and the compactions that ran in it.
+        delay: Seconds to pause after each turn (for a live view that people can follow).
+    """
+    acc = session.accountant
+    fresh: list[CompactionRecord] = []
+    turn_no = 0
+
+    def listen(event: Event) -> None:
+        if isinstance(event, CompactionFinished) and event.items > 0:
+            fresh.append(
+                CompactionRecord(
+                    turn=turn_no,
+                    layer=event.layer,
+                    trigger=event.trigger,
+                    before=event.tokens_before,
+                    after=event.tokens_after,
+                    items=event.items,
+                    duration_ms=event.duration_ms,
+                )
+            )
+        elif isinstance(event, Alert):
+            result.alerts.append({"turn": turn_no, "alert": event.alert, "detail": event.detail})
+
+    unsubscribe = session.subscribe(listen)
+    result.facts = list(demo.facts)
+    started = time.perf_counter()
+    compute = 0.0
+    try:
+        system = to_messages([demo.system], format="openai")
+        t0 = time.perf_counter()
+        session.add(system)
+        transcript_tokens = sum(acc.count_message(m) for m in system)
+        compute += time.perf_counter() - t0
+        result.messages = len(system)
+        prev_keys: list[tuple[str, str]] = []
+        planted_by_turn = [sum(1 for f in demo.facts if f.turn <= i) for i in range(len(demo.turns) + 1)]
+        for index, raw in enumerate(demo.turns, 1):
+            turn_no = index
+            t0 = time.perf_counter()
+            msgs = to_messages(raw, format="openai")
+            session.add(msgs)
+            transcript_tokens += sum(acc.count_message(m) for m in msgs)
+            p0 = time.perf_counter()
+            prepared = session.prepare(format="internal")
+            prepare_ms = (time.perf_counter() - p0) * 1000
+            view = prepared.view
+            keys = [(m.message_id, m.content_hash) for m in view]
+            counts = [acc.count_message(m) for m in view]
+            reused = 0
+            for a, b, n in zip(prev_keys, keys, counts, strict=False):
+                if a != b:
+                    break
+                reused += n
+            prev_keys = keys
+            planted = planted_by_turn[index]
+            text = view_text(view)
+            in_view = sum(1 for f in demo.facts if f.turn <= index and f.value in text)
+            compute += time.perf_counter() - t0
+            s = prepared.status
+            stats = TurnStats(
+                turn=index,
+                used=s.used,
+                budget=s.budget,
+                ratio=s.ratio,
+                state=s.state,
+                layer=s.layer,
+                breakdown=dict(s.breakdown),
+                view_messages=len(view),
+                reused=reused,
+                sent=sum(counts),
+                transcript_tokens=transcript_tokens,
+                facts_planted=planted,
+                facts_in_view=in_view,
+                prepare_ms=round(prepare_ms, 3),
+            )
+            result.turns.append(stats)
+            result.messages += len(msgs)
+            new, fresh[:] = list(fresh), []
+            result.compactions.extend(new)
+            if on_turn is not None:
+                on_turn(stats, new)
+            if delay > 0:
+                time.sleep(delay)
+        result.found = [f.value for f in demo.facts if f.value in text]
+        result.snapshots = len(session.snapshots.list_snapshots(session.session_id))
+    finally:
+        unsubscribe()
+    result.compute_s = compute
+    result.wall_s = time.perf_counter() - started
+    return result
