@@ -145,8 +145,9 @@ class PostgresStore(_PostgresCommon, BaseStore):
     """`SessionStore` on Postgres.
 
     Args:
-        pool: A ``psycopg_pool.ConnectionPool``; the store does not close it. Its connections may be in
-            autocommit mode or not: every operation runs in its own explicit transaction.
+        pool: A ``psycopg_pool.ConnectionPool`` of at least 2 connections (a held session lock occupies
+            one); the store does not close it. Autocommit connections save a round trip per append;
+            others work too, every operation then runs in an explicit transaction.
         schema: Schema holding the ``ck_*`` tables (created if missing).
         clock: Source of timestamps (tests inject a fake one).
         lock_lease: Unused by Postgres (advisory locks end with their connection); accepted for symmetry.
