@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._version import __version__
 from .adapters import Format, detect_format, from_messages, to_messages
+from .agent_state import AgentState, CompletedSubtask
 from .budget import (
     Budget,
     BudgetCheck,
@@ -26,13 +27,17 @@ from .events import (
     SnapshotWritten,
 )
 from .exceptions import (
+    AgentStateError,
     BudgetExceeded,
     CompactionFailed,
     ConfigError,
     ContextKeeperError,
     ContextOverflowError,
+    LockTimeout,
     MessageError,
+    MessageNotFound,
     SchemaError,
+    SessionExists,
     SessionNotFound,
     SnapshotError,
     StoreError,
@@ -49,6 +54,7 @@ from .models import ModelInfo, list_models, lookup_model, register_model
 from .rounds import Round, group_rounds
 from .session import AsyncSession, PreparedView, Session
 from .snapshots import READ_CONTEXT_TOOL, FileSnapshotStore, MemorySnapshotStore, SnapshotStore
+from .stores import AsyncSessionStore, SessionInfo, SessionStore, open_async_store, open_store
 from .tokens import TokenCounter, counter_for_model, get_counter
 from .tokens.accountant import ANTHROPIC_FRAMING, GEMINI_FRAMING, OPENAI_FRAMING, Framing, TokenAccountant
 from .toolpairs import Problem, is_valid, repair, validate
@@ -59,8 +65,11 @@ __all__ = [
     "GEMINI_FRAMING",
     "OPENAI_FRAMING",
     "READ_CONTEXT_TOOL",
+    "AgentState",
+    "AgentStateError",
     "Alert",
     "AsyncSession",
+    "AsyncSessionStore",
     "AsyncSummarizer",
     "Budget",
     "BudgetCheck",
@@ -69,6 +78,7 @@ __all__ = [
     "CompactionFailed",
     "CompactionFinished",
     "CompactionStarted",
+    "CompletedSubtask",
     "ComponentBudgets",
     "ConfigError",
     "ContextKeeperError",
@@ -83,9 +93,11 @@ __all__ = [
     "ImagePart",
     "Ledger",
     "LedgerEntry",
+    "LockTimeout",
     "MemorySnapshotStore",
     "Message",
     "MessageError",
+    "MessageNotFound",
     "ModelInfo",
     "PreparedView",
     "PressureMonitor",
@@ -96,7 +108,10 @@ __all__ = [
     "Round",
     "SchemaError",
     "Session",
+    "SessionExists",
+    "SessionInfo",
     "SessionNotFound",
+    "SessionStore",
     "SessionUsage",
     "SnapshotError",
     "SnapshotStore",
@@ -117,7 +132,6 @@ __all__ = [
     "UsageError",
     "VersionConflict",
     "ViewStatus",
-    "__version__",
     "counter_for_model",
     "detect_format",
     "from_messages",
@@ -126,8 +140,11 @@ __all__ = [
     "is_valid",
     "list_models",
     "lookup_model",
+    "open_async_store",
+    "open_store",
     "register_model",
     "repair",
     "to_messages",
     "validate",
+    "__version__",
 ]
