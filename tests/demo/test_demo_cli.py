@@ -1,0 +1,104 @@
+"""`contextkeeper demo`: the run, the stored session, the report's content, the live view."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+from contextkeeper.cli import app
+from contextkeeper.cli.demo import _LiveView
+from contextkeeper.demo import CompactionRecord, DemoResult, TurnStats
+from contextkeeper.stores import open_store
+
+
+def test_demo_results_add_up(demo_run: dict[str, Any]) -> None:
+    d = demo_run
+    assert d["turns"] == 120 and d["window"] == 16_000
+    assert d["budget"] == d["window"] - d["reserved_output"] - d["tool_schemas"]
+    assert d["tokens_seen"] > 100_000
+    assert d["peak"] <= d["budget"], "every request fits the effective budget"
+    assert d["tokens_sent"] < d["tokens_full_history"] / 3
+    assert d["compactions_by_layer"].get("clear", 0) > 0 and d["compactions_by_layer"].get("evict", 0) > 0
+    assert 0.5 < d["prefix_reuse"] < 1.0
+    assert len(d["facts"]) == 10
+    assert d["retention"] == sum(f["found"] for f in d["facts"]) / 10
+    assert d["snapshots"] > 0
+
+
+def test_demo_session_is_in_the_store(demo_run: dict[str, Any]) -> None:
+    with open_store(demo_run["_store"]) as store:
+        info = store.get_session("demo-11")
+        assert info.metadata["seed"] == 11
+        assert info.message_count == demo_run["messages"]
+        saved, version = store.load_state("demo-11", slot="status")
+        assert version == 1 and saved is not None
+        assert saved["status"]["compactions"]
+    result = CliRunner().invoke(app, ["inspect", "demo-11", "--store", demo_run["_store"], "--json"])
+    assert result.exit_code == 0, result.stderr
+
+
+def test_rerun_replaces_the_demo_session(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'ck.db'}"
+    args = ["demo", "--turns", "30", "--no-live", "--store", store, "--report", str(tmp_path / "r.html")]
+    for _ in range(2):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.stderr
+    with open_store(store) as st:
+        sessions, _ = st.list_sessions()
+        assert [s.session_id for s in sessions] == ["demo-7"]
+        assert st.get_session("demo-7").message_count < 90
+    assert "contextkeeper demo: results" in result.stdout
+    assert "turn 30/30" in result.stderr
+
+
+def test_report_is_self_contained_with_the_four_charts(demo_run: dict[str, Any]) -> None:
+    html = Path(demo_run["_report"]).read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>")
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", html), "nothing is fetched"
+    assert "<script" not in html
+    charts = dict(re.findall(r'<svg class="chart" id="chart-[a-z]+" data-chart="([a-z]+)" data-points="(\d+)"', html))
+    assert set(charts) == {"utilization", "components", "compactions", "cache", "facts"}
+    assert charts["utilization"] == charts["components"] == charts["cache"] == "120"
+    assert int(charts["compactions"]) == sum(demo_run["compactions_by_layer"].values())
+    for name in ("warning", "error", "critical", "low water"):
+        assert f'data-threshold="{name}"' in html
+    ratio = re.search(r'<polyline data-series="ratio" data-count="120" class="series" points="([^"]+)"', html)
+    assert ratio and len(ratio.group(1).split()) == 120
+    for series in ("system", "history", "tool_results", "reused", "new", "in-view"):
+        assert f'data-series="{series}"' in html
+    assert html.count('data-series="event"') == int(charts["compactions"])
+    for fact in demo_run["facts"]:
+        assert fact["value"].replace("'", "&#x27;") in html
+    assert f"{demo_run['prefix_reuse']:.1%}" in html
+    assert "tokens seen" in html and f"{demo_run['tokens_seen']:,}" in html
+
+
+def test_live_view_renders_gauge_layer_and_events() -> None:
+    result = DemoResult(
+        seed=1, model="gpt-4o", window=32_000, reserved_output=8000, tool_schemas=0, budget=24_000,
+        thresholds={"warning": 0.7, "error": 0.9, "critical": 0.95}, high_water=1.0, low_water=0.5,
+        session_id="demo-1", store_url="memory://", summarizer="none",
+    )  # fmt: skip
+    view = _LiveView(turns=10, result=result)
+    stats = TurnStats(
+        turn=4, used=22_000, budget=24_000, ratio=0.9167, state="error", layer="evict",
+        breakdown={"system": 100}, view_messages=12, reused=20_000, sent=22_000, transcript_tokens=50_000,
+        facts_planted=3, facts_in_view=2, prepare_ms=1.0,
+    )  # fmt: skip
+    result.turns.append(stats)
+    event = CompactionRecord(
+        turn=4, layer="evict", trigger="high-water", before=30_000, after=22_000, items=3, duration_ms=2.5
+    )
+    result.compactions.append(event)
+    view.update(stats, [event])
+    console = Console(record=True, width=200, color_system=None)
+    console.print(view)
+    text = console.export_text()
+    assert "22,000 / 24,000 tokens (92%) error" in text
+    assert "current layer: evict" in text
+    assert "30,000 → 22,000 (−8,000)" in text
+    assert "turn 4/10" in text and "facts in view 2/3" in text
