@@ -54,7 +54,9 @@ def probes(
     if not data.is_file():
         raise typer.BadParameter(f"{data}: no such file", param_hint="--data")
     values = _budgets(budgets)
-    with progress_bar(f"probes {data.name}", None) as advance:
+    with data.open(encoding="utf-8") as f:
+        traces = sum(1 for line in f if line.strip())
+    with progress_bar(f"probes {data.name}", traces * len(values)) as advance:
         state: dict[str, int] = {"done": 0}
 
         def progress(done: int, total: int) -> None:
