@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .adapters import Format, from_messages, to_messages
-from .budget import Budget, PressureMonitor
+from .budget import Budget, PressureMonitor, Thresholds
 from .compaction.config import CompactionConfig
 from .compaction.engine import ContextEngine, ViewStatus
 from .compaction.summarizer import AsyncSummarizer, Summarizer, SummaryRequest
@@ -81,6 +81,7 @@ class _BaseSession:
         store: Any = None,
         tenant: str = "default",
         data_dir: str | os.PathLike[str] | None = None,
+        thresholds: Thresholds | None = None,
     ) -> None:
         self.session_id = session_id or "ses_" + uuid.uuid4().hex
         if window is None and model is None:
@@ -102,6 +103,7 @@ class _BaseSession:
             window=ctx_window,
             reserved_output=reserved_output,
             tool_schemas=self.accountant.count_tools(self.tools) if self.tools else 0,
+            thresholds=thresholds if thresholds is not None else Thresholds(),
         )
         self.format: Format = format
         self.events = EventBus()
@@ -315,6 +317,7 @@ class Session(_BaseSession):
             through, the view state saved with compare-and-set after each compaction, and an
             existing session with this id is resumed.
         data_dir: Directory for snapshot files when there is no store.
+        thresholds: Pressure states (warning 0.70, error 0.90, critical 0.95, overflow 1.0 by default).
         format: Format of `prepare()` output and of `add()` input by default.
     """
 

@@ -7,7 +7,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,7 +15,6 @@ import typer
 from rich.console import Console
 
 from ..adapters import FORMATS, Format, anthropic as anthropic_adapter, detect_format, from_messages, to_messages
-from ..budget import PressureMonitor
 from ..compaction.summarizer import Summarizer
 from ..exceptions import ConfigError, MessageError, UsageError
 from ..messages import Message
@@ -318,14 +317,9 @@ def build_session(
         config=config,
         summarizer=summarizer,
         format=format,
+        thresholds=settings.thresholds(),
         **kwargs,
     )
-    thresholds = settings.thresholds()
-    if thresholds != session.budget.thresholds:
-        # Session takes no thresholds argument (yet): give it a budget that carries them.
-        session.budget = replace(session.budget, thresholds=thresholds)
-        session.engine.budget = session.budget
-        session.monitor = PressureMonitor(budget=session.budget)
     return session
 
 
