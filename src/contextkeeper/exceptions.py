@@ -11,6 +11,7 @@ Every error derives from one root so that ``except ContextKeeperError`` catches 
     │   └── AgentStateError         an AgentState that breaks its invariants (lists the problems)
     ├── BudgetExceeded              the protected part of the view cannot fit the budget
     ├── CompactionFailed            a compaction layer failed (the summarizer, usually)
+    │   └── SummaryRejected         a summarizer failed or was rejected; carries a fallback summary
     ├── StoreError                  a session store failed
     │   ├── StoreUnavailable        the store's server cannot be reached
     │   ├── VersionConflict         a compare-and-set lost against a newer write
@@ -47,6 +48,7 @@ __all__ = [
     "SnapshotError",
     "StoreError",
     "StoreUnavailable",
+    "SummaryRejected",
     "ToolPairError",
     "UnknownModelError",
     "UpstreamError",
@@ -112,6 +114,32 @@ class CompactionFailed(ContextKeeperError):
     def __init__(self, message: str, *, layer: str) -> None:
         super().__init__(message)
         self.layer = layer
+
+
+class SummaryRejected(CompactionFailed):
+    """A summarizer's model failed, timed out or wrote a summary that was rejected.
+
+    It still counts as a failure of the summary layer (the circuit breaker sees it), but the
+    summarizer already computed a usable replacement: ``fallback`` (the extractive summary, or
+    the model's summary with the identifiers it dropped restored). A session uses that text
+    instead of keeping the previous summary.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str,
+        fallback: str | None,
+        span: tuple[str, str] | None = None,
+    ) -> None:
+        super().__init__(message, layer="summarize")
+        self.reason = reason
+        """``timeout``, ``error``, ``rejected`` (empty or an error text) or ``lost-identifiers``."""
+        self.fallback = fallback
+        """The summary to use instead (None when none could be made)."""
+        self.span = span
+        """First and last message id the summary covers."""
 
 
 class StoreError(ContextKeeperError):
