@@ -147,6 +147,9 @@ class Ledger:
     """Entries beyond this roll up into ``rolled_up`` counts (the ledger stays bounded)."""
     rolled_up: dict[str, int] = field(default_factory=dict)
     next_step: int = 1
+    _scale: float = field(default=1.15, repr=False, compare=False)
+    _last_count: Callable[[str], int] | None = field(default=None, repr=False, compare=False)
+    _line_memo: dict[tuple[int, str], str] = field(default_factory=dict, repr=False, compare=False)
 
     # --- recording ------------------------------------------------------------------------
     def record_round(
@@ -252,49 +255,54 @@ class Ledger:
         entries = [e for e in self.entries if wanted is None or e.step in wanted or e.kind == "note"]
         if (not entries and not self.rolled_up) or max_tokens <= 0:
             return ""
-        ratio = 3.2  # chars per token, a low (safe) estimate for ledger text; checked by `count`
+        cost = self._coster(count)
+        if not exact:
+            max_tokens = int(max_tokens * 0.97)  # estimates only: leave a margin so one render fits
         listable = max(1, max_tokens // 12)
         skipped, entries = (entries[:-listable], entries[-listable:]) if len(entries) > listable else ([], entries)
-        room = max_tokens * 0.92 - (len(HEADER) / ratio + 24)
+        # the summary line of everything skipped is an upper bound of the one rendered; 4: "Key data: "
+        room = max_tokens - cost(HEADER) - cost(self._summary_line(skipped or entries)) - 6
         # 1. Facts, best first, may take most of the room. The pool is gathered newest step first and
-        #    bounded to a few times the room, so rendering stays cheap for long sessions.
+        #    bounded to twice the room, so rendering stays cheap for long sessions.
         pool: list[tuple[int, int, int, str]] = []
-        gathered = 0.0
+        gathered = 0
         ordered = [*skipped, *entries]
         for back, e in enumerate(reversed(ordered)):
             for j, f in enumerate(e.facts):
                 pool.append((fact_rank(f), back, j, f))
-                gathered += len(f) / ratio + 1.5
+                gathered += len(f) // 3 + 1
             if gathered > room * 3:
                 break
         pool.sort()
         ranked = list(dict.fromkeys(f for *_, f in pool))
-        costs = {f: len(f) / ratio + 1.5 for f in ranked}
         facts: list[str] = []
-        used = 0.0
+        used = 0
         for f in ranked:
-            if used + costs[f] <= room * 0.7:
+            c = cost(f) + 1  # the " · " separator
+            if used + c <= room * 0.7:
                 facts.append(f)
-                used += costs[f]
+                used += c
         # 2. Step lines, newest first, in what is left.
         lines = [self._line(e) for e in entries]
         hidden = len(entries)
-        while hidden > 0 and used + len(lines[hidden - 1]) / ratio + 1 <= room:
+        while hidden > 0 and used + cost(lines[hidden - 1]) + 1 <= room:
             hidden -= 1
-            used += len(lines[hidden]) / ratio + 1
+            used += cost(lines[hidden]) + 1
         visible = entries[hidden:]
         # 3. Facts the lines already show are dropped; the room they free takes further facts.
         shown_text = "\n".join(lines[hidden:])
         kept = [f for f in facts if f not in shown_text]
-        used -= sum(costs[f] for f in facts if f in shown_text)
+        used -= sum(cost(f) + 1 for f in facts if f in shown_text)
         taken = set(facts)
         for f in ranked:
             if room - used < 3:
                 break
-            if f not in taken and used + costs[f] <= room and f not in shown_text:
-                kept.append(f)
-                taken.add(f)
-                used += costs[f]
+            if f not in taken and f not in shown_text:
+                c = cost(f) + 1
+                if used + c <= room:
+                    kept.append(f)
+                    taken.add(f)
+                    used += c
         facts = kept
         text = self._compose([*skipped, *entries[:hidden]], visible, facts)
         if not exact:
@@ -310,6 +318,32 @@ class Ledger:
             n = count(text)
         return text if n <= max_tokens else ""
 
+    def _coster(self, count: Callable[[str], int]) -> Callable[[str], int]:
+        """A cheap size estimate for lines and facts, scaled by what `calibrate` learned.
+
+        Counting hundreds of new facts exactly at every compaction costs more than the rest of the
+        render; the caller counts the final text once and reports it back through `calibrate`.
+        """
+        scale = self._scale
+
+        def cost(text: str) -> int:
+            # ~3 ASCII characters per token; CJK and other wide characters about one token each
+            wide = 0 if text.isascii() else (len(text.encode("utf-8", "surrogatepass")) - len(text)) // 2
+            return int(((len(text) - wide) / 3 + wide) * scale) + 1
+
+        self._last_count = count
+        return cost
+
+    def calibrate(self, estimated: int, actual: int) -> None:
+        """Learn the ratio of real tokens to the estimate from a rendered ledger's exact count."""
+        if estimated > 0 and actual > 0:
+            ratio = min(1.5, max(0.5, actual / estimated))
+            self._scale = min(1.5, max(0.5, 0.7 * self._scale + 0.3 * ratio * self._scale))
+
+    def estimate(self, text: str) -> int:
+        """The estimate `render` used for ``text`` (to pair with an exact count in `calibrate`)."""
+        return sum(self._coster(self._last_count or len)(line) for line in text.split("\n"))
+
     def _compose(self, hidden: Sequence[LedgerEntry], visible: Sequence[LedgerEntry], facts: Sequence[str]) -> str:
         lines = [HEADER, self._summary_line(hidden), *(self._line(e) for e in visible)]
         if facts:
@@ -318,7 +352,13 @@ class Ledger:
 
     def _line(self, e: LedgerEntry) -> str:
         # "#<step>" is the reference: read_context("#<step>") resolves it to the step's snapshot
-        return f"#{e.step} {_MARK[e.status]} {_short(e.intention, 110)}"
+        key = (e.step, e.status)
+        line = self._line_memo.get(key)
+        if line is None:
+            if len(self._line_memo) > 10_000:
+                self._line_memo.clear()
+            line = self._line_memo[key] = f"#{e.step} {_MARK[e.status]} {_short(e.intention, 110)}"
+        return line
 
     def _summary_line(self, hidden: Sequence[LedgerEntry]) -> str:
         counts: Counter[str] = Counter(e.status for e in hidden)

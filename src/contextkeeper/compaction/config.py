@@ -58,10 +58,8 @@ class CompactionConfig:
     """Identifiers kept verbatim in a cleared output's stand-in."""
     scan_chars: int = 600
     """Characters of an output scanned for identifiers and key lines when it is cleared (cost bound)."""
-    prepare_turns: int = 6
-    """Prepare the next compaction's stand-ins during the last turns before it (estimated from the burn rate)."""
-    compaction_budget_ms: float = 2.5
-    """Work a compaction may do on its own; beyond this estimate the turns before it prepare ahead."""
+    compaction_budget_ms: float = 1.5
+    """Work a compaction may do on its own; beyond this estimate the last turns before it prepare ahead."""
     prepare_slice_ms: float = 3.0
     """Most time a turn spends preparing ahead (the work is shared evenly over the turns left)."""
     min_clear_tokens: int = 120

@@ -377,9 +377,7 @@ class ContextEngine:
             grown = self._rounds_total - self._last_rounds_total
             if grown > 0:
                 self._turn_tokens = 0.8 * self._turn_tokens + 0.2 * grown if self._turn_tokens else float(grown)
-            turns_left = self._turns_left(high)
-            if turns_left <= self.config.prepare_turns:
-                self._prepare_ahead(turns_left)
+            self._maybe_prepare_ahead(high)
         self._last_rounds_total = self._rounds_total
         status = self.status(layer)
         if self.events.listening:
@@ -424,25 +422,34 @@ class ContextEngine:
             return float("inf")
         return (high - self._view_tokens) / self._turn_tokens
 
-    def _prepare_ahead(self, turns_left: float) -> None:
-        """Spread the next compaction's work over the few turns before it.
+    def _maybe_prepare_ahead(self, high: float) -> None:
+        """Prepare ahead on as few turns as possible, just before a compaction that would be too slow.
 
-        When the burn rate says a compaction is a few turns away and many rounds are waiting,
-        each of those turns spends a bounded slice of time extracting identifiers, writing
-        snapshots and building the stand-ins and ledger entries the compaction will need. The
-        view itself does not change (the cached prefix stays valid); the compaction then only
-        swaps in what is ready, so no single turn pays for dozens of outputs at once, and the
-        turns far from a compaction pay nothing.
+        The work waiting for the next compaction is estimated from the rounds not yet prepared
+        and the measured cost per round. Work up to ``compaction_budget_ms`` is left to the
+        compaction; the rest is spread over the last turns before it, each taking at most
+        ``prepare_slice_ms``, starting only as early as that requires. Turns far from a
+        compaction pay nothing.
         """
         newest_clearable = len(self.rounds) - 1 - self.config.clear_after_rounds
-        pending = newest_clearable - self._prep_cursor
-        if pending * self._prep_cost * 1000 < self.config.compaction_budget_ms:
-            return  # a small batch is cheap enough to do in the compaction itself
-        # share the expected work evenly over the turns left, within the configured slice
-        needed = pending * self._prep_cost / max(1.0, turns_left) * 1.3
-        budget = min(self.config.prepare_slice_ms / 1000, max(needed, 0.0005))
+        pending_ms = (newest_clearable - self._prep_cursor) * self._prep_cost * 1000
+        excess = pending_ms - self.config.compaction_budget_ms
+        if excess <= 0:
+            return
+        slice_ms = self.config.prepare_slice_ms
+        turns_left = self._turns_left(high)
+        if turns_left > excess / slice_ms + 1:
+            return
+        self._prepare_ahead(min(slice_ms, max(0.5, excess / max(1.0, turns_left - 1))), newest_clearable)
+
+    def _prepare_ahead(self, slice_ms: float, newest_clearable: int) -> None:
+        """Build stand-ins, snapshots and ledger entries for waiting rounds, for ``slice_ms``.
+
+        The view itself does not change (the cached prefix stays valid); the compaction then only
+        swaps in what is ready.
+        """
         started = time.perf_counter()
-        deadline = started + budget
+        deadline = started + slice_ms / 1000
         done = 0
         i = self._prep_cursor
         while i < len(self.rounds) and i <= newest_clearable:
@@ -926,6 +933,8 @@ class ContextEngine:
                 extra={"contextkeeper": "context"},
             )
             tokens = self.accountant.count_message(msg)
+            if ledger_text:
+                self.ledger.calibrate(self.ledger.estimate(ledger_text), tokens - fixed)
             if tokens <= room or not ledger_text:
                 break
             ledger_room -= tokens - room + 8
