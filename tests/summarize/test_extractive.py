@@ -13,6 +13,7 @@ from contextkeeper.summarize import (
     ExtractiveSummarizer,
     condense,
     constraint_sentences,
+    fit_summary,
     message_identifiers,
 )
 from contextkeeper.summarize._sections import parse_summary
@@ -233,3 +234,30 @@ def test_property_keeps_every_identifier_that_fits(msgs: list[Message], budget: 
         assert not missing, (missing, text)
     elif ids and budget >= 200:
         assert ids[0] in text  # what does not all fit is kept best first
+
+
+def test_fit_summary_shrinks_by_sections() -> None:
+    text = ExtractiveSummarizer(counter=CL100K).summarize(request(support_history(), 2000))
+    assert fit_summary(text, 5000, counter=CL100K) == text
+    small = fit_summary(text, 80, counter=CL100K)
+    assert CL100K.count_text(small) <= 80
+    assert "ORD-48213" in small and "Don't use express shipping, my budget is 40 EUR." in small
+
+
+def test_record_names_and_ids_rank_above_other_output_values() -> None:
+    record = {
+        "reservation_id": "QX81ZP",
+        "origin": "SEA",
+        "destination": "JFK",
+        "price": 1234,
+        "passengers": [{"first_name": "Ines", "last_name": "Okafor"}],
+        "cabin": "economy",
+    }
+    msgs = [
+        Message.user("Check my booking please."),
+        Message.assistant("", tool_calls=[call("c1", "get_reservation", code="QX81ZP")]),
+        Message.tool_result("c1", json.dumps(record)),
+    ]
+    ids = ExtractiveSummarizer().identifiers(request(msgs))
+    assert ids.index("Okafor") < ids.index("SEA") < ids.index("1234")
+    assert ids.index("Ines") < ids.index("JFK")

@@ -114,12 +114,18 @@ class _Score:
 
 
 def _faithful(body: dict[str, Any]) -> str:
-    """A scripted "model" that copies what the prompt says must be kept, under our headings."""
+    """A scripted "model" that keeps what the prompt says must be kept, under our headings.
+
+    It copies the must-keep identifiers and constraints, and the key data of the summaries it
+    is asked to merge; it writes no other facts (a model would, so this is a floor).
+    """
     prompt = str(body["messages"][-1]["content"])
-    ids = re.search(r"Identifiers that must appear verbatim: (.*)", prompt)
+    ids: list[str] = []
+    for line in re.findall(r"(?:Identifiers that must appear verbatim|Key data): (.*)", prompt):
+        ids += [i.strip() for i in line.split(" · ") if i.strip() and i.strip() not in ids]
     constraints = re.search(r"User constraints to quote verbatim:\n((?:- .*\n?)+)", prompt)
     lines = ["Task: the user's request (see constraints)", "Completed steps:", "- looked up the records"]
-    lines.append("Key data: " + (ids.group(1).strip() if ids else ""))
+    lines.append("Key data: " + " · ".join(ids))
     if constraints:
         lines += ["User constraints:", constraints.group(1).strip()]
     lines.append("Next step: continue with the user")

@@ -17,6 +17,7 @@ from .extractive import (
     ExtractiveSummarizer,
     condense,
     constraint_sentences,
+    fit_summary,
     message_identifiers,
 )
 from .fidelity import FidelityReport, fidelity_report, open_items, readable_text
@@ -37,6 +38,7 @@ __all__ = [
     "condense",
     "constraint_sentences",
     "fidelity_report",
+    "fit_summary",
     "message_identifiers",
     "open_items",
     "readable_text",

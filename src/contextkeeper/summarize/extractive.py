@@ -16,8 +16,9 @@ runs out), and open items that the new messages settled are dropped.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..compaction.summarizer import SummaryRequest
@@ -32,6 +33,7 @@ __all__ = [
     "ExtractiveSummarizer",
     "condense",
     "constraint_sentences",
+    "fit_summary",
     "message_identifiers",
 ]
 
@@ -120,6 +122,39 @@ def message_identifiers(message: Message, *, scan_chars: int = _SCAN_CHARS) -> l
     return sorted(ranked, key=fact_rank)
 
 
+# JSON keys whose values name a thing: records are looked up again by these (ids, names, paths...).
+_KEY_RE = re.compile(
+    r"(?:^|_)(?:id|ids|name|names|path|paths|file|filename|url|uri|email|code|number|date|error)$",
+    re.IGNORECASE,
+)
+
+
+def _keyed(value: object, key: str = "", depth: int = 0) -> Iterator[str]:
+    if depth > 12:
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _keyed(v, str(k), depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _keyed(v, key, depth + 1)
+    elif isinstance(value, str | int) and not isinstance(value, bool) and key and _KEY_RE.search(key):
+        text = str(value)
+        if 1 < len(text) <= 80:
+            yield text
+
+
+def _keyed_values(text: str) -> set[str]:
+    """Values of a JSON document stored under identifier-like keys (``*_id``, ``*name``, ``path``, ``url``...)."""
+    stripped = text.lstrip()
+    if not stripped or stripped[0] not in "[{" or len(text) > 65536:
+        return set()
+    try:
+        return set(_keyed(json.loads(text)))
+    except (ValueError, RecursionError):
+        return set()
+
+
 def _failed(message: Message) -> bool:
     if message.is_error:
         return True
@@ -189,17 +224,22 @@ class _BaseExtractive:
         scored: dict[str, tuple[int, int]] = {}
         tool_only: set[str] = set()
 
-        def score(facts: Sequence[str], *, tool: bool = False) -> None:
+        def score(facts: Sequence[str], *, tool: bool = False, keyed: set[str] | None = None) -> None:
             for n, f in enumerate(facts):
                 old = scored.get(f)
-                if old is None:
+                if keyed and f in keyed:
+                    # a record's id, name, path...: ranks with what the conversation itself mentions
+                    rank = min(fact_rank(f), 1)
+                    scored[f] = (rank if old is None else min(rank, old[0]), len(scored) if old is None else old[1])
+                    tool_only.discard(f)
+                elif old is None:
                     # the long tail of one output's values (a listing, a log) ranks below its head
                     scored[f] = (fact_rank(f) + (1 if tool and n >= _HEAD_FACTS else 0), len(scored))
                     if tool:
                         tool_only.add(f)
                 elif not tool:
                     tool_only.discard(f)
-                    scored[f] = (fact_rank(f), old[1])
+                    scored[f] = (min(fact_rank(f), old[0]), old[1])
 
         score(prev.ids)
         prose = "\n".join([*prev.task, *prev.steps, *prev.state, *prev.key, *prev.errors, *prev.open, *prev.other])
@@ -211,7 +251,8 @@ class _BaseExtractive:
         succeeded: set[str] = set()
         last_text: Message | None = None
         for i, m in enumerate(messages):
-            score(message_identifiers(m), tool=m.role == "tool")
+            keyed = _keyed_values(m.text) if m.role == "tool" else None
+            score(message_identifiers(m), tool=m.role == "tool", keyed=keyed)
             if m.role != "tool":
                 said.append(m.text)
                 said.extend(c.arguments for c in m.tool_calls)
@@ -343,6 +384,19 @@ class AsyncExtractiveSummarizer(_BaseExtractive):
     async def summarize(self, request: SummaryRequest) -> str:
         """The new running summary (see `ExtractiveSummarizer.summarize`); runs inline, it is CPU-cheap."""
         return self.render(request)
+
+
+def fit_summary(text: str, max_tokens: int, *, counter: TokenCounter | None = None) -> str:
+    """A structured summary shortened to ``max_tokens`` section by section, identifiers and constraints first.
+
+    For a summary that must shrink after it was written (less room in the view than it was
+    written for): unlike a cut at a character count, no section is lost whole and no identifier
+    is cut in half. Text that fits is returned unchanged.
+    """
+    counter = counter if counter is not None else get_counter("heuristic")
+    if counter.count_text(text) <= max_tokens:
+        return text
+    return compose(parse_summary(text), max_tokens=max_tokens, counter=counter, clip_scale=2)
 
 
 def condense(text: str, max_tokens: int, *, counter: TokenCounter | None = None) -> str:
