@@ -1,0 +1,290 @@
+"""Property: any sequence of adds and prepares yields views that fit, keep pairs and the protected
+set, start with the system prompt, and leave the transcript unchanged (issue 3, "Done when")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from hypothesis import HealthCheck, event, given, settings, strategies as st
+
+from contextkeeper.compaction.config import EVICTION_POLICIES, CompactionConfig
+from contextkeeper.compaction.summarizer import SummaryRequest
+from contextkeeper.exceptions import BudgetExceeded
+from contextkeeper.keyinfo import extract_identifiers
+from contextkeeper.messages import Message, ToolCall
+from contextkeeper.session import AsyncSession, PreparedView, Session
+
+from ._helpers import COUNTER, Recorder, check_view, make_text, protected_floor
+
+WINDOWS = (2000, 3000, 6000, 12000, 32000)
+
+
+@dataclass(frozen=True)
+class Text:
+    size: str
+    seed: int
+    chinese: bool
+
+    def render(self, window: int, error: bool = False) -> str:
+        chars = {
+            "tiny": 4 + self.seed % 30,
+            "small": 40 + self.seed % 500,
+            "medium": 600 + self.seed % 2400,
+            "large": 3000 + self.seed % 9000,
+            # more tokens than the whole window, English (~4 chars/token) or Chinese (~1 token/char)
+            "huge": window * (2 if self.chinese else 6),
+        }[self.size]
+        return make_text(chars, seed=self.seed, chinese=self.chinese, error=error)
+
+
+def _size(n: int) -> str:
+    return "tiny" if n < 6 else "small" if n < 12 else "medium" if n < 16 else "large" if n < 19 else "huge"
+
+
+def texts(top: int = 19) -> st.SearchStrategy[Text]:
+    """Sizes from tiny to larger than the window (``top`` 19 allows huge, 18 large, 15 medium...)."""
+    return st.builds(
+        Text, st.integers(0, top).map(_size), st.integers(0, 10**6), st.integers(0, 4).map(lambda n: n == 0)
+    )
+
+
+# requests and replies are mostly short (a huge pinned request makes every later prepare fail)
+requests = st.one_of(texts(15), texts(15), texts(15), texts(19))
+
+
+@dataclass(frozen=True)
+class User:
+    text: Text
+    pinned: bool
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: Text
+
+
+@dataclass(frozen=True)
+class Tools:
+    outputs: tuple[Text, ...]
+    errors: tuple[bool, ...]
+    reuse_ids: bool
+    in_flight: int | None
+    """Prepare after this many results arrived (None: no prepare while calls are in flight)."""
+
+
+@dataclass(frozen=True)
+class Developer:
+    seed: int
+
+
+@dataclass(frozen=True)
+class Prepare:
+    pass
+
+
+@st.composite
+def tools_ops(draw: st.DrawFn) -> Tools:
+    k = draw(st.integers(1, 3))
+    outputs = tuple(draw(texts()) for _ in range(k))
+    errors = tuple(draw(st.integers(0, 5)) == 0 for _ in range(k))
+    in_flight = draw(st.one_of(st.none(), st.integers(0, k - 1)))
+    return Tools(outputs=outputs, errors=errors, reuse_ids=draw(st.booleans()), in_flight=in_flight)
+
+
+ops = st.lists(
+    st.one_of(
+        st.builds(User, requests, st.integers(0, 6).map(lambda n: n == 0)),
+        st.builds(Reply, requests),
+        tools_ops(),
+        tools_ops(),
+        st.builds(Developer, st.integers(0, 100)),
+        st.just(Prepare()),
+        st.just(Prepare()),
+    ),
+    min_size=6,
+    max_size=50,
+)
+
+
+@st.composite
+def configs(draw: st.DrawFn) -> CompactionConfig:
+    overrides: dict[str, Any] = {
+        "eviction_policy": draw(st.sampled_from(EVICTION_POLICIES)),
+        "keep_recent_rounds": draw(st.integers(1, 4)),
+        "clear_after_rounds": draw(st.integers(1, 6)),
+    }
+    return CompactionConfig.profile(draw(st.sampled_from(["default", "seed"])), **overrides)
+
+
+class EchoSummarizer:
+    """A deterministic summarizer: the identifiers of the span, bounded."""
+
+    def summarize(self, request: SummaryRequest) -> str:
+        ids = extract_identifiers(" ".join(m.text[:2000] for m in request.messages), limit=20)
+        previous = (request.previous or "")[:200]
+        return f"Task so far ({len(request.messages)} messages). {previous} Ids: {', '.join(ids)}"
+
+
+class AsyncEchoSummarizer:
+    async def summarize(self, request: SummaryRequest) -> str:
+        await anyio.sleep(0)
+        return EchoSummarizer().summarize(request)
+
+
+def build_messages(program: list[Any], window: int) -> list[list[Message] | None]:
+    """The program as batches of messages to add; None stands for a prepare()."""
+    batches: list[list[Message] | None] = []
+    counter = 0
+    for op in program:
+        if isinstance(op, Prepare):
+            batches.append(None)
+        elif isinstance(op, User):
+            batches.append([Message.user(op.text.render(window), pinned=op.pinned)])
+        elif isinstance(op, Reply):
+            batches.append([Message.assistant(op.text.render(window))])
+        elif isinstance(op, Developer):
+            batches.append([Message(role="developer", parts=Message.user(f"Note {op.seed}: be brief.").parts)])
+        else:
+            calls = []
+            for j, out in enumerate(op.outputs):
+                cid = f"call_{j}" if op.reuse_ids else f"call_u{counter}"
+                counter += 1
+                calls.append(ToolCall(call_id=cid, name="search", arguments=f'{{"q": "item {out.seed}", "n": {j}}}'))
+            results = [
+                Message.tool_result(c.call_id, out.render(window, error=err), name=c.name, is_error=err)
+                for c, out, err in zip(calls, op.outputs, op.errors, strict=True)
+            ]
+            if op.in_flight is None:
+                batches.append([Message.assistant("Looking it up.", tool_calls=calls), *results])
+            else:
+                batches.append([Message.assistant("", tool_calls=calls), *results[: op.in_flight]])
+                batches.append(None)
+                batches.append(results[op.in_flight :])
+    batches.append(None)
+    return batches
+
+
+def run_program(s: Session, batches: list[list[Message] | None]) -> list[PreparedView | BudgetExceeded]:
+    rec = Recorder()
+    s.subscribe(rec)
+    added: list[Message] = []
+    outcomes: list[PreparedView | BudgetExceeded] = []
+    prev: PreparedView | None = None
+    new: list[Message] = []
+    high = s.config.high_water * s.budget.effective
+    for batch in batches:
+        if batch is not None:
+            s.add(batch)
+            added.extend(batch)
+            new.extend(batch)
+            continue
+        mark = rec.mark()
+        try:
+            pv = s.prepare(format="internal")
+        except BudgetExceeded as exc:
+            # the floor estimates stand-in sizes; allow 2% for that estimate
+            floor = protected_floor(s)
+            assert floor > s.budget.effective * 0.98, (
+                f"BudgetExceeded although the protected set needs only {floor} of {s.budget.effective} tokens: {exc}"
+            )
+            assert exc.breakdown and exc.budget == s.budget.effective
+            assert s.transcript == added
+            outcomes.append(exc)
+            event("budget exceeded")
+            prev, new = None, []
+            continue
+        check_view(s, pv, added)
+        compacted = bool(rec.since(mark, "compaction.started"))
+        if compacted:
+            event(f"compacted: {pv.status.layer}")
+        if prev is not None:
+            before = prev.status.used + sum(s.accountant.count_message(m) for m in new)
+            if before <= high:
+                assert not compacted, f"compaction ran at {before} tokens, below high water {high:.0f}"
+                assert len(pv.view) == len(prev.view) + len(new)
+                assert all(a is b for a, b in zip(pv.view, [*prev.view, *new], strict=True)), "view did not append"
+            elif s.config.high_water == 1.0:
+                assert compacted, f"no compaction although the view needed {before} > {s.budget.effective}"
+        statuses = rec.since(mark, "context.status")
+        assert statuses and statuses[-1].used == pv.status.used
+        outcomes.append(pv)
+        prev, new = pv, []
+    return outcomes
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(
+    program=ops,
+    window=st.sampled_from(WINDOWS),
+    reserved=st.sampled_from([0, 8]),
+    config=configs(),
+    system=st.integers(0, 2),
+    summarize=st.booleans(),
+    counter=st.sampled_from([COUNTER, COUNTER, "heuristic"]),
+)
+def test_any_program_yields_valid_views(
+    program: list[Any],
+    window: int,
+    reserved: int,
+    config: CompactionConfig,
+    system: int,
+    summarize: bool,
+    counter: str,
+) -> None:
+    s = Session(
+        window=window,
+        reserved_output=window // reserved if reserved else 0,
+        counter=counter,
+        config=config,
+        summarizer=EchoSummarizer() if summarize else None,
+    )
+    first: list[Message] = [Message.system(f"You are agent {i}. Follow the rules.") for i in range(system)]
+    batches = build_messages([User(Text("small", 7, False), False), *program], window)
+    run_program(s, [first, *batches] if first else batches)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(program=ops, window=st.sampled_from(WINDOWS[:3]), config=configs())
+def test_async_session_gives_the_same_views_as_the_sync_one(
+    program: list[Any], window: int, config: CompactionConfig
+) -> None:
+    batches = build_messages([User(Text("small", 3, False), False), *program], window)
+    sync = Session("parity", window=window, counter=COUNTER, config=config, summarizer=EchoSummarizer())
+    asyn = AsyncSession("parity", window=window, counter=COUNTER, config=config, summarizer=AsyncEchoSummarizer())
+
+    def sync_views() -> list[Any]:
+        out: list[Any] = []
+        for batch in batches:
+            if batch is not None:
+                sync.add(batch)
+                continue
+            try:
+                out.append(_shape(sync.prepare(format="internal")))
+            except BudgetExceeded as exc:
+                out.append(("budget", exc.used, exc.budget))
+        return out
+
+    async def async_views() -> list[Any]:
+        out: list[Any] = []
+        for batch in batches:
+            if batch is not None:
+                asyn.add(batch)
+                continue
+            try:
+                out.append(_shape(await asyn.prepare(format="internal")))
+            except BudgetExceeded as exc:
+                out.append(("budget", exc.used, exc.budget))
+        return out
+
+    assert sync_views() == anyio.run(async_views)
+
+
+def _shape(pv: PreparedView) -> tuple[Any, ...]:
+    """What must be equal between twins (context-block ids carry the turn, so text is compared)."""
+    return (
+        tuple((m.role, m.message_id, m.text, m.tool_call_id) for m in pv.view),
+        pv.status.used,
+        pv.status.layer,
+    )

@@ -1,0 +1,215 @@
+"""The task-progress ledger: entries, roll-up, persistence, rendering within a token budget."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from hypothesis import given, settings, strategies as st
+
+from compaction._helpers import is_context_block, make_text, session, tool_round
+from contextkeeper.compaction.config import CompactionConfig
+from contextkeeper.ledger import HEADER, Ledger, LedgerEntry, describe_call, entry_for_round, request_facts
+from contextkeeper.messages import Message
+from contextkeeper.tokens import get_counter
+
+TIKTOKEN = get_counter("tiktoken:cl100k_base")
+HEURISTIC = get_counter("heuristic")
+
+
+def booking(i: int, *, fail: bool = False, padding: int = 0) -> list[Message]:
+    out = (
+        f"Error: seat map unavailable for TP{i:03d}"
+        if fail
+        else f"booked TP{i:03d} for ORD-{i} on 2024-06-{i % 28 + 1:02d}"
+    )
+    if padding:
+        out += "\n" + make_text(padding, seed=i)
+    return tool_round(f"c{i}", out, name="book" if i % 2 else "search", flight=f"TP{i:03d}")
+
+
+# --- entries ---------------------------------------------------------------------------------
+
+
+def test_tool_round_entry_has_status_intention_facts_and_snapshot() -> None:
+    e = entry_for_round(booking(7), step=3, snapshot_id="snap_" + "a" * 24)
+    assert e is not None
+    assert (e.step, e.status, e.kind) == (3, "done", "tool")
+    assert e.intention == "book(flight=TP007)"
+    assert {"TP007", "ORD-7", "2024-06-08"} <= set(e.facts)
+    assert e.snapshot_id == "snap_" + "a" * 24 and e.tools == ("book",) and len(e.message_ids) == 2
+
+
+def test_failed_round_entry() -> None:
+    e = entry_for_round(booking(3, fail=True), step=1)
+    assert e is not None and e.status == "failed"
+    assert any("seat map unavailable" in f for f in e.facts)
+    flagged = tool_round("x", "all fine", name="f")
+    flagged[1] = Message.tool_result("x", "looks fine", name="f", is_error=True)
+    failed = entry_for_round(flagged, step=2)
+    assert failed is not None and failed.status == "failed"
+
+
+def test_request_entry_keeps_names_and_ids() -> None:
+    e = entry_for_round([Message.user("Please book Lisbon for Maria Silva, order ORD-77, by 2024-07-01.")], step=2)
+    assert e is not None and e.kind == "request" and e.intention.startswith("user: Please book Lisbon")
+    assert {"ORD-77", "2024-07-01", "Lisbon", "Maria", "Silva"} <= set(e.facts)
+    assert "ORD-9" not in request_facts("x " * 2000 + "ORD-9")  # only the first 1,200 characters count
+    assert entry_for_round([Message.assistant("just talking")], step=1) is None
+    assert entry_for_round([], step=1) is None
+
+
+def test_describe_call() -> None:
+    assert describe_call("f", '{"a": 1, "b": "x"}') == "f(a=1, b=x)"
+    assert describe_call("f", "") == "f()"
+    assert describe_call("f", "not json") == "f(not json)"
+    long = describe_call("f", json.dumps({"q": "x" * 500}))
+    assert len(long) < 260 and long.endswith(")") and "…" in long
+
+
+# --- recording, roll-up, persistence ----------------------------------------------------------
+
+
+def test_roll_up_keeps_the_ledger_bounded_and_counts_everything() -> None:
+    led = Ledger(max_entries=4)
+    for i in range(10):
+        led.record_round(booking(i, fail=(i % 3 == 0)))
+    led.note("called the customer")
+    assert len(led.entries) == 4
+    assert [e.step for e in led.entries] == [8, 9, 10, 11]
+    assert led.rolled_up["failed"] + led.rolled_up["done"] == 7
+    assert led.rolled_up["tool:book"] + led.rolled_up["tool:search"] == 7
+    assert led.done_steps == 11
+    text = led.render(max_tokens=400, count=TIKTOKEN.count_text)
+    m = re.search(r"Earlier steps: (\d+) done, (\d+) failed", text)
+    assert m and int(m.group(1)) + int(m.group(2)) == 7
+    assert "#11 ✓ called the customer" in text
+
+
+def test_plan_mark_and_sorted_steps() -> None:
+    led = Ledger()
+    planned = led.plan(["search flights", "book hotel"])
+    assert [e.status for e in planned] == ["planned", "planned"]
+    led.mark(planned[0].step, "done")
+    assert led.entries[0].status == "done"
+    led.append(LedgerEntry(step=100, status="done", intention="late"))
+    led.append(LedgerEntry(step=50, status="failed", intention="earlier"))
+    assert [e.step for e in led.entries] == sorted(e.step for e in led.entries)
+    assert led.next_step > 100  # new steps never reuse a number
+    try:
+        led.mark(999, "done")
+    except KeyError as exc:
+        assert "999" in str(exc)
+    else:
+        raise AssertionError("mark of an unknown step must raise")
+    text = led.render(max_tokens=300, count=HEURISTIC.count_text)
+    assert "✓ search flights" in text and "… book hotel" in text and "✗ earlier" in text
+
+
+def test_to_dict_from_dict_round_trip() -> None:
+    led = Ledger(max_entries=3)
+    for i in range(6):
+        led.record_round(booking(i, fail=i == 2), snapshot_id="snap_" + f"{i:024x}")
+    led.note("wrote the summary", status="failed")
+    data = json.loads(json.dumps(led.to_dict()))
+    back = Ledger.from_dict(data)
+    assert back == led
+    assert back.render(max_tokens=300, count=TIKTOKEN.count_text) == led.render(
+        max_tokens=300, count=TIKTOKEN.count_text
+    )
+    assert Ledger.from_dict({}).entries == []
+
+
+# --- rendering -------------------------------------------------------------------------------
+
+facts = st.text(alphabet=st.sampled_from(list("abcXYZ0123456789_-/.:$ 订单数据")), min_size=1, max_size=40).filter(
+    str.strip
+)
+entries = st.builds(
+    LedgerEntry,
+    step=st.integers(1, 10_000),
+    status=st.sampled_from(["planned", "done", "failed"]),
+    intention=st.text(min_size=0, max_size=400),
+    kind=st.sampled_from(["tool", "request", "note"]),
+    facts=st.lists(facts, max_size=30).map(tuple),
+    tools=st.lists(st.sampled_from(["search", "book", "read_file"]), max_size=3).map(tuple),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    items=st.lists(entries, max_size=60),
+    max_entries=st.integers(1, 80),
+    max_tokens=st.integers(0, 800),
+    tiktoken=st.booleans(),
+)
+def test_render_never_exceeds_max_tokens(
+    items: list[LedgerEntry], max_entries: int, max_tokens: int, tiktoken: bool
+) -> None:
+    count = (TIKTOKEN if tiktoken else HEURISTIC).count_text
+    led = Ledger(max_entries=max_entries)
+    for e in items:
+        led.append(e)
+    assert len(led.entries) <= max_entries
+    assert led.done_steps == sum(1 for e in items if e.status != "planned")
+    text = led.render(max_tokens=max_tokens, count=count)
+    assert count(text) <= max_tokens
+    if text:
+        assert text.startswith(HEADER)
+    if items and max_tokens >= 120:
+        assert text, "a ledger with entries and room renders something"
+
+
+def test_render_prefers_newest_lines_and_keeps_facts() -> None:
+    led = Ledger()
+    for i in range(40):
+        led.record_round(booking(i))
+    text = led.render(max_tokens=150, count=TIKTOKEN.count_text)
+    assert TIKTOKEN.count_text(text) <= 150
+    assert "#40 " in text and "#1 " not in text
+    assert "Earlier steps:" in text
+    assert "Key data:" in text and "TP039" in text
+
+
+# --- the ledger in a session -----------------------------------------------------------------
+
+
+def test_evicted_rounds_become_ledger_entries_rendered_in_the_view() -> None:
+    s, _ = session(3000, config=CompactionConfig(keep_recent_rounds=1, clear_after_rounds=2))
+    s.add([Message.system("You book travel."), Message.user("Book flights for the team.")])
+    seen_steps: set[int] = set()
+    for i in range(20):
+        s.add(booking(i, fail=i == 4, padding=1500))
+        pv = s.prepare(format="internal")
+        steps = {e.step for e in s.ledger.entries}
+        assert seen_steps <= steps  # entries survive every compaction
+        seen_steps = steps
+    ids = {m.message_id for m in pv.view}
+    gone = [m for m in s.transcript if m.role == "assistant" and m.message_id not in ids]
+    assert gone
+    by_first = {e.message_ids[0]: e for e in s.ledger.entries if e.message_ids}
+    for m in gone:
+        e = by_first[m.message_id]
+        assert e.status in ("done", "failed") and e.snapshot_id and e.snapshot_id.startswith("snap_")
+    failed = [e for e in s.ledger.entries if e.status == "failed"]
+    assert len(failed) == 1 and "TP004" in failed[0].intention
+    block = next(m for m in pv.view if is_context_block(m))
+    assert HEADER in block.text and "do not repeat" in block.text
+    assert block.source_ids  # the block names the span it stands for
+    for e in s.ledger.entries[-3:]:
+        assert f"#{e.step} " in block.text
+    assert s.accountant.count_message(block) <= 0.35 * s.budget.effective
+
+
+def test_ledger_stays_bounded_in_a_long_session() -> None:
+    config = CompactionConfig(keep_recent_rounds=1, ledger_max_entries=10)
+    s, _ = session(2500, config=config)
+    s.add([Message.system("sys"), Message.user("go")])
+    for i in range(40):
+        s.add(tool_round(f"c{i}", make_text(1200, seed=i), q=f"q{i}"))
+        pv = s.prepare(format="internal")
+        assert pv.status.used <= pv.status.budget
+    assert len(s.ledger.entries) <= 10
+    assert sum(v for k, v in s.ledger.rolled_up.items() if not k.startswith("tool:")) > 0
+    block = next(m for m in pv.view if is_context_block(m))
+    assert "Earlier steps:" in block.text
