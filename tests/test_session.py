@@ -285,3 +285,56 @@ async def test_async_session_prepare_and_overflow() -> None:
     deeper = await s.on_context_overflow(format="openai")
     assert deeper.status.used < pv.status.used or deeper.status.used <= 0.35 * 3000
     assert isinstance(deeper.messages[0], dict)
+
+
+class CountingCounter:
+    """A heuristic-like counter that records every text it is asked to count."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    @property
+    def name(self) -> str:
+        return "counting-test"
+
+    def count_text(self, text: str) -> int:
+        self.texts.append(text)
+        return len(text) // 4 + 1
+
+
+def test_a_turn_without_compaction_tokenizes_only_the_new_messages() -> None:
+    counter = CountingCounter()
+    s = Session(window=200_000, counter=counter)
+    s.add([Message.system("You are a travel agent."), Message.user("Find me a flight.")])
+    s.prepare()
+    for i in range(30):
+        before = len(counter.texts)
+        batch = tool_round(f"c{i}", make_text(800, seed=i), name="search", q=f"leg {i}")
+        s.add(batch)
+        added = counter.texts[before:]
+        # the assistant call (its name and arguments) and the result: nothing older is counted again
+        assert set(added) <= {"search", batch[0].tool_calls[0].arguments, batch[1].text}
+        before = len(counter.texts)
+        pv = s.prepare(format="internal")
+        assert counter.texts[before:] == []  # preparing a view that only appends counts nothing
+        assert pv.status.layer is None
+
+
+def test_ledger_notes_between_compactions_do_not_change_the_cached_prefix() -> None:
+    s, _, _ = started(8000)
+    prev = s.prepare(format="internal")
+    for i in range(6):
+        s.on_turn_start()
+        batch = tool_round(f"c{i}", make_text(600, seed=i))
+        s.add(batch)
+        s.on_turn_end({"prompt_tokens": prev.status.used}, step=f"searched leg {i}")
+        pv = s.prepare(format="internal")
+        assert pv.view[: len(prev.view)] == prev.view and pv.view[len(prev.view) :] == batch
+        prev = pv
+
+
+def test_the_transcript_property_is_a_copy() -> None:
+    s, _, head = started()
+    t = s.transcript
+    t.clear()
+    assert s.transcript == head

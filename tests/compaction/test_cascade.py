@@ -381,3 +381,34 @@ def test_config_validation_and_profiles() -> None:
     assert CompactionConfig.from_dict(default.to_dict()) == default
     s = Session(window=4000, counter="heuristic", config={"eviction_policy": "lru"})
     assert s.config.eviction_policy == "lru"
+
+
+def test_the_newest_three_rounds_stay_whole_while_the_budget_allows() -> None:
+    s, rec, _ = start(6000, config=CompactionConfig(clear_after_rounds=1))
+    rounds = []
+    for i in range(20):
+        r = tool_round(f"c{i}", make_text(1400, seed=i), q=f"q{i}")
+        rounds.append(r)
+        s.add(r)
+        mark = rec.mark()
+        pv = s.prepare(format="internal")
+        if rec.since(mark, "compaction.started"):
+            for newest in rounds[-3:]:
+                assert all(m in pv.view for m in newest)  # the very objects: not cleared, not evicted
+
+
+def test_under_a_tight_budget_recent_outputs_shrink_before_the_current_round_is_touched() -> None:
+    s, rec, added = start(2000)
+    rounds = [tool_round(f"c{i}", make_text(3000, seed=i), q=f"q{i}") for i in range(3)]
+    for r in rounds:
+        s.add(r)
+        added.extend(r)
+    assert s.accountant.count_messages(s.transcript) > s.budget.effective
+    pv = s.prepare(format="internal")
+    check_view(s, pv, added)
+    assert all(m in pv.view for m in rounds[-1])  # the current round, whole
+    assert added[1] in pv.view  # the current request
+    assert rounds[0][1] not in pv.view  # the oldest recent output shrank first...
+    stand_in = next(m for m in pv.view if m.role == "tool" and m.tool_call_id == "c0")
+    assert stand_in.snapshot_id and stand_in.source_ids == (rounds[0][1].message_id,)
+    assert pv.status.layer == "shrink"  # ...by the layer that runs only when the budget is at stake

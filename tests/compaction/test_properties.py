@@ -13,7 +13,7 @@ from contextkeeper.compaction.config import EVICTION_POLICIES, CompactionConfig
 from contextkeeper.compaction.summarizer import SummaryRequest
 from contextkeeper.exceptions import BudgetExceeded
 from contextkeeper.keyinfo import extract_identifiers
-from contextkeeper.messages import Message, ToolCall
+from contextkeeper.messages import Message, ThinkingPart, ToolCall
 from contextkeeper.session import AsyncSession, PreparedView, Session
 
 from ._helpers import COUNTER, Recorder, check_view, make_text, protected_floor
@@ -63,6 +63,7 @@ class User:
 @dataclass(frozen=True)
 class Reply:
     text: Text
+    thinking: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,25 @@ class Prepare:
     pass
 
 
+@dataclass(frozen=True)
+class Overflow:
+    """The provider said the prompt was too long: on_context_overflow()."""
+
+
+@dataclass(frozen=True)
+class Note:
+    """on_turn_end(usage, step=...): a ledger note and a calibration sample."""
+
+    failed: bool
+
+
+@dataclass(frozen=True)
+class Pin:
+    """Pin the k-th user message so far (modulo their number) with Session.pin()."""
+
+    k: int
+
+
 @st.composite
 def tools_ops(draw: st.DrawFn) -> Tools:
     k = draw(st.integers(1, 3))
@@ -96,12 +116,15 @@ def tools_ops(draw: st.DrawFn) -> Tools:
 ops = st.lists(
     st.one_of(
         st.builds(User, requests, st.integers(0, 6).map(lambda n: n == 0)),
-        st.builds(Reply, requests),
+        st.builds(Reply, requests, st.booleans()),
         tools_ops(),
         tools_ops(),
         st.builds(Developer, st.integers(0, 100)),
         st.just(Prepare()),
         st.just(Prepare()),
+        st.just(Overflow()),
+        st.builds(Pin, st.integers(0, 50)),
+        st.builds(Note, st.booleans()),
     ),
     min_size=6,
     max_size=50,
@@ -133,17 +156,25 @@ class AsyncEchoSummarizer:
         return EchoSummarizer().summarize(request)
 
 
-def build_messages(program: list[Any], window: int) -> list[list[Message] | None]:
+Step = list[Message] | None | Overflow | Pin | Note
+
+
+def build_messages(program: list[Any], window: int) -> list[Step]:
     """The program as batches of messages to add; None stands for a prepare()."""
-    batches: list[list[Message] | None] = []
+    batches: list[Step] = []
     counter = 0
     for op in program:
         if isinstance(op, Prepare):
             batches.append(None)
+        elif isinstance(op, Overflow | Pin | Note):
+            batches.append(op)
         elif isinstance(op, User):
             batches.append([Message.user(op.text.render(window), pinned=op.pinned)])
         elif isinstance(op, Reply):
-            batches.append([Message.assistant(op.text.render(window))])
+            reply = Message.assistant(op.text.render(window))
+            if op.thinking:
+                reply = Message(role="assistant", parts=(ThinkingPart(text="Let me weigh the options."), *reply.parts))
+            batches.append([reply])
         elif isinstance(op, Developer):
             batches.append([Message(role="developer", parts=Message.user(f"Note {op.seed}: be brief.").parts)])
         else:
@@ -166,7 +197,7 @@ def build_messages(program: list[Any], window: int) -> list[list[Message] | None
     return batches
 
 
-def run_program(s: Session, batches: list[list[Message] | None]) -> list[PreparedView | BudgetExceeded]:
+def run_program(s: Session, batches: list[Step]) -> list[PreparedView | BudgetExceeded]:
     rec = Recorder()
     s.subscribe(rec)
     added: list[Message] = []
@@ -175,14 +206,35 @@ def run_program(s: Session, batches: list[list[Message] | None]) -> list[Prepare
     new: list[Message] = []
     high = s.config.high_water * s.budget.effective
     for batch in batches:
-        if batch is not None:
+        if isinstance(batch, list):
             s.add(batch)
             added.extend(batch)
             new.extend(batch)
             continue
+        if isinstance(batch, Note):
+            used = prev.status.used if prev is not None else 0
+            s.on_turn_end(
+                {"prompt_tokens": used + 7}, step="checked the records", status="failed" if batch.failed else "done"
+            )
+            continue
+        if isinstance(batch, Pin):
+            # only messages still in the view (pinning an evicted one: see test_pending_bugs)
+            shown = {m.message_id for m in prev.view} if prev is not None else set()
+            users = [i for i, m in enumerate(added) if m.role == "user" and m.message_id in shown]
+            if users:
+                i = users[batch.k % len(users)]
+                s.pin(added[i].message_id)
+                pinned = s.transcript[i]
+                assert pinned.message_id == added[i].message_id and pinned.parts == added[i].parts and pinned.pinned
+                added[i] = pinned  # pin() swaps in a pinned copy; nothing else changes
+                prev = None
+            continue
         mark = rec.mark()
         try:
-            pv = s.prepare(format="internal")
+            if isinstance(batch, Overflow):
+                pv = s.on_context_overflow(format="internal")
+            else:
+                pv = s.prepare(format="internal")
         except BudgetExceeded as exc:
             # the floor estimates stand-in sizes; allow 2% for that estimate
             floor = protected_floor(s)
@@ -199,7 +251,11 @@ def run_program(s: Session, batches: list[list[Message] | None]) -> list[Prepare
         compacted = bool(rec.since(mark, "compaction.started"))
         if compacted:
             event(f"compacted: {pv.status.layer}")
-        if prev is not None:
+        if isinstance(batch, Overflow):
+            event("overflow")
+            starts = rec.since(mark, "compaction.started")
+            assert all(e.trigger == "reactive" for e in starts)
+        elif prev is not None:
             before = prev.status.used + sum(s.accountant.count_message(m) for m in new)
             if before <= high:
                 assert not compacted, f"compaction ran at {before} tokens, below high water {high:.0f}"
@@ -257,11 +313,14 @@ def test_async_session_gives_the_same_views_as_the_sync_one(
     def sync_views() -> list[Any]:
         out: list[Any] = []
         for batch in batches:
-            if batch is not None:
+            if isinstance(batch, list):
                 sync.add(batch)
                 continue
+            if isinstance(batch, Pin | Note):
+                continue
             try:
-                out.append(_shape(sync.prepare(format="internal")))
+                call = sync.on_context_overflow if isinstance(batch, Overflow) else sync.prepare
+                out.append(_shape(call(format="internal")))
             except BudgetExceeded as exc:
                 out.append(("budget", exc.used, exc.budget))
         return out
@@ -269,11 +328,14 @@ def test_async_session_gives_the_same_views_as_the_sync_one(
     async def async_views() -> list[Any]:
         out: list[Any] = []
         for batch in batches:
-            if batch is not None:
+            if isinstance(batch, list):
                 asyn.add(batch)
                 continue
+            if isinstance(batch, Pin | Note):
+                continue
             try:
-                out.append(_shape(await asyn.prepare(format="internal")))
+                call = asyn.on_context_overflow if isinstance(batch, Overflow) else asyn.prepare
+                out.append(_shape(await call(format="internal")))
             except BudgetExceeded as exc:
                 out.append(("budget", exc.used, exc.budget))
         return out
