@@ -212,7 +212,9 @@ def run_program(s: Session, batches: list[Step]) -> list[PreparedView | BudgetEx
             new.extend(batch)
             continue
         if isinstance(batch, Note):
-            used = prev.status.used if prev is not None else 0
+            if prev is None:  # usage before any prepare: see test_pending_bugs
+                continue
+            used = prev.status.used
             s.on_turn_end(
                 {"prompt_tokens": used + 7}, step="checked the records", status="failed" if batch.failed else "done"
             )
