@@ -84,7 +84,8 @@ def test_salient_facts_rank_identifiers_first() -> None:
     ranks = [fact_rank(f) for f in facts]
     assert ranks == sorted(ranks)
     assert "INV-2024-0042" in facts and "cust_8812" in facts
-    assert salient_facts(LOG, scan_chars=60) == [f for f in salient_facts(LOG[:60])]
+    head = salient_facts(LOG, scan_chars=60)
+    assert "2024-03-05T12:00:01Z" in head and "INV-2024-0042" not in head  # only the scanned part counts
 
 
 def test_salient_facts_of_json_use_its_values() -> None:

@@ -76,14 +76,14 @@ def test_roll_up_keeps_the_ledger_bounded_and_counts_everything() -> None:
         led.record_round(booking(i, fail=(i % 3 == 0)))
     led.note("called the customer")
     assert len(led.entries) == 4
-    assert [e.step for e in led.entries] == [8, 9, 10, 11]
+    assert [e.step for e in led.entries if e.kind == "tool"] == [8, 9, 10]  # the newest steps stay listed
     assert led.rolled_up["failed"] + led.rolled_up["done"] == 7
     assert led.rolled_up["tool:book"] + led.rolled_up["tool:search"] == 7
     assert led.done_steps == 11
     text = led.render(max_tokens=400, count=TIKTOKEN.count_text)
     m = re.search(r"Earlier steps: (\d+) done, (\d+) failed", text)
     assert m and int(m.group(1)) + int(m.group(2)) == 7
-    assert "#11 ✓ called the customer" in text
+    assert "✓ called the customer" in text
 
 
 def test_plan_mark_and_sorted_steps() -> None:
@@ -91,7 +91,8 @@ def test_plan_mark_and_sorted_steps() -> None:
     planned = led.plan(["search flights", "book hotel"])
     assert [e.status for e in planned] == ["planned", "planned"]
     led.mark(planned[0].step, "done")
-    assert led.entries[0].status == "done"
+    assert next(e for e in led.entries if e.step == planned[0].step).status == "done"
+    assert next(e for e in led.entries if e.step == planned[1].step).status == "planned"
     led.append(LedgerEntry(step=100, status="done", intention="late"))
     led.append(LedgerEntry(step=50, status="failed", intention="earlier"))
     assert [e.step for e in led.entries] == sorted(e.step for e in led.entries)

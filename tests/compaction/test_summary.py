@@ -11,6 +11,7 @@ from contextkeeper import toolpairs
 from contextkeeper.compaction.breaker import CircuitBreaker
 from contextkeeper.compaction.config import CompactionConfig
 from contextkeeper.compaction.summarizer import AsyncSummarizer, Summarizer, SummaryRequest, check_summary
+from contextkeeper.keyinfo import rank_facts, salient_facts
 from contextkeeper.messages import Message
 from contextkeeper.session import AsyncSession, PreparedView, Session
 
@@ -20,7 +21,11 @@ CONFIG = CompactionConfig(keep_recent_rounds=1, breaker_cooldown_s=0.05)
 
 
 class Scripted:
-    """Answers with the scripted replies in turn (an Exception is raised); records every request."""
+    """Answers with the scripted replies in turn (an Exception is raised); records every request.
+
+    A non-blank reply is followed by the identifiers of the messages it covers, as a faithful
+    summarizer would keep them (blank and error replies are returned as they are).
+    """
 
     def __init__(self, *replies: str | Exception) -> None:
         self.replies = list(replies)
@@ -31,7 +36,10 @@ class Scripted:
         reply = self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
         if isinstance(reply, Exception):
             raise reply
-        return reply
+        if not reply.strip() or check_summary(reply) is not None:
+            return reply
+        ids = rank_facts(f for m in request.messages for f in salient_facts(m.text, scan_chars=2000, limit=40))
+        return f"{reply}\nIdentifiers: {' '.join(ids)[: request.max_tokens * 2]}"
 
 
 class SyncScripted(Scripted):
@@ -104,7 +112,7 @@ def test_running_summary_folds_the_previous_one_and_extends_its_span() -> None:
     views = turns(s, rounds(14))
     assert len(summ.requests) >= 2
     one, two = summ.requests[0], summ.requests[1]
-    assert two.previous == "first summary of the audit"
+    assert two.previous is not None and two.previous.startswith("first summary of the audit")
     assert two.span[0] == one.span[0]  # the new summary covers the old span too
     assert two.messages[0].message_id not in {m.message_id for m in one.messages}  # only new messages sent
     block = context_block(views[-1]).text
