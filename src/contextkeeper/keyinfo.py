@@ -23,6 +23,7 @@ _TOKEN = r"""[^\s"'`()\[\]{}<>,;=|]"""
 _EXT = r"(?:py|js|ts|tsx|go|rs|java|rb|c|h|cpp|md|json|yaml|yml|toml|txt|sql|sh|cfg|ini|log|csv)"
 _IDENT_RE = re.compile(
     r"https?://[^\s\"'<>)\]]+"
+    r"|[$€£]?\b\d{1,3}(?:,\d{3})+(?:\.\d+)?\b"  # amounts with thousands separators: $1,234.56
     rf"|(?<!{_TOKEN})(?=[A-Z][A-Z0-9]{{2}}|{_TOKEN}*?(?:[\d_/]|[a-z][A-Z]|\.{_EXT}\b|Error\b|Exception\b|Warning\b))"
     rf"{_TOKEN}+"
 )
@@ -51,7 +52,7 @@ def extract_identifiers(text: str, *, limit: int | None = None) -> list[str]:
     that carry digits. Single digits and a few noise words are skipped.
     """
     # findall + dict.fromkeys keep the per-match work in C; only distinct tokens reach Python code
-    found = [t.rstrip(".,:;!?") for t in dict.fromkeys(_IDENT_RE.findall(text))]
+    found = [t.rstrip(".,:;!?-") for t in dict.fromkeys(_IDENT_RE.findall(text))]
     out = [t for t in dict.fromkeys(found) if 2 <= len(t) <= 200 and t not in _TRIVIAL]
     return out if limit is None else out[:limit]
 
@@ -117,6 +118,17 @@ def json_facts(text: str) -> list[str] | None:
     return list(dict.fromkeys(_json_scalars(doc)))
 
 
+_SPACE_RE = re.compile(r"\s")
+
+
+def _word_end(text: str, at: int) -> int:
+    """``at`` moved forward to the next whitespace, so a scan window never cuts an identifier."""
+    if at >= len(text):
+        return len(text)
+    m = _SPACE_RE.search(text, at, at + 400)
+    return m.start() if m else at
+
+
 def salient_facts(text: str, *, limit: int | None = None, scan_chars: int | None = None) -> list[str]:
     """The facts worth keeping from a text, best first (`fact_rank`).
 
@@ -125,7 +137,7 @@ def salient_facts(text: str, *, limit: int | None = None, scan_chars: int | None
     """
     facts = json_facts(text) if len(text) <= 65536 else None
     if facts is None:
-        window = text if scan_chars is None else text[:scan_chars]
+        window = text if scan_chars is None else text[: _word_end(text, scan_chars)]
         facts = extract_identifiers(window)
     ranked = rank_facts(f for f in facts if fact_rank(f) < 5)
     return ranked if limit is None else ranked[:limit]

@@ -147,6 +147,7 @@ class Ledger:
     """Entries beyond this roll up into ``rolled_up`` counts (the ledger stays bounded)."""
     rolled_up: dict[str, int] = field(default_factory=dict)
     next_step: int = 1
+    notes_added: int = 0
     _scale: float = field(default=1.15, repr=False, compare=False)
     _last_count: Callable[[str], int] | None = field(default=None, repr=False, compare=False)
     _line_memo: dict[tuple[int, str], str] = field(default_factory=dict, repr=False, compare=False)
@@ -170,22 +171,32 @@ class Ledger:
 
     def append(self, entry: LedgerEntry) -> LedgerEntry:
         """Add a prepared entry (see `entry_for_round`), keeping entries sorted by step and bounded."""
-        self.next_step = max(self.next_step, entry.step) + 1
+        if entry.step > 0:
+            self.next_step = max(self.next_step, entry.step + 1)
         if self.entries and self.entries[-1].step > entry.step:
             bisect.insort(self.entries, entry, key=lambda e: e.step)
         else:
             self.entries.append(entry)
         if len(self.entries) > self.max_entries:
-            self._roll_up(self.entries[: len(self.entries) - self.max_entries])
-            del self.entries[: len(self.entries) - self.max_entries]
+            # the oldest steps roll up into counts; the agent's notes (numbered below zero) stay
+            over = len(self.entries) - self.max_entries
+            steps = [e for e in self.entries if e.kind != "note"]
+            excess = (steps + [e for e in self.entries if e.kind == "note"])[:over]
+            self._roll_up(excess)
+            gone = {id(e) for e in excess}
+            self.entries = [e for e in self.entries if id(e) not in gone]
         return entry
 
     def note(self, text: str, *, status: StepStatus = "done") -> LedgerEntry:
-        """Record a step the agent reports itself (from ``on_turn_end`` or explicitly)."""
+        """Record a step the agent reports itself (from ``on_turn_end`` or explicitly).
+
+        Notes are numbered apart from the rounds' steps (negative numbers, shown as ``note 3``), so
+        ``#<step>`` always names a round of the transcript.
+        """
         return self._add(kind="note", status=status, intention=_short(text, 240), facts=(), messages=(), snap=None)
 
     def plan(self, steps: Sequence[str]) -> list[LedgerEntry]:
-        """Record planned steps; mark them done later with `mark`."""
+        """Record planned steps (notes with status planned); mark them done later with `mark`."""
         return [self._add(kind="note", status="planned", intention=s, facts=(), messages=(), snap=None) for s in steps]
 
     def mark(self, step: int, status: StepStatus) -> None:
@@ -206,9 +217,10 @@ class Ledger:
         messages: Sequence[Message],
         snap: str | None,
     ) -> LedgerEntry:
+        self.notes_added += 1
         return self.append(
             LedgerEntry(
-                step=self.next_step,
+                step=-self.notes_added,
                 status=status,
                 intention=intention,
                 kind=kind,
@@ -252,8 +264,9 @@ class Ledger:
         ``only_steps`` limits the listing to those entries.
         """
         wanted = None if only_steps is None else set(only_steps)
-        entries = [e for e in self.entries if wanted is None or e.step in wanted or e.kind == "note"]
-        if (not entries and not self.rolled_up) or max_tokens <= 0:
+        notes = [e for e in self.entries if e.kind == "note"]
+        entries = [e for e in self.entries if e.kind != "note" and (wanted is None or e.step in wanted)]
+        if (not entries and not notes and not self.rolled_up) or max_tokens <= 0:
             return ""
         cost = self._coster(count)
         if not exact:
@@ -262,6 +275,16 @@ class Ledger:
         skipped, entries = (entries[:-listable], entries[-listable:]) if len(entries) > listable else ([], entries)
         # the summary line of everything skipped is an upper bound of the one rendered; 4: "Key data: "
         room = max_tokens - cost(HEADER) - cost(self._summary_line(skipped or entries)) - 6
+        if room <= 0:
+            return ""  # not even the header and the summary line fit
+        # the agent's own notes come first: they are few and say what it decided
+        note_lines: list[str] = []
+        for e in reversed(notes):
+            c = cost(self._line(e)) + 1
+            if c > room * 0.3:
+                break
+            note_lines.insert(0, self._line(e))
+            room -= c
         # 1. Facts, best first, may take most of the room. The pool is gathered newest step first and
         #    bounded to twice the room, so rendering stays cheap for long sessions.
         pool: list[tuple[int, int, int, str]] = []
@@ -304,7 +327,7 @@ class Ledger:
                     taken.add(f)
                     used += c
         facts = kept
-        text = self._compose([*skipped, *entries[:hidden]], visible, facts)
+        text = self._compose([*skipped, *entries[:hidden]], visible, facts, note_lines)
         if not exact:
             return text
         n = count(text)
@@ -314,7 +337,7 @@ class Ledger:
             else:
                 hidden += 1
                 visible = entries[hidden:]
-            text = self._compose([*skipped, *entries[:hidden]], visible, facts)
+            text = self._compose([*skipped, *entries[:hidden]], visible, facts, note_lines)
             n = count(text)
         return text if n <= max_tokens else ""
 
@@ -344,8 +367,14 @@ class Ledger:
         """The estimate `render` used for ``text`` (to pair with an exact count in `calibrate`)."""
         return sum(self._coster(self._last_count or len)(line) for line in text.split("\n"))
 
-    def _compose(self, hidden: Sequence[LedgerEntry], visible: Sequence[LedgerEntry], facts: Sequence[str]) -> str:
-        lines = [HEADER, self._summary_line(hidden), *(self._line(e) for e in visible)]
+    def _compose(
+        self,
+        hidden: Sequence[LedgerEntry],
+        visible: Sequence[LedgerEntry],
+        facts: Sequence[str],
+        note_lines: Sequence[str] = (),
+    ) -> str:
+        lines = [HEADER, *note_lines, self._summary_line(hidden), *(self._line(e) for e in visible)]
         if facts:
             lines.append("Key data: " + " · ".join(facts))
         return "\n".join(x for x in lines if x)
@@ -357,7 +386,8 @@ class Ledger:
         if line is None:
             if len(self._line_memo) > 10_000:
                 self._line_memo.clear()
-            line = self._line_memo[key] = f"#{e.step} {_MARK[e.status]} {_short(e.intention, 110)}"
+            label = f"note {-e.step}" if e.kind == "note" else f"#{e.step}"
+            line = self._line_memo[key] = f"{label} {_MARK[e.status]} {_short(e.intention, 110)}"
         return line
 
     def _summary_line(self, hidden: Sequence[LedgerEntry]) -> str:
@@ -382,6 +412,7 @@ class Ledger:
             "max_entries": self.max_entries,
             "rolled_up": dict(self.rolled_up),
             "next_step": self.next_step,
+            "notes_added": self.notes_added,
         }
 
     @classmethod
@@ -398,4 +429,5 @@ class Ledger:
             max_entries=int(data.get("max_entries", 200)),
             rolled_up=dict(data.get("rolled_up", {})),
             next_step=int(data.get("next_step", len(entries) + 1)),
+            notes_added=int(data.get("notes_added", 0)),
         )

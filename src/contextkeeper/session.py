@@ -213,8 +213,17 @@ class _BaseSession:
         """Run the read-back tool if ``name`` is it; None for other tools."""
         if name != READ_CONTEXT_TOOL["function"]["name"]:
             return None
-        args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
-        return self.read_context(str(args.get("ref", "")), page=int(args.get("page", 1)))
+        try:
+            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+            if not isinstance(args, dict):
+                raise TypeError("arguments must be a JSON object")
+            ref, page = str(args.get("ref", "")), int(args.get("page", 1))
+        except (ValueError, TypeError) as exc:
+            raise SnapshotError(
+                f"read_context arguments {str(arguments)[:120]!r} are invalid ({exc}); "
+                'expected {"ref": "#12" | "snap_…" | "msg_a..msg_b", "page": 1}.'
+            ) from None
+        return self.read_context(ref, page=page)
 
     # --- hooks for agent loops --------------------------------------------------------------
     def on_turn_start(self) -> ViewStatus:

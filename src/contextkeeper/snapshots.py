@@ -33,7 +33,7 @@ __all__ = [
     "safe_session_dir",
 ]
 
-_SNAPSHOT_ID_RE = re.compile(r"^snap_[0-9a-f]{24}$")
+_SNAPSHOT_ID_RE = re.compile(r"snap_[0-9a-f]{24}")
 
 
 class SnapshotStore(Protocol):
@@ -60,7 +60,7 @@ def make_snapshot_id(session_id: str, key: str) -> str:
 
 def check_snapshot_id(snapshot_id: str) -> str:
     """Return ``snapshot_id`` if it has the generated shape; raise SnapshotError otherwise."""
-    if not isinstance(snapshot_id, str) or not _SNAPSHOT_ID_RE.match(snapshot_id):
+    if not isinstance(snapshot_id, str) or not _SNAPSHOT_ID_RE.fullmatch(snapshot_id):
         raise SnapshotError(
             f"invalid snapshot id {snapshot_id!r:.80}; ids look like 'snap_' + 24 hex digits, "
             "as written in the stand-in text."
@@ -69,8 +69,11 @@ def check_snapshot_id(snapshot_id: str) -> str:
 
 
 def safe_session_dir(session_id: str) -> str:
-    """A directory name for a session id: readable when harmless, hashed otherwise."""
-    if re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", session_id):
+    """A directory name for a session id: readable when harmless, hashed otherwise.
+
+    Hashed names start with ``s_``; ids that start so are hashed too, so no two ids share a directory.
+    """
+    if re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", session_id) and not session_id.startswith("s_"):
         return session_id
     return "s_" + hashlib.blake2b(session_id.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 

@@ -141,7 +141,7 @@ def test_on_context_overflow_compacts_deeper_and_keeps_the_last_two_rounds() -> 
     assert starts and all(e.trigger == "reactive" for e in starts)
     assert starts[0].target == int(0.35 * s.budget.effective)
     assert pv.status.used < before
-    assert pv.status.used <= 0.35 * s.budget.effective * 1.05  # see test_pending_bugs for the exact bound
+    assert pv.status.used <= 0.35 * s.budget.effective * 1.05  # see test_regressions for the exact bound
     for r in rounds[-2:]:  # the last 2 rounds, whole
         assert all(m in pv.view for m in r)
     assert pv.view[0].role == "system"

@@ -212,7 +212,7 @@ def run_program(s: Session, batches: list[Step]) -> list[PreparedView | BudgetEx
             new.extend(batch)
             continue
         if isinstance(batch, Note):
-            if prev is None:  # usage before any prepare: see test_pending_bugs
+            if prev is None:  # usage before any prepare: see test_regressions
                 continue
             used = prev.status.used
             s.on_turn_end(
@@ -220,7 +220,7 @@ def run_program(s: Session, batches: list[Step]) -> list[PreparedView | BudgetEx
             )
             continue
         if isinstance(batch, Pin):
-            # only messages still in the view (pinning an evicted one: see test_pending_bugs)
+            # only messages still in the view (pinning an evicted one: see test_regressions)
             shown = {m.message_id for m in prev.view} if prev is not None else set()
             users = [i for i, m in enumerate(added) if m.role == "user" and m.message_id in shown]
             if users:

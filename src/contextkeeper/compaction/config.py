@@ -88,6 +88,8 @@ class CompactionConfig:
     """Entries kept in the ledger; older ones roll up into counts per status and tool."""
     summary_max_tokens: int = 1500
     """Largest running summary (L3)."""
+    summary_min_identifiers: float = 0.3
+    """A summary must keep at least this share of the ids, dates and codes of what it replaces."""
     max_summarizer_failures: int = 3
     """Consecutive summarizer failures that open its circuit breaker (``max_compact_failures``)."""
     breaker_cooldown_s: float = 60.0

@@ -32,7 +32,7 @@ from ..events import (
     Trigger,
 )
 from ..exceptions import BudgetExceeded, MessageError, SchemaError, ToolPairError
-from ..keyinfo import key_lines, preview, salient_facts
+from ..keyinfo import fact_rank, key_lines, preview, rank_facts, salient_facts
 from ..ledger import Ledger, LedgerEntry, entry_for_round, request_facts
 from ..messages import Message, TextPart, ThinkingPart, check_message
 from ..snapshots import SnapshotStore, encode_snapshot, make_snapshot_id
@@ -159,6 +159,8 @@ class ContextEngine:
         """Set by the session when a summarizer drives the summary layer."""
         self._pre_ratio = 0.0
         self._prep_cursor = 0
+        self._evicted_at_render = 0
+        self._tight = False
         self._prep_cost = 0.0001
         """Measured seconds to prepare one round (moving average), to size the slices."""
         self._turn_tokens = 0.0
@@ -367,10 +369,12 @@ class ContextEngine:
                 if low_water is not None
                 else max(self.config.min_low_water, self.config.low_water - self._deepen)
             )
+            if keep_rounds is None:
+                # after thrashing, the deeper cut may also take the newest rounds (down to the current one)
+                steps = round(self._deepen / self.config.thrash_deepen_by) if self.config.thrash_deepen_by else 0
+                keep_rounds = max(1, self.config.keep_recent_rounds - steps)
             layer = yield from self._compact(
-                trigger=trigger or "high-water",
-                target=int(low * effective),
-                keep_rounds=self.config.keep_recent_rounds if keep_rounds is None else keep_rounds,
+                trigger=trigger or "high-water", target=int(low * effective), keep_rounds=keep_rounds
             )
             self._last_compaction_turn = self.turn
         else:
@@ -381,13 +385,17 @@ class ContextEngine:
         self._last_rounds_total = self._rounds_total
         status = self.status(layer)
         if self.events.listening:
+            errors = self.events.subscriber_errors
             self.events.emit(self._status_event(status))
+            if self.events.subscriber_errors != errors:  # report this prepare's own subscriber failures
+                status = replace(status, subscriber_errors=self.events.subscriber_errors)
         return list(self._view), status
 
     def status(self, layer: str | None = None) -> ViewStatus:
         """Accounting of the current view (constant time: totals are kept as messages arrive)."""
         effective = self.budget.effective
-        used = self._view_tokens
+        # the running totals, not the cached list: right even before the first prepare
+        used = self._rounds_total + self._context_tokens + self.accountant.framing.reply_priming
         history = used - self._system_total - self._context_tokens - self._tool_total
         return ViewStatus(
             used=used,
@@ -501,6 +509,9 @@ class ContextEngine:
         layer: str | None = None
         protected = self._protected(keep_rounds)
         self._pre_ratio = self._total() / effective if effective else 1.0
+        hard = self._protected(0)
+        floor = sum(self.rounds[o].view_tokens for o in hard) + self.accountant.framing.reply_priming
+        self._tight = floor + min(self._ledger_cap(), effective // 10) > target
         if "clear" in self.config.layers and self._total() > target:
             layer = self._run_layer("clear", trigger, target, lambda: self._clear(protected, target))
         if "evict" in self.config.layers and self._total() > target:
@@ -518,9 +529,17 @@ class ContextEngine:
                 layer = "summarize"
                 self._count_layer("summarize")
             self._finish_layer("summarize", trigger, before, started, int(done))
-        if self._total() > effective:
+        self._render_context(effective, target)
+        if "evict" in self.config.layers:
+            # The context block is only estimated while evicting; once rendered it may leave the view
+            # above the target: evict a little more and render again (it converges in a step or two).
+            for _ in range(3):
+                if self._rendered_total() <= target or not self._evict(protected, target):
+                    break
+                self._render_context(effective, target)
+        if self._total() > effective:  # under a tight budget this includes the ledger's quarter
             layer = self._run_layer("shrink", trigger, effective, lambda: self._shrink(effective))
-        self._render_context(effective)
+            self._render_context(effective, target)
         self._rebuild()
         if self._view_tokens > effective:
             raise self._budget_error(effective)
@@ -581,6 +600,10 @@ class ContextEngine:
     def _count_layer(self, name: str) -> None:
         self.compactions[name] = self.compactions.get(name, 0) + 1
 
+    def _rendered_total(self) -> int:
+        """Tokens of the view with the context block as last rendered."""
+        return self._rounds_total + self._context_tokens + self.accountant.framing.reply_priming
+
     def _total(self) -> int:
         """Tokens of the view as it would be rendered now (context block at its expected size)."""
         return self._rounds_total + self._context_reserve() + self.accountant.framing.reply_priming
@@ -589,9 +612,19 @@ class ContextEngine:
         return min(self.config.ledger_max_tokens, int(self.config.ledger_share * self.budget.effective))
 
     def _context_reserve(self) -> int:
+        """Expected size of the context block: as last rendered, plus a line per newly evicted round.
+
+        Under a tight budget (the low-water target cannot be reached) the block is what remembers
+        the evicted rounds, so it is given a quarter of the budget before the newest rounds are.
+        """
         if not self._n_evicted and self.summary is None:
             return self._context_tokens
-        return max(self._context_tokens, min(self._ledger_cap(), 64 + 48 * self._n_evicted))
+        grown = self._n_evicted - self._evicted_at_render
+        base = self._context_tokens or 48  # the header of a first block
+        expected = min(max(self._ledger_cap(), self._context_tokens), base + 24 * max(0, grown))
+        if self._tight:
+            expected = max(expected, min(self._ledger_cap(), self.budget.effective // 4))
+        return expected
 
     def _protected(self, keep_rounds: int) -> set[int]:
         """Ordinals of rounds no layer may touch: system, pinned, current request, in flight, newest."""
@@ -701,12 +734,19 @@ class ContextEngine:
                 cleared += 1
         return cleared
 
-    def _clear_round(self, r: _Round, *, reason: Literal["cleared", "offloaded"], force: bool = False) -> int:
+    def _clear_round(
+        self,
+        r: _Round,
+        *,
+        reason: Literal["cleared", "offloaded"],
+        force: bool = False,
+        offload_above: int | None = None,
+    ) -> int:
         """Show stand-ins for the round's large tool outputs; returns tokens saved."""
-        if r.prepared and not force and r.shown is None:
+        if r.prepared and not force and offload_above is None and r.shown is None:
             shown = r.ready  # prepared ahead; None means nothing in it shrinks
         else:
-            shown = self._build_stand_ins(r, force=force)
+            shown = self._build_stand_ins(r, force=force, offload_above=offload_above)
         r.ready = None
         if shown is None:
             return 0
@@ -715,8 +755,12 @@ class ContextEngine:
         self._set_shown(r, shown)
         return before - r.view_tokens
 
-    def _build_stand_ins(self, r: _Round, *, force: bool) -> list[Message] | None:
-        """The round's messages with large outputs replaced by stand-ins; None when nothing shrinks."""
+    def _build_stand_ins(self, r: _Round, *, force: bool, offload_above: int | None = None) -> list[Message] | None:
+        """The round's messages with large outputs replaced by stand-ins; None when nothing shrinks.
+
+        ``force`` shortens every output to a head-and-tail preview; ``offload_above`` does that only
+        for outputs larger than that many tokens (an item that alone would not fit).
+        """
         snapshot_id = self._snapshot_id(r)
         current = r.shown if r.shown is not None else [self.transcript[i] for i in r.indices]
         shown: list[Message] = []
@@ -724,7 +768,9 @@ class ContextEngine:
         for i, m_shown in zip(r.indices, current, strict=True):
             m = self.transcript[i]
             if m.role == "tool" and (force or self.counts[i] >= self.config.min_clear_tokens):
-                stand_in = self._stand_in(i, snapshot_id, shrink=force)
+                big = offload_above is not None and self.counts[i] > offload_above
+                limit = offload_above if big else (max(64, self.budget.effective // 8) if force else None)
+                stand_in = self._stand_in(i, snapshot_id, shrink=force or big, max_tokens=limit)
                 if self.accountant.count_message(stand_in) < self.accountant.count_message(m_shown):
                     shown.append(stand_in)
                     changed = True
@@ -732,13 +778,29 @@ class ContextEngine:
             shown.append(m_shown)
         return shown if changed else None
 
-    def _stand_in(self, index: int, snapshot_id: str, *, shrink: bool) -> Message:
+    def _stand_in(self, index: int, snapshot_id: str, *, shrink: bool, max_tokens: int | None = None) -> Message:
+        """A stand-in for output ``index``: head (and tail, when ``shrink``), key lines, identifiers.
+
+        ``max_tokens`` bounds a shrink preview: wide text (CJK: about a token per character)
+        halves the head and tail until it fits.
+        """
+        cfg = self.config
+        head, tail = cfg.preview_head_chars, cfg.preview_tail_chars
+        while True:
+            stand_in = self._stand_in_text(index, snapshot_id, shrink=shrink, head=head, tail=tail)
+            if not shrink or max_tokens is None or head <= 40:
+                return stand_in
+            if self.accountant.count_message(stand_in) <= max_tokens:
+                return stand_in
+            head, tail = head // 2, tail // 2
+
+    def _stand_in_text(self, index: int, snapshot_id: str, *, shrink: bool, head: int, tail: int) -> Message:
         m = self.transcript[index]
         tokens = self.counts[index]
         text = m.text
         cfg = self.config
         if shrink:
-            body = preview(text, head_chars=cfg.preview_head_chars, tail_chars=cfg.preview_tail_chars)
+            body = preview(text, head_chars=head, tail_chars=tail)
         else:
             body = preview(text, head_chars=cfg.cleared_head_chars)
         lines = [f'[output shortened from {tokens} tokens; full text: read_context("{snapshot_id}")]', body]
@@ -793,7 +855,7 @@ class ContextEngine:
                     ordinal=r.ordinal,
                     age=n - 1 - age_pos,
                     kind=r.kind,
-                    role=first.role,
+                    role="tool" if r.kind == "tool-call" else first.role,
                     importance=importance,
                     has_thinking=any(isinstance(p, ThinkingPart) for i in r.indices for p in self.transcript[i].parts),
                     identifiers=facts,
@@ -845,14 +907,18 @@ class ContextEngine:
         messages = [self.transcript[i] for r in fresh for i in r.indices]
         first = self.summary_span[0] if self.summary_span else messages[0].message_id
         span = (first, messages[-1].message_id)
+        # the summary shares the context block with the ledger: ask for what will be shown
+        room = self._context_room(self.budget.effective, target)
         request = SummaryRequest(
             previous=self.summary,
             messages=messages,
-            max_tokens=min(self.config.summary_max_tokens, self._ledger_cap()),
+            max_tokens=max(64, min(self.config.summary_max_tokens, int(room * 0.6) - 48)),
             span=span,
         )
         text = yield request
         problem = "the summarizer failed" if text is None else check_summary(text)
+        if problem is None and text is not None:
+            problem = self._lost_identifiers(fresh, text, request.max_tokens)
         if problem is not None:
             opened = self.breaker.record_failure()
             logger.warning("summary rejected for session %s: %s", self.session_id, problem)
@@ -876,6 +942,23 @@ class ContextEngine:
         self._summarized_upto = fresh[-1].ordinal
         return True
 
+    def _lost_identifiers(self, fresh: Sequence[_Round], text: str, max_tokens: int) -> str | None:
+        """Why a summary must be rejected for dropping the identifiers it was given, or None.
+
+        Only as many of the best identifiers as a summary of ``max_tokens`` can hold are expected.
+        """
+        room_for = max(5, min(40, max_tokens // 6))
+        wanted = [f for f in rank_facts(f for r in fresh for f in self._facts(r)) if fact_rank(f) <= 1][:room_for]
+        if len(wanted) < 5:
+            return None
+        kept = sum(1 for f in wanted if f in text)
+        if kept / len(wanted) < self.config.summary_min_identifiers:
+            return (
+                f"the summary keeps {kept} of the {len(wanted)} identifiers it was given "
+                f"(at least {self.config.summary_min_identifiers:.0%} required)"
+            )
+        return None
+
     def _shrink(self, effective: int) -> int:
         """Tight budget: shrink the newest rounds' outputs, then drop newest rounds down to the current one."""
         changed = 0
@@ -885,7 +968,10 @@ class ContextEngine:
             if self._total() <= effective:
                 return changed
             if r.state != "evicted" and r.kind == "tool-call":
-                if self._clear_round(r, reason="offloaded", force=r.state != "full") > 0:
+                # compact stand-ins (results that arrived late are still full); an output that alone
+                # would overflow gets a head + tail preview
+                room = effective - self._rendered_total() + r.view_tokens
+                if self._clear_round(r, reason="offloaded", offload_above=max(0, room // 2)) > 0:
                     changed += 1
         for r in conversation:
             if self._total() <= effective:
@@ -896,27 +982,43 @@ class ContextEngine:
         for r in conversation:  # the protected rounds themselves: offload what is oversized
             if self._total() <= effective:
                 return changed
-            if r.state != "evicted" and r.kind == "tool-call" and r.shown is None:
+            if r.state != "evicted" and r.kind == "tool-call":
                 if self._clear_round(r, reason="offloaded", force=True) > 0:
                     changed += 1
         return changed
 
-    def _render_context(self, effective: int) -> None:
-        """Render the context block (summary + ledger) into the room left in the budget."""
-        if not self._n_evicted and self.summary is None:
-            self._context_msg, self._context_tokens = None, 0
-            return
+    def _context_room(self, effective: int, target: int | None) -> int:
+        """Tokens the context block may take now (see `_render_context`)."""
         rest = self._rounds_total + self.accountant.framing.reply_priming
         room = max(0, min(self._ledger_cap(), effective - rest))
+        if target is not None and not self._tight:
+            room = min(room, max(target - rest, min(self._ledger_cap(), effective // 10)))
+        return room
+
+    def _render_context(self, effective: int, target: int | None = None) -> None:
+        """Render the context block (summary + ledger) into the room left in the budget.
+
+        The block aims at the low-water ``target``: when the rounds that may not leave the view fit
+        under it, the block gets the room up to the target (but at least a tenth of the budget);
+        when they do not (a tight budget), it gets whatever the budget still has.
+        """
+        self._evicted_at_render = self._n_evicted
+        if not self._n_evicted and self.summary is None and not self.ledger.notes_added:
+            self._context_msg, self._context_tokens = None, 0
+            return
+        room = self._context_room(effective, target)
         span = self._evicted_span()
         head = CONTEXT_HEADER + ('; read_context("#<step>") shows any step in full.' if span else ".")
         parts = [head]
         if self.summary and self.summary_span:
             a, b = self.summary_span
             summary = self.summary
-            limit = max(0, room - 64)
+            limit = max(0, int(room * 0.6) - 48)  # the rest of the room is the ledger's
             if self.accountant.count_text(summary) > limit:  # a summary never pushes the view past the budget
-                summary = summary[: max(0, limit * 3)] + " …"
+                cut = min(len(summary), limit * 3)
+                while cut > 0 and self.accountant.count_text(summary[:cut]) > limit - 2:
+                    cut = cut * 3 // 4
+                summary = summary[:cut] + " …"
             parts.append(f"Summary of messages {a}..{b}:\n{summary}")
         fixed = self.accountant.count_message(Message.user("\n".join(parts)))
         source_ids = span or ()
@@ -938,10 +1040,25 @@ class ContextEngine:
             if tokens <= room or not ledger_text:
                 break
             ledger_room -= tokens - room + 8
+        if tokens > room and len(parts) > 1:  # no room for the ledger: keep the summary, drop the ledger
+            msg = Message(
+                role="user",
+                parts=(TextPart(text="\n".join(parts)),),
+                message_id=msg.message_id,
+                source_ids=source_ids,
+                extra={"contextkeeper": "context"},
+            )
+            tokens = self.accountant.count_message(msg)
         if tokens > room and self.config.require_user_first:
             # No room for summary or ledger: a bare header still gives the view the user turn that
             # Anthropic and Gemini require before the first kept assistant message.
-            msg = Message(role="user", parts=(TextPart(text=head),), message_id=msg.message_id, source_ids=source_ids)
+            msg = Message(
+                role="user",
+                parts=(TextPart(text=head),),
+                message_id=msg.message_id,
+                source_ids=source_ids,
+                extra={"contextkeeper": "context"},
+            )
             tokens = self.accountant.count_message(msg)
         if tokens > room:
             self._context_msg, self._context_tokens = None, 0
@@ -1085,6 +1202,11 @@ class ContextEngine:
                 for r in self.rounds:
                     if i in r.indices:
                         r.pinned = True
+                        if r.state == "evicted":  # a pinned message is in every view: bring it back
+                            self._detach(r)
+                            r.state = "cleared" if r.shown is not None else "full"
+                            self._attach(r)
+                            self._live_from = min(self._live_from, r.ordinal)
                 self._dirty = True
                 return
         raise MessageError(f"no message {message_id!r} in session {self.session_id!r}", field="message_id")
