@@ -945,17 +945,18 @@ class ContextEngine:
     def _lost_identifiers(self, fresh: Sequence[_Round], text: str, max_tokens: int) -> str | None:
         """Why a summary must be rejected for dropping the identifiers it was given, or None.
 
-        Only as many of the best identifiers as a summary of ``max_tokens`` can hold are expected.
+        Ids, dates and codes of the summarized rounds are what later steps need verbatim; a summary
+        of ``max_tokens`` cannot hold them all, so it must keep a share of as many as it could.
         """
-        room_for = max(5, min(40, max_tokens // 6))
-        wanted = [f for f in rank_facts(f for r in fresh for f in self._facts(r)) if fact_rank(f) <= 1][:room_for]
-        if len(wanted) < 5:
+        given = [f for f in rank_facts(f for r in fresh for f in self._facts(r)) if fact_rank(f) <= 1]
+        could_hold = min(len(given), max(5, max_tokens // 12))  # ids share the summary with its prose
+        if could_hold < 5:
             return None
-        kept = sum(1 for f in wanted if f in text)
-        if kept / len(wanted) < self.config.summary_min_identifiers:
+        kept = sum(1 for f in given if f in text)
+        if kept < self.config.summary_min_identifiers * could_hold:
             return (
-                f"the summary keeps {kept} of the {len(wanted)} identifiers it was given "
-                f"(at least {self.config.summary_min_identifiers:.0%} required)"
+                f"the summary keeps {kept} of the {len(given)} identifiers it was given "
+                f"(at least {self.config.summary_min_identifiers:.0%} of the {could_hold} it has room for)"
             )
         return None
 
@@ -992,7 +993,10 @@ class ContextEngine:
         rest = self._rounds_total + self.accountant.framing.reply_priming
         room = max(0, min(self._ledger_cap(), effective - rest))
         if target is not None and not self._tight:
-            room = min(room, max(target - rest, min(self._ledger_cap(), effective // 10)))
+            # aim at the low-water mark, but the ledger keeps at least half its share: the settle
+            # step evicts more rounds for it when its facts need the room (only then: a short
+            # ledger renders short)
+            room = min(room, max(target - rest, min(self._ledger_cap(), int(effective * self.config.ledger_share / 2))))
         return room
 
     def _render_context(self, effective: int, target: int | None = None) -> None:
