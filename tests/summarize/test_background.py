@@ -168,3 +168,24 @@ async def test_async_twin_answers_at_once_and_merges_later() -> None:
     view = await session.prepare(format="internal")
     assert view.status.compactions.get("summarize") == 1
     await bg.aclose()
+
+
+def test_a_degraded_request_queues_no_model_job() -> None:
+    from dataclasses import dataclass
+
+    from contextkeeper.compaction.summarizer import SummaryRequest
+
+    @dataclass(frozen=True, kw_only=True)
+    class DegradedRequest(SummaryRequest):
+        degraded: bool = True
+
+    model = Gated()
+    model.gate.set()
+    bg = _background(model)
+    base = request(support_history(), 400)
+    out = bg.summarize(DegradedRequest(previous=None, messages=base.messages, max_tokens=400, span=base.span))
+    assert out == EXTRACTIVE.summarize(base)
+    assert bg.wait(5) and model.prompts == []
+    assert BackgroundSummarizer.supports_degraded and LLMSummarizer.supports_degraded
+    assert ExtractiveSummarizer.supports_degraded
+    bg.close()

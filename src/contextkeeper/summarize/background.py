@@ -58,6 +58,9 @@ class _Job:
 
 
 class _BaseBackground:
+    supports_degraded = True
+    """A ``degraded`` request (the session's breaker is open) queues no model job."""
+
     def __init__(self, summarizer: _BaseLLM) -> None:
         self._inner = summarizer
         self._jobs: OrderedDict[str, _Job] = OrderedDict()
@@ -166,11 +169,11 @@ class BackgroundSummarizer(_BaseBackground):
                 is this call's summary, to be used.
         """
         _, job = self._prepare(request)
-        if not self._closed:
+        if self._closed or getattr(request, "degraded", False):
+            job.done.set()
+        else:
             self._start()
             self._queue.put(job)
-        else:
-            job.done.set()
         return self._report(job)
 
     def _start(self) -> None:
@@ -224,7 +227,7 @@ class AsyncBackgroundSummarizer(_BaseBackground):
     async def summarize(self, request: SummaryRequest) -> str:
         """The extractive summary (at once); the model's summary is computed in a task (see the sync twin)."""
         _, job = self._prepare(request)
-        if self._closed:
+        if self._closed or getattr(request, "degraded", False):
             job.done.set()
         else:
             previous = self._tasks.get(job.parent) if job.parent is not None else None

@@ -192,6 +192,9 @@ class _Step:
 class _BaseExtractive:
     """The extraction and folding logic shared by the sync and async twins."""
 
+    supports_degraded = True
+    """It never calls a model, so it can answer while the session's summarizer breaker is open."""
+
     def __init__(self, *, counter: TokenCounter | None = None, facts_share: float = 0.6) -> None:
         self.counter: TokenCounter = counter if counter is not None else get_counter("heuristic")
         """Counts the summary against ``request.max_tokens``."""

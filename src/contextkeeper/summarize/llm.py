@@ -152,6 +152,9 @@ def _render(m: Message) -> str:
 class _BaseLLM:
     """Prompting, chunking and validation shared by the sync and async twins."""
 
+    supports_degraded = True
+    """A request marked ``degraded`` (the session's breaker is open) gets the extractive summary."""
+
     def __init__(
         self,
         *,
