@@ -252,6 +252,7 @@ class Ledger:
         count: Callable[[str], int],
         only_steps: Sequence[int] | None = None,
         exact: bool = True,
+        exclude: str = "",
     ) -> str:
         """The ledger as one text within ``max_tokens`` (by ``count``); "" when empty or no room.
 
@@ -292,6 +293,8 @@ class Ledger:
         ordered = [*skipped, *entries]
         for back, e in enumerate(reversed(ordered)):
             for j, f in enumerate(e.facts):
+                if exclude and f in exclude:  # already shown beside the ledger (the running summary)
+                    continue
                 pool.append((fact_rank(f), back, j, f))
                 gathered += len(f) // 3 + 1
             if gathered > room * 3:

@@ -20,9 +20,9 @@ from .adapters import Format, from_messages, to_messages
 from .budget import Budget, PressureMonitor, Thresholds
 from .compaction.config import CompactionConfig
 from .compaction.engine import ContextEngine, ViewStatus
-from .compaction.summarizer import AsyncSummarizer, Summarizer, SummaryRequest
+from .compaction.summarizer import AsyncSummarizer, Summarizer, SummaryReply, SummaryRequest
 from .events import Alert, Event, EventBus
-from .exceptions import ConfigError, ContextOverflowError, SnapshotError, UsageError
+from .exceptions import ConfigError, ContextOverflowError, SnapshotError, SummaryRejected, UsageError
 from .ledger import Ledger, StepStatus
 from .messages import Message
 from .models import lookup_model
@@ -302,7 +302,14 @@ class _BaseSession:
         self._converted_upto = len(view)
         return list(out)
 
-    def _flow(self, reactive: bool) -> Generator[SummaryRequest, str | None, tuple[list[Message], ViewStatus]]:
+    def _wire_summarizer(self) -> None:
+        """Tell the engine what the summarizer can do: degrade without its model, offer background summaries."""
+        summarizer = getattr(self, "summarizer", None)
+        self.engine.summarizer_enabled = summarizer is not None
+        self.engine.summarizer_degrades = bool(getattr(summarizer, "supports_degraded", False))
+        self.engine.summary_merger = summarizer if callable(getattr(summarizer, "take_ready", None)) else None
+
+    def _flow(self, reactive: bool) -> Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]:
         if reactive:
             return self.engine.reactive_flow()
         return self.engine.prepare_flow()
@@ -333,7 +340,7 @@ class Session(_BaseSession):
     def __init__(self, session_id: str | None = None, *, summarizer: Summarizer | None = None, **kwargs: Any) -> None:
         super().__init__(session_id, **kwargs)
         self.summarizer = summarizer
-        self.engine.summarizer_enabled = summarizer is not None
+        self._wire_summarizer()
         self._state_version = 0
         if self.store is not None:
             if _is_async_store(self.store):
@@ -372,7 +379,7 @@ class Session(_BaseSession):
             return self._finish(self._persisted(self._flow(False)), format)
 
     def _persisted(
-        self, flow: Generator[SummaryRequest, str | None, tuple[list[Message], ViewStatus]]
+        self, flow: Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]
     ) -> tuple[list[Message], ViewStatus]:
         _, stored_version = self.store.load_state(self.session_id)
         if stored_version != self._state_version:  # another process compacted meanwhile: start from its state
@@ -395,7 +402,7 @@ class Session(_BaseSession):
             snapshots=self.snapshots,
             events=self.events,
         )
-        self.engine.summarizer_enabled = self.summarizer is not None
+        self._wire_summarizer()
         self.engine.add(self.store.load_messages(self.session_id))
         state, self._state_version = self.store.load_state(self.session_id)
         if state is not None:
@@ -406,15 +413,18 @@ class Session(_BaseSession):
         return self._finish(self._drive(self._flow(True)), format)
 
     def _drive(
-        self, flow: Generator[SummaryRequest, str | None, tuple[list[Message], ViewStatus]]
+        self, flow: Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]
     ) -> tuple[list[Message], ViewStatus]:
         try:
             request = next(flow)
             while True:
-                reply: str | None
+                reply: SummaryReply
                 try:
                     assert self.summarizer is not None
                     reply = self.summarizer.summarize(request)
+                except SummaryRejected as exc:  # a failure to count, with a summary to use
+                    logger.warning("summarizer for session %s: %s", self.session_id, exc)
+                    reply = exc
                 except Exception:
                     logger.exception("summarizer failed for session %s", self.session_id)
                     reply = None
@@ -505,7 +515,7 @@ class AsyncSession(_BaseSession):
             )
         super().__init__(session_id, **kwargs)
         self.summarizer = summarizer
-        self.engine.summarizer_enabled = summarizer is not None
+        self._wire_summarizer()
         self._state_version = 0
         self._unsaved: list[Message] = []
         self._loaded = store is None
@@ -568,15 +578,18 @@ class AsyncSession(_BaseSession):
         return self._finish(await self._drive(self._flow(True)), format)
 
     async def _drive(
-        self, flow: Generator[SummaryRequest, str | None, tuple[list[Message], ViewStatus]]
+        self, flow: Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]
     ) -> tuple[list[Message], ViewStatus]:
         try:
             request = next(flow)
             while True:
-                reply: str | None
+                reply: SummaryReply
                 try:
                     assert self.summarizer is not None
                     reply = await self.summarizer.summarize(request)
+                except SummaryRejected as exc:  # a failure to count, with a summary to use
+                    logger.warning("summarizer for session %s: %s", self.session_id, exc)
+                    reply = exc
                 except Exception:
                     logger.exception("summarizer failed for session %s", self.session_id)
                     reply = None

@@ -31,16 +31,17 @@ from ..events import (
     SnapshotWritten,
     Trigger,
 )
-from ..exceptions import BudgetExceeded, MessageError, SchemaError, ToolPairError
+from ..exceptions import BudgetExceeded, MessageError, SchemaError, SummaryRejected, ToolPairError
 from ..keyinfo import fact_rank, key_lines, preview, rank_facts, salient_facts
 from ..ledger import Ledger, LedgerEntry, entry_for_round, request_facts
 from ..messages import Message, TextPart, ThinkingPart, check_message
 from ..snapshots import SnapshotStore, encode_snapshot, make_snapshot_id
+from ..summarize.extractive import fit_summary
 from ..tokens.accountant import TokenAccountant
 from .breaker import CircuitBreaker
 from .config import CompactionConfig
 from .policies import Candidate, order_for_eviction
-from .summarizer import SummaryRequest, check_summary
+from .summarizer import SummaryReply, SummaryRequest, check_summary
 
 __all__ = ["ContextEngine", "ViewStatus"]
 
@@ -157,6 +158,12 @@ class ContextEngine:
         self._msg_facts: dict[int, list[str]] = {}
         self.summarizer_enabled = False
         """Set by the session when a summarizer drives the summary layer."""
+        self.summarizer_degrades = False
+        """Set by the session when its summarizer answers ``degraded`` requests without a model: the
+        summary layer then keeps running (deterministically) while the breaker is open."""
+        self.summary_merger: Any = None
+        """Set by the session to a summarizer with ``take_ready(summary, span) -> str | None`` (background
+        mode): at each compaction, a better summary of exactly the current span replaces the current one."""
         self._pre_ratio = 0.0
         self._prep_cursor = 0
         self._evicted_at_render = 0
@@ -352,7 +359,7 @@ class ContextEngine:
 
     def prepare_flow(
         self, *, trigger: Trigger | None = None, low_water: float | None = None, keep_rounds: int | None = None
-    ) -> Generator[SummaryRequest, str | None, tuple[list[Message], ViewStatus]]:
+    ) -> Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]:
         """Compute the view for the next call; yields a summary request when L3 runs."""
         self.turn += 1
         if self._dirty:
@@ -504,7 +511,7 @@ class ContextEngine:
     # --- the cascade ----------------------------------------------------------------------
     def _compact(
         self, *, trigger: Trigger, target: int, keep_rounds: int
-    ) -> Generator[SummaryRequest, str | None, str | None]:
+    ) -> Generator[SummaryRequest, SummaryReply, str | None]:
         effective = self.budget.effective
         layer: str | None = None
         protected = self._protected(keep_rounds)
@@ -516,6 +523,7 @@ class ContextEngine:
             layer = self._run_layer("clear", trigger, target, lambda: self._clear(protected, target))
         if "evict" in self.config.layers and self._total() > target:
             layer = self._run_layer("evict", trigger, target, lambda: self._evict(protected, target))
+        self._merge_ready_summary()
         if "summarize" in self.config.layers and self._summary_due(trigger):
             before = self._total()
             started = time.perf_counter()
@@ -897,29 +905,43 @@ class ContextEngine:
         if trigger != "reactive" and self.config.summarize_from is not None:
             if self._pre_ratio < self.config.summarize_from:
                 return False
-        if not self.breaker.allow():
+        if not self.breaker.allow() and not self.summarizer_degrades:
+            return False
+        if self._summary_tokens(None) < 64:  # no room worth a summary: the ledger is denser in facts
             return False
         return bool(self._unsummarized())
 
-    def _summarize(self, target: int) -> Generator[SummaryRequest, str | None, bool]:
+    def _summary_tokens(self, target: int | None) -> int:
+        """The size the running summary is written for: its share of the context block (the ledger has the rest)."""
+        return min(self.config.summary_max_tokens, int(self._context_room(self.budget.effective, target) * 0.6) - 48)
+
+    def _summarize(self, target: int) -> Generator[SummaryRequest, SummaryReply, bool]:
         """Fold the newly evicted rounds into the running summary; False when the summarizer failed."""
         fresh = self._unsummarized()
         messages = [self.transcript[i] for r in fresh for i in r.indices]
         first = self.summary_span[0] if self.summary_span else messages[0].message_id
         span = (first, messages[-1].message_id)
         # the summary shares the context block with the ledger: ask for what will be shown
-        room = self._context_room(self.budget.effective, target)
+        degraded = not self.breaker.allow()
         request = SummaryRequest(
             previous=self.summary,
             messages=messages,
-            max_tokens=max(64, min(self.config.summary_max_tokens, int(room * 0.6) - 48)),
+            max_tokens=max(64, self._summary_tokens(target)),
             span=span,
+            degraded=degraded,
         )
-        text = yield request
-        problem = "the summarizer failed" if text is None else check_summary(text)
-        if problem is None and text is not None:
-            problem = self._lost_identifiers(fresh, text, request.max_tokens)
-        if problem is not None:
+        reply = yield request
+        text: str | None = None
+        fallback: str | None = None
+        if isinstance(reply, SummaryRejected):  # a failure to count, with a summary to use
+            problem: str | None = f"{reply.reason}: {reply}"
+            fallback = reply.fallback
+        else:
+            text = reply
+            problem = "the summarizer failed" if text is None else check_summary(text)
+            if problem is None and text is not None:
+                problem = self._lost_identifiers(fresh, text, request.max_tokens)
+        if problem is not None and not degraded:
             opened = self.breaker.record_failure()
             logger.warning("summary rejected for session %s: %s", self.session_id, problem)
             if opened:
@@ -934,13 +956,31 @@ class ContextEngine:
                         ),
                     )
                 )
-            return False
+        if problem is not None:
+            # the summarizer's own fallback (deterministic) still moves the summary forward
+            text = fallback if fallback is not None and check_summary(fallback) is None else None
+            if text is None:
+                return False
+        elif not degraded:
+            self.breaker.record_success()
         assert text is not None
-        self.breaker.record_success()
         self.summary = text.strip()
         self.summary_span = span
         self._summarized_upto = fresh[-1].ordinal
         return True
+
+    def _merge_ready_summary(self) -> None:
+        """Swap in a better summary of exactly the current span when a background summarizer has one."""
+        if self.summary_merger is None or self.summary is None:
+            return
+        try:
+            better = self.summary_merger.take_ready(self.summary, self.summary_span)
+        except Exception:  # a merge hook must never break a compaction
+            self.hook_errors += 1
+            logger.exception("summary merge hook failed for session %s", self.session_id)
+            return
+        if isinstance(better, str) and check_summary(better) is None:
+            self.summary = better.strip()
 
     def _lost_identifiers(self, fresh: Sequence[_Round], text: str, max_tokens: int) -> str | None:
         """Why a summary must be rejected for dropping the identifiers it was given, or None.
@@ -1018,18 +1058,18 @@ class ContextEngine:
             a, b = self.summary_span
             summary = self.summary
             limit = max(0, int(room * 0.6) - 48)  # the rest of the room is the ledger's
-            if self.accountant.count_text(summary) > limit:  # a summary never pushes the view past the budget
-                cut = min(len(summary), limit * 3)
-                while cut > 0 and self.accountant.count_text(summary[:cut]) > limit - 2:
-                    cut = cut * 3 // 4
-                summary = summary[:cut] + " …"
+            # a summary never pushes the view past the budget: shrunk by sections, identifiers first
+            summary = fit_summary(summary, limit, counter=self.accountant.counter)
             parts.append(f"Summary of messages {a}..{b}:\n{summary}")
         fixed = self.accountant.count_message(Message.user("\n".join(parts)))
         source_ids = span or ()
         ledger_room = room - fixed - 2
         for _ in range(4):  # the ledger's size is estimated; shrink its room until the exact count fits
             ledger_text = self.ledger.render(
-                max_tokens=max(0, ledger_room), count=self.accountant.count_text, exact=False
+                max_tokens=max(0, ledger_room),
+                count=self.accountant.count_text,
+                exact=False,
+                exclude="\n".join(parts[1:]),  # facts the summary shows are not listed twice
             )
             msg = Message(
                 role="user",
@@ -1187,7 +1227,7 @@ class ContextEngine:
         self._rebuild()
 
     # --- reactive (L4) --------------------------------------------------------------------
-    def reactive_flow(self) -> Generator[SummaryRequest, str | None, tuple[list[Message], ViewStatus]]:
+    def reactive_flow(self) -> Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]:
         """Emergency compaction after a provider context-length error: deeper cut, last rounds only."""
         self.turn -= 1  # the failed call does not count as a turn
         return (

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from ..exceptions import SummaryRejected
 from ..messages import Message
 
-__all__ = ["AsyncSummarizer", "SummaryRequest", "Summarizer", "check_summary"]
+__all__ = ["AsyncSummarizer", "SummaryReply", "SummaryRequest", "Summarizer", "check_summary"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,6 +28,12 @@ class SummaryRequest:
     max_tokens: int
     span: tuple[str, str]
     """First and last message id the new summary will cover (previous span included)."""
+    degraded: bool = False
+    """The summary layer's circuit breaker is open: answer without calling a model (deterministically)."""
+
+
+SummaryReply = str | SummaryRejected | None
+"""What a driver sends back into the flow: the text, a rejection carrying a fallback, or None (failed)."""
 
 
 @runtime_checkable
