@@ -177,14 +177,11 @@ class Ledger:
             bisect.insort(self.entries, entry, key=lambda e: e.step)
         else:
             self.entries.append(entry)
-        if len(self.entries) > self.max_entries:
-            # the oldest steps roll up into counts; the agent's notes (numbered below zero) stay
-            over = len(self.entries) - self.max_entries
-            steps = [e for e in self.entries if e.kind != "note"]
-            excess = (steps + [e for e in self.entries if e.kind == "note"])[:over]
-            self._roll_up(excess)
-            gone = {id(e) for e in excess}
-            self.entries = [e for e in self.entries if id(e) not in gone]
+        while len(self.entries) > self.max_entries:
+            # the oldest step rolls up into counts; the agent's notes go last (they are few)
+            i = next((k for k, e in enumerate(self.entries) if e.kind != "note"), 0)
+            self._roll_up([self.entries[i]])
+            del self.entries[i]
         return entry
 
     def note(self, text: str, *, status: StepStatus = "done") -> LedgerEntry:

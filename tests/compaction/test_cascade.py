@@ -251,7 +251,7 @@ async def test_async_call_with_retry() -> None:
 
 def test_quick_refills_raise_a_thrashing_alert_and_deepen_the_next_cut() -> None:
     # each turn adds ~21% of the budget: after a cut to 50% the view is full again within 3 turns
-    s, rec, _ = start(4000, config=CompactionConfig(keep_recent_rounds=1))
+    s, rec, _ = start(4000, config=CompactionConfig(keep_recent_rounds=1, low_water=0.5))
     effective = s.budget.effective
     compaction_turns: list[int] = []
     for turn in range(1, 40):

@@ -42,7 +42,7 @@ class CompactionConfig:
 
     high_water: float = 1.0
     """Compact when the view passes this share of the effective budget (1.0: when it would not fit)."""
-    low_water: float = 0.5
+    low_water: float = 0.45
     """Compact down to this share; the band below ``high_water`` is what the next turns append into."""
     layers: tuple[Layer, ...] = ("clear", "evict", "summarize")
     """Layers in cascade order; remove one to disable it."""
@@ -58,7 +58,7 @@ class CompactionConfig:
     """Identifiers kept verbatim in a cleared output's stand-in."""
     scan_chars: int = 600
     """Characters of an output scanned for identifiers and key lines when it is cleared (cost bound)."""
-    compaction_budget_ms: float = 1.5
+    compaction_budget_ms: float = 2.0
     """Work a compaction may do on its own; beyond this estimate the last turns before it prepare ahead."""
     prepare_slice_ms: float = 3.0
     """Most time a turn spends preparing ahead (the work is shared evenly over the turns left)."""
@@ -82,7 +82,7 @@ class CompactionConfig:
     """Jaccard similarity at which two rounds count as near-duplicates (semantic-merge)."""
     ledger_share: float = 0.35
     """Largest share of the budget the progress ledger may take."""
-    ledger_max_tokens: int = 2000
+    ledger_max_tokens: int = 1000
     """Absolute cap on the rendered ledger."""
     ledger_max_entries: int = 200
     """Entries kept in the ledger; older ones roll up into counts per status and tool."""

@@ -168,6 +168,7 @@ class ContextEngine:
         self._prep_cursor = 0
         self._evicted_at_render = 0
         self._tight = False
+        self._floor = 0
         self._prep_cost = 0.0001
         """Measured seconds to prepare one round (moving average), to size the slices."""
         self._turn_tokens = 0.0
@@ -453,7 +454,7 @@ class ContextEngine:
             return
         slice_ms = self.config.prepare_slice_ms
         turns_left = self._turns_left(high)
-        if turns_left > excess / slice_ms + 1:
+        if turns_left > 2 * excess / slice_ms + 2:  # turns come in uneven sizes: start early enough
             return
         self._prepare_ahead(min(slice_ms, max(0.5, excess / max(1.0, turns_left - 1))), newest_clearable)
 
@@ -518,6 +519,7 @@ class ContextEngine:
         self._pre_ratio = self._total() / effective if effective else 1.0
         hard = self._protected(0)
         floor = sum(self.rounds[o].view_tokens for o in hard) + self.accountant.framing.reply_priming
+        self._floor = floor
         self._tight = floor + min(self._ledger_cap(), effective // 10) > target
         if "clear" in self.config.layers and self._total() > target:
             layer = self._run_layer("clear", trigger, target, lambda: self._clear(protected, target))
@@ -1033,10 +1035,13 @@ class ContextEngine:
         rest = self._rounds_total + self.accountant.framing.reply_priming
         room = max(0, min(self._ledger_cap(), effective - rest))
         if target is not None and not self._tight:
-            # aim at the low-water mark, but the ledger keeps at least half its share: the settle
-            # step evicts more rounds for it when its facts need the room (only then: a short
-            # ledger renders short)
-            room = min(room, max(target - rest, min(self._ledger_cap(), int(effective * self.config.ledger_share / 2))))
+            # aim at the low-water mark, but the ledger keeps up to half its share (as far as the
+            # rounds that must stay allow): the settle step evicts more rounds for it when its facts
+            # need the room (only then: a short ledger renders short)
+            half_share = min(self._ledger_cap(), int(effective * self.config.ledger_share / 2))
+            if target < self.config.low_water * effective - 1:  # a deeper cut (thrashing, L4) must land
+                half_share = min(half_share, target - self._floor)
+            room = min(room, max(target - rest, half_share))
         return room
 
     def _render_context(self, effective: int, target: int | None = None) -> None:
