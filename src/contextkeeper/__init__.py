@@ -42,6 +42,7 @@ from .exceptions import (
     SnapshotError,
     StoreError,
     StoreUnavailable,
+    SummaryRejected,
     ToolPairError,
     UnknownModelError,
     UpstreamError,
@@ -55,6 +56,14 @@ from .rounds import Round, group_rounds
 from .session import AsyncSession, PreparedView, Session
 from .snapshots import READ_CONTEXT_TOOL, FileSnapshotStore, MemorySnapshotStore, SnapshotStore
 from .stores import AsyncSessionStore, SessionInfo, SessionStore, open_async_store, open_store
+from .summarize import (
+    AsyncExtractiveSummarizer,
+    AsyncLLMSummarizer,
+    ExtractiveSummarizer,
+    FidelityReport,
+    LLMSummarizer,
+    fidelity_report,
+)
 from .tokens import TokenCounter, counter_for_model, get_counter
 from .tokens.accountant import ANTHROPIC_FRAMING, GEMINI_FRAMING, OPENAI_FRAMING, Framing, TokenAccountant
 from .toolpairs import Problem, is_valid, repair, validate
@@ -68,6 +77,8 @@ __all__ = [
     "AgentState",
     "AgentStateError",
     "Alert",
+    "AsyncExtractiveSummarizer",
+    "AsyncLLMSummarizer",
     "AsyncSession",
     "AsyncSessionStore",
     "AsyncSummarizer",
@@ -86,11 +97,14 @@ __all__ = [
     "ContextStatus",
     "Event",
     "EventBus",
+    "ExtractiveSummarizer",
+    "FidelityReport",
     "FileSnapshotStore",
     "Format",
     "Framing",
     "HybridWeights",
     "ImagePart",
+    "LLMSummarizer",
     "Ledger",
     "LedgerEntry",
     "LockTimeout",
@@ -119,6 +133,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "Summarizer",
+    "SummaryRejected",
     "SummaryRequest",
     "TextPart",
     "ThinkingPart",
@@ -134,6 +149,7 @@ __all__ = [
     "ViewStatus",
     "counter_for_model",
     "detect_format",
+    "fidelity_report",
     "from_messages",
     "get_counter",
     "group_rounds",

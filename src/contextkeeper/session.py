@@ -26,6 +26,7 @@ from .exceptions import ConfigError, ContextOverflowError, SnapshotError, Summar
 from .ledger import Ledger, StepStatus
 from .messages import Message
 from .models import lookup_model
+from .notes import NOTES_TOOL, Notes
 from .snapshots import READ_CONTEXT_TOOL, FileSnapshotStore, MemorySnapshotStore, SnapshotStore, read_context
 from .tokens import TokenCounter, counter_for_model, get_counter
 from .tokens.accountant import OPENAI_FRAMING, Framing, TokenAccountant
@@ -174,6 +175,11 @@ class _BaseSession:
         """Call ``callback(event)`` for every event; returns the unsubscribe function."""
         return self.events.subscribe(callback)
 
+    @property
+    def notes(self) -> Notes:
+        """Structured notes the agent (or you) keep; rendered into the context block after compaction."""
+        return self.engine.notes
+
     def pin(self, message_id: str) -> None:
         """Never evict or shorten this message (and its round)."""
         self.engine.pinned_copy(message_id)
@@ -210,7 +216,9 @@ class _BaseSession:
         return f"{first}..{last}"
 
     def handle_tool_call(self, name: str, arguments: str | Mapping[str, Any]) -> str | None:
-        """Run the read-back tool if ``name`` is it; None for other tools."""
+        """Answer contextkeeper's own tools (``read_context``, ``notes``); None for other tools."""
+        if name == NOTES_TOOL["function"]["name"]:
+            return self.engine.notes.handle_tool_call(arguments, turn=self.engine.turn)
         if name != READ_CONTEXT_TOOL["function"]["name"]:
             return None
         try:

@@ -48,9 +48,14 @@ def _write_json(path: Path | None, result: Any) -> None:
 def probes(
     data: Annotated[Path, typer.Option(help="Probe traces (JSONL): {id, messages, probes} per line.")],
     budgets: Annotated[str, typer.Option(help="Comma list of token budgets.")] = "2000,3000,4000",
+    summarizer: Annotated[
+        str, typer.Option(help="none: clearing, eviction and the ledger alone; extractive: plus the summary layer.")
+    ] = "none",
     json_out: JsonPath = None,
 ) -> None:
     """Retention of probe facts in the view after compaction, per budget."""
+    if summarizer not in ("none", "extractive"):
+        raise typer.BadParameter(f"{summarizer!r}: use none or extractive", param_hint="--summarizer")
     if not data.is_file():
         raise typer.BadParameter(f"{data}: no such file", param_hint="--data")
     values = _budgets(budgets)
@@ -63,7 +68,18 @@ def probes(
             advance(done - state["done"])
             state["done"] = done
 
-        result = run_probes(data, values, progress=progress)
+        factory = None
+        if summarizer == "extractive":
+            from ..summarize import ExtractiveSummarizer
+            from ..tokens import get_counter
+
+            counter = get_counter("tiktoken:cl100k_base")
+
+            def factory() -> ExtractiveSummarizer:
+                return ExtractiveSummarizer(counter=counter)
+
+        result = run_probes(data, values, progress=progress, summarizer_factory=factory)
+        result["summarizer"] = summarizer
     table = Table(title=f"probes: {data.name}")
     for col in ("budget", "retention", "found/total", "all fit", "pairs ok", "seconds"):
         table.add_column(col)
@@ -77,6 +93,23 @@ def probes(
             f"{row['seconds']:.2f}",
         )
     out.print(table)
+    _write_json(json_out, result)
+
+
+@bench_app.command("fidelity")
+def fidelity(
+    data: Annotated[Path, typer.Option(help="Probe traces (JSONL): {id, messages, probes} per line.")],
+    budgets: Annotated[str, typer.Option(help="Summary sizes (max_tokens), comma list.")] = "400,800",
+    llm: Annotated[bool, typer.Option(help="Also run the LLM summarizer against the scripted local server.")] = True,
+    json_out: JsonPath = None,
+) -> None:
+    """Share of probe identifiers the summary of the evicted part alone keeps."""
+    if not data.is_file():
+        raise typer.BadParameter(f"{data}: no such file", param_hint="--data")
+    from ..benchmarks.fidelity import run_fidelity
+
+    result = run_fidelity(data, budgets=_budgets(budgets), llm=llm)
+    out.print_json(data={k: v for k, v in result.items() if k != "traces"}, default=str)
     _write_json(json_out, result)
 
 

@@ -35,6 +35,7 @@ from ..exceptions import BudgetExceeded, MessageError, SchemaError, SummaryRejec
 from ..keyinfo import fact_rank, key_lines, preview, rank_facts, salient_facts
 from ..ledger import Ledger, LedgerEntry, entry_for_round, request_facts
 from ..messages import Message, TextPart, ThinkingPart, check_message
+from ..notes import Notes
 from ..snapshots import SnapshotStore, encode_snapshot, make_snapshot_id
 from ..summarize.extractive import fit_summary
 from ..tokens.accountant import TokenAccountant
@@ -131,6 +132,8 @@ class ContextEngine:
         self.snapshots = snapshots
         self.events = events
         self.ledger = Ledger(max_entries=config.ledger_max_entries)
+        self.notes = Notes()
+        """Structured notes (decisions, finished subtasks, lessons, open items), shown in the context block."""
         self.breaker = CircuitBreaker(max_failures=config.max_summarizer_failures, cooldown_s=config.breaker_cooldown_s)
         self.transcript: list[Message] = []
         self.counts: list[int] = []
@@ -1052,7 +1055,7 @@ class ContextEngine:
         when they do not (a tight budget), it gets whatever the budget still has.
         """
         self._evicted_at_render = self._n_evicted
-        if not self._n_evicted and self.summary is None and not self.ledger.notes_added:
+        if not self._n_evicted and self.summary is None and not self.ledger.notes_added and not len(self.notes):
             self._context_msg, self._context_tokens = None, 0
             return
         room = self._context_room(effective, target)
@@ -1066,6 +1069,10 @@ class ContextEngine:
             # a summary never pushes the view past the budget: shrunk by sections, identifiers first
             summary = fit_summary(summary, limit, counter=self.accountant.counter)
             parts.append(f"Summary of messages {a}..{b}:\n{summary}")
+        if len(self.notes):  # the agent's structured notes come back after every compaction
+            notes_text = self.notes.render(max_tokens=max(0, room // 4), counter=self.accountant.count_text)
+            if notes_text:
+                parts.append(notes_text)
         fixed = self.accountant.count_message(Message.user("\n".join(parts)))
         source_ids = span or ()
         ledger_room = room - fixed - 2
@@ -1176,6 +1183,7 @@ class ContextEngine:
             "evicted": [r.ordinal for r in self.rounds if r.state == "evicted"],
             "cleared": [r.ordinal for r in self.rounds if r.state == "cleared"],
             "ledger": self.ledger.to_dict(),
+            "notes": self.notes.to_dict(),
             "summary": self.summary,
             "summary_span": list(self.summary_span) if self.summary_span else None,
             "summarized_upto": self._summarized_upto,
@@ -1212,6 +1220,7 @@ class ContextEngine:
                 r.state = "evicted"
                 self._attach(r)
         self.ledger = Ledger.from_dict(state.get("ledger", {}))
+        self.notes = Notes.from_dict(state["notes"]) if "notes" in state else Notes()
         for entry in self.ledger.entries:
             r = by_ordinal.get(entry.step)
             if r is not None:
