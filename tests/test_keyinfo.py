@@ -109,7 +109,8 @@ def test_salient_facts_of_json_use_its_values() -> None:
 def test_fact_rank_and_rank_facts() -> None:
     assert fact_rank("ORD-1") == 0 and fact_rank("/etc/hosts") == 0 and fact_rank("2024-01-02") == 0
     assert fact_rank("SEA") == 1
-    assert fact_rank("1234567") == 2
+    assert fact_rank("$1,234.50") == 2  # amounts rank above names...
+    assert fact_rank("1234567") == 4 and fact_rank("19:00:00") == 4  # ...bare numbers and clock times below
     assert fact_rank("Lisbon") == 3
     assert fact_rank("lisbon") == 4
     assert fact_rank("yes") == 5 and fact_rank("7") == 5

@@ -91,8 +91,10 @@ def fact_rank(fact: str) -> int:
         return 0
     if len(fact) >= 3 and fact.isupper():
         return 1
-    if has_digit and len(_HAS_DIGIT.findall(fact)) >= 3:
-        return 2
+    if has_digit and len(_HAS_DIGIT.findall(fact)) >= 3 and (fact[0] in "$€£" or "," in fact or "." in fact):
+        return 2  # amounts
+    if has_digit and not has_alpha and len(_HAS_DIGIT.findall(fact)) >= 3:
+        return 4  # bare numbers and clock times: rarely what a later step asks for by name
     if fact.lower() in _TRIVIAL_WORDS or len(fact) <= 2 or (has_digit and not has_alpha):
         return 5
     if fact[:1].isupper():

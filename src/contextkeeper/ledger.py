@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from .keyinfo import extract_identifiers, fact_rank, key_lines, salient_facts
+from .keyinfo import extract_identifiers, fact_rank, json_facts, key_lines, salient_facts
 from .messages import Message
 
 __all__ = ["Ledger", "LedgerEntry", "StepStatus", "describe_call", "entry_for_round", "request_facts"]
@@ -123,8 +123,12 @@ def entry_for_round(
             found.extend(salient_facts(text[:6000], limit=48))
         facts = found
     intention = "; ".join(describe_call(c.name, c.arguments) for c in calls)
-    # identifiers in the arguments come first: the rendered line cuts long arguments short
-    arg_facts = extract_identifiers(intention, limit=32) if len(intention) > 100 else []
+    # the arguments' values come first: the rendered line cuts long arguments short
+    arg_facts: list[str] = []
+    if len(intention) > 100:
+        for c in calls:
+            values = json_facts(c.arguments)
+            arg_facts.extend(values if values is not None else extract_identifiers(c.arguments, limit=32))
     return LedgerEntry(
         step=step,
         status="failed" if failed else "done",
