@@ -208,6 +208,8 @@ def _check_text(value: object, *, index: int | None, field_name: str) -> None:
             index=index,
             field=field_name,
         )
+    if value.isascii():  # the common case, checked in C without encoding the text
+        return
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
