@@ -5,9 +5,10 @@ budget) and runs layers until the view is under ``low_water``. Between the two t
 appends, so the provider's prompt cache keeps serving the unchanged prefix. A wide band means
 few compactions and high prefix reuse, at the price of dropping more of the oldest history at
 each one; a narrow band keeps more history but rewrites the prefix every few turns. Measured on
-the trim workload (benchmarks/README.md): high 1.0 / low 0.5 keeps prefix reuse ≥ 0.95 at 128k
-and ≥ 0.90 at 32k. The ``seed`` profile reproduces the seed design (clear and evict from the
-warning state, summarize from the error state, cut to just under warning).
+the trim workload (README, Benchmarks): high 1.0 / low 0.45 keeps prefix reuse at 0.97 (128k)
+and 0.905 (32k), where cutting to 60% gives 0.89 at 32k. The ``seed`` profile reproduces the
+seed design (clear and evict from the warning state, summarize from the error state, cut to
+just under warning).
 """
 
 from __future__ import annotations
