@@ -315,6 +315,7 @@ class _BaseSession:
         summarizer = getattr(self, "summarizer", None)
         self.engine.summarizer_enabled = summarizer is not None
         self.engine.summarizer_degrades = bool(getattr(summarizer, "supports_degraded", False))
+        self.engine.summarizer_checks_identifiers = bool(getattr(summarizer, "checks_identifiers", False))
         self.engine.summary_merger = summarizer if callable(getattr(summarizer, "take_ready", None)) else None
 
     def _flow(self, reactive: bool) -> Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]:

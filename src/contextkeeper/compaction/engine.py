@@ -16,6 +16,7 @@ all its results, and a result never stays without its call.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -51,6 +52,14 @@ logger = logging.getLogger(__name__)
 RoundKind = Literal["system", "user", "exchange", "tool-call", "message"]
 RoundState = Literal["full", "cleared", "evicted"]
 CONTEXT_HEADER = "[contextkeeper] Earlier conversation was compacted"
+
+
+def _error_lines(text: str) -> list[str]:
+    """Up to two lines naming an error or exception (not warnings), cut to 160 characters."""
+    return [line for line in key_lines(text, limit=4, max_line_chars=160) if _ERROR_WORDS.search(line)][:2]
+
+
+_ERROR_WORDS = re.compile(r"error|exception|traceback|failed|fatal", re.IGNORECASE)
 
 
 @dataclass(eq=False)
@@ -160,6 +169,8 @@ class ContextEngine:
         self._n_evicted = 0
         self._msg_facts: dict[int, list[str]] = {}
         self.summarizer_enabled = False
+        self.summarizer_checks_identifiers = False
+        """Set for summarizers that keep identifiers by their own rules (extractive, LLM with validation)."""
         """Set by the session when a summarizer drives the summary layer."""
         self.summarizer_degrades = False
         """Set by the session when its summarizer answers ``degraded`` requests without a model: the
@@ -673,7 +684,8 @@ class ContextEngine:
         if facts is None:
             m = self.transcript[index]
             text = m.text
-            facts = key_lines(text, limit=2, max_line_chars=160) if m.is_error else []
+            # error lines travel with the facts of any output (a failing step need not be flagged)
+            facts = key_lines(text, limit=2, max_line_chars=160) if m.is_error else _error_lines(text)
             facts += salient_facts(text, limit=self.config.cleared_max_facts * 3, scan_chars=self.config.scan_chars)
             self._msg_facts[index] = facts
         return facts
@@ -918,7 +930,7 @@ class ContextEngine:
 
     def _summary_tokens(self, target: int | None) -> int:
         """The size the running summary is written for: its share of the context block (the ledger has the rest)."""
-        return min(self.config.summary_max_tokens, int(self._context_room(self.budget.effective, target) * 0.6) - 48)
+        return min(self.config.summary_max_tokens, int(self._context_room(self.budget.effective, target) * 0.4) - 48)
 
     def _summarize(self, target: int) -> Generator[SummaryRequest, SummaryReply, bool]:
         """Fold the newly evicted rounds into the running summary; False when the summarizer failed."""
@@ -945,7 +957,11 @@ class ContextEngine:
             text = reply
             problem = "the summarizer failed" if text is None else check_summary(text)
             if problem is None and text is not None:
-                problem = self._lost_identifiers(fresh, text, request.max_tokens)
+                problem = (
+                    None
+                    if self.summarizer_checks_identifiers
+                    else self._lost_identifiers(fresh, text, request.max_tokens)
+                )
         if problem is not None and not degraded:
             opened = self.breaker.record_failure()
             logger.warning("summary rejected for session %s: %s", self.session_id, problem)
@@ -1065,7 +1081,7 @@ class ContextEngine:
         if self.summary and self.summary_span:
             a, b = self.summary_span
             summary = self.summary
-            limit = max(0, int(room * 0.6) - 48)  # the rest of the room is the ledger's
+            limit = max(0, int(room * 0.4) - 48)  # the rest of the room is the ledger's
             # a summary never pushes the view past the budget: shrunk by sections, identifiers first
             summary = fit_summary(summary, limit, counter=self.accountant.counter)
             parts.append(f"Summary of messages {a}..{b}:\n{summary}")

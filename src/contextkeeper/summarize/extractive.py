@@ -193,6 +193,8 @@ class _BaseExtractive:
     """The extraction and folding logic shared by the sync and async twins."""
 
     supports_degraded = True
+    checks_identifiers = True
+    """This summarizer keeps identifiers by its own rules; the engine's identifier check is skipped."""
     """It never calls a model, so it can answer while the session's summarizer breaker is open."""
 
     def __init__(self, *, counter: TokenCounter | None = None, facts_share: float = 0.6) -> None:

@@ -153,6 +153,8 @@ class _BaseLLM:
     """Prompting, chunking and validation shared by the sync and async twins."""
 
     supports_degraded = True
+    checks_identifiers = True
+    """This summarizer keeps identifiers by its own rules; the engine's identifier check is skipped."""
     """A request marked ``degraded`` (the session's breaker is open) gets the extractive summary."""
 
     def __init__(
