@@ -152,6 +152,9 @@ class Ledger:
     rolled_up: dict[str, int] = field(default_factory=dict)
     next_step: int = 1
     notes_added: int = 0
+    kept_facts: list[str] = field(default_factory=list)
+    """Best facts of rolled-up requests and failures, oldest first (bounded by ``max_kept_facts``)."""
+    max_kept_facts: int = 60
     _scale: float = field(default=1.15, repr=False, compare=False)
     _last_count: Callable[[str], int] | None = field(default=None, repr=False, compare=False)
     _line_memo: dict[tuple[int, str], str] = field(default_factory=dict, repr=False, compare=False)
@@ -234,6 +237,13 @@ class Ledger:
 
     def _roll_up(self, entries: Sequence[LedgerEntry]) -> None:
         for e in entries:
+            # What the user asked for and what failed outlives the entry: its best facts stay
+            # listed (bounded), so a session hundreds of steps long still shows its first ticket.
+            if e.kind == "request" or e.status == "failed":
+                for f in e.facts[:6]:
+                    if f not in self.kept_facts and fact_rank(f) <= 3:
+                        self.kept_facts.append(f)
+                del self.kept_facts[: max(0, len(self.kept_facts) - self.max_kept_facts)]
             self.rolled_up[e.status] = self.rolled_up.get(e.status, 0) + 1
             for tool in e.tools:
                 key = f"tool:{tool}"
@@ -289,7 +299,12 @@ class Ledger:
             room -= c
         # 1. Facts, best first, may take most of the room. The pool is gathered newest step first and
         #    bounded to twice the room, so rendering stays cheap for long sessions.
-        pool: list[tuple[int, int, int, str]] = []
+        # kept facts of rolled-up steps rank as the oldest step: they fill what room is left
+        pool: list[tuple[int, int, int, str]] = [
+            (fact_rank(f), len(self.entries) + 1, j, f)
+            for j, f in enumerate(self.kept_facts)
+            if not (exclude and f in exclude)
+        ]
         gathered = 0
         ordered = [*skipped, *entries]
         for back, e in enumerate(reversed(ordered)):
@@ -417,6 +432,7 @@ class Ledger:
             "rolled_up": dict(self.rolled_up),
             "next_step": self.next_step,
             "notes_added": self.notes_added,
+            "kept_facts": list(self.kept_facts),
         }
 
     @classmethod
@@ -434,4 +450,5 @@ class Ledger:
             rolled_up=dict(data.get("rolled_up", {})),
             next_step=int(data.get("next_step", len(entries) + 1)),
             notes_added=int(data.get("notes_added", 0)),
+            kept_facts=[str(f) for f in data.get("kept_facts", [])],
         )
