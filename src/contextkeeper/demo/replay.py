@@ -9,13 +9,13 @@ view the model would receive.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..adapters import to_messages
+from ..benchmarks.probes import view_text
 from ..events import Alert, CompactionFinished, Event
-from ..messages import Message
 from ..session import Session
 from .generator import DemoSession, PlantedFact
 
@@ -164,17 +164,6 @@ class DemoResult:
             "compute_s": round(self.compute_s, 3),
             "wall_s": round(self.wall_s, 3),
         }
-
-
-def view_text(view: Sequence[Message]) -> str:
-    """Everything a model reads in a view: contents and tool-call names and arguments."""
-    chunks: list[str] = []
-    for m in view:
-        chunks.append(m.text)
-        for c in m.tool_calls:
-            chunks.append(c.name)
-            chunks.append(c.arguments)
-    return "\n".join(chunks)
 
 
 def replay(
