@@ -133,7 +133,6 @@ class _BaseSession:
         """Tokens the provider reported over this session's `complete()` calls."""
         self._converted: tuple[int, str, list[Any]] | None = None
         self._converted_upto = 0
-        self._turn_start_used = 0
 
     # --- transcript -----------------------------------------------------------------------
     def add(self, items: Sequence[Any] | Any, *, format: Format | None = None) -> int:
@@ -236,7 +235,6 @@ class _BaseSession:
     # --- hooks for agent loops --------------------------------------------------------------
     def on_turn_start(self) -> ViewStatus:
         """Call before each model call; returns the current accounting (for loops that budget their turn)."""
-        self._turn_start_used = self.engine.status().used
         return self.engine.status()
 
     def on_turn_end(
