@@ -152,3 +152,9 @@ def test_identifiers_are_substrings_of_the_text(text: str) -> None:
         assert len(ident) >= 2
     for line in key_lines(text):
         assert line in text
+
+
+def test_phrases_and_commands_are_not_identifiers_but_error_messages_are() -> None:
+    assert fact_rank("git status && git log --oneline -12") == 4
+    assert fact_rank("638 Elm Street") == 4
+    assert fact_rank("LedgerImbalanceError: debit 1791.50 != credit 1791.00") == 1

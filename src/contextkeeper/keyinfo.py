@@ -79,12 +79,16 @@ _TRIVIAL_WORDS = frozenset({"yes", "no", "true", "false", "none", "null", "ok", 
 
 
 _HAS_DIGIT = re.compile(r"\d")
+_ERRORISH = re.compile(r"error|exception|traceback|failed|fatal", re.IGNORECASE)
 _HAS_ALPHA = re.compile(r"[^\W\d_]")
 
 
 @functools.lru_cache(maxsize=65536)
 def fact_rank(fact: str) -> int:
     """How much a fact is worth keeping (0 best): ids and dates, codes, amounts, names, other words."""
+    if " " in fact.strip():
+        # several words: an error message is worth its place, a command or a phrase is not an id
+        return 1 if _ERRORISH.search(fact) else 4
     has_digit = _HAS_DIGIT.search(fact) is not None
     has_alpha = _HAS_ALPHA.search(fact) is not None
     if (has_digit and has_alpha) or ("_" in fact and has_alpha) or "/" in fact or _DATE_LIKE.match(fact):
