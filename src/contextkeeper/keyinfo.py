@@ -13,7 +13,16 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 
-__all__ = ["extract_identifiers", "fact_rank", "json_facts", "key_lines", "preview", "rank_facts", "salient_facts"]
+__all__ = [
+    "error_lines",
+    "extract_identifiers",
+    "fact_rank",
+    "json_facts",
+    "key_lines",
+    "preview",
+    "rank_facts",
+    "salient_facts",
+]
 
 # One pass, shaped so that the regex engine does O(1) work at most positions: a token start is
 # checked by a look-behind, and one look-ahead decides whether the token is worth taking before it
@@ -193,6 +202,6 @@ def preview(text: str, *, head_chars: int = 300, tail_chars: int = 0) -> str:
     return f"{head}\n…[{omitted} chars omitted]…\n{tail}"
 
 
-def join_facts(facts: Iterable[str]) -> str:
-    """Facts as one compact, unambiguous line."""
-    return " · ".join(facts)
+def error_lines(text: str, *, limit: int = 2) -> list[str]:
+    """Up to ``limit`` lines naming an error or exception (not warnings), cut to 160 characters."""
+    return [line for line in key_lines(text, limit=2 * limit, max_line_chars=160) if _ERRORISH.search(line)][:limit]

@@ -156,7 +156,6 @@ class Ledger:
     """Best facts of rolled-up requests and failures, oldest first (bounded by ``max_kept_facts``)."""
     max_kept_facts: int = 60
     _scale: float = field(default=1.15, repr=False, compare=False)
-    _last_count: Callable[[str], int] | None = field(default=None, repr=False, compare=False)
     _line_memo: dict[tuple[int, str], str] = field(default_factory=dict, repr=False, compare=False)
 
     # --- recording ------------------------------------------------------------------------
@@ -261,7 +260,6 @@ class Ledger:
         *,
         max_tokens: int,
         count: Callable[[str], int],
-        only_steps: Sequence[int] | None = None,
         exact: bool = True,
         exclude: str = "",
     ) -> str:
@@ -273,14 +271,12 @@ class Ledger:
         first. Older steps' lines go first when room runs out; their facts stay longest.
 
         With ``exact=False`` the size is only estimated (the caller counts the final text).
-        ``only_steps`` limits the listing to those entries.
         """
-        wanted = None if only_steps is None else set(only_steps)
         notes = [e for e in self.entries if e.kind == "note"]
-        entries = [e for e in self.entries if e.kind != "note" and (wanted is None or e.step in wanted)]
+        entries = [e for e in self.entries if e.kind != "note"]
         if (not entries and not notes and not self.rolled_up) or max_tokens <= 0:
             return ""
-        cost = self._coster(count)
+        cost = self._coster()
         if not exact:
             max_tokens = int(max_tokens * 0.97)  # estimates only: leave a margin so one render fits
         listable = max(1, max_tokens // 12)
@@ -360,7 +356,7 @@ class Ledger:
             n = count(text)
         return text if n <= max_tokens else ""
 
-    def _coster(self, count: Callable[[str], int]) -> Callable[[str], int]:
+    def _coster(self) -> Callable[[str], int]:
         """A cheap size estimate for lines and facts, scaled by what `calibrate` learned.
 
         Counting hundreds of new facts exactly at every compaction costs more than the rest of the
@@ -373,7 +369,6 @@ class Ledger:
             wide = 0 if text.isascii() else (len(text.encode("utf-8", "surrogatepass")) - len(text)) // 2
             return int(((len(text) - wide) / 3 + wide) * scale) + 1
 
-        self._last_count = count
         return cost
 
     def calibrate(self, estimated: int, actual: int) -> None:
@@ -384,7 +379,8 @@ class Ledger:
 
     def estimate(self, text: str) -> int:
         """The estimate `render` used for ``text`` (to pair with an exact count in `calibrate`)."""
-        return sum(self._coster(self._last_count or len)(line) for line in text.split("\n"))
+        cost = self._coster()
+        return sum(cost(line) for line in text.split("\n"))
 
     def _compose(
         self,

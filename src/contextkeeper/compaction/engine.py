@@ -16,7 +16,6 @@ all its results, and a result never stays without its call.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,7 +32,7 @@ from ..events import (
     Trigger,
 )
 from ..exceptions import BudgetExceeded, MessageError, SchemaError, SummaryRejected, ToolPairError
-from ..keyinfo import fact_rank, key_lines, preview, rank_facts, salient_facts
+from ..keyinfo import error_lines, fact_rank, key_lines, preview, rank_facts, salient_facts
 from ..ledger import Ledger, LedgerEntry, entry_for_round, request_facts
 from ..messages import Message, TextPart, ThinkingPart, check_message
 from ..notes import Notes
@@ -52,14 +51,6 @@ logger = logging.getLogger(__name__)
 RoundKind = Literal["system", "user", "exchange", "tool-call", "message"]
 RoundState = Literal["full", "cleared", "evicted"]
 CONTEXT_HEADER = "[contextkeeper] Earlier conversation was compacted"
-
-
-def _error_lines(text: str) -> list[str]:
-    """Up to two lines naming an error or exception (not warnings), cut to 160 characters."""
-    return [line for line in key_lines(text, limit=4, max_line_chars=160) if _ERROR_WORDS.search(line)][:2]
-
-
-_ERROR_WORDS = re.compile(r"error|exception|traceback|failed|fatal", re.IGNORECASE)
 
 
 @dataclass(eq=False)
@@ -685,7 +676,7 @@ class ContextEngine:
             m = self.transcript[index]
             text = m.text
             # error lines travel with the facts of any output (a failing step need not be flagged)
-            facts = key_lines(text, limit=2, max_line_chars=160) if m.is_error else _error_lines(text)
+            facts = key_lines(text, limit=2, max_line_chars=160) if m.is_error else error_lines(text)
             facts += salient_facts(text, limit=self.config.cleared_max_facts * 3, scan_chars=self.config.scan_chars)
             self._msg_facts[index] = facts
         return facts
