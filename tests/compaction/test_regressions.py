@@ -376,3 +376,30 @@ def test_a_summary_within_max_tokens_is_shown_with_the_ledger() -> None:
     block = next(m for m in pv.view if is_context_block(m)).text
     assert "Summary of messages" in block
     assert "Progress ledger" in block
+
+
+def test_last_resort_previews_fit_the_room_the_protected_round_has() -> None:
+    """A pinned ~1,650-token request, a current tool round with two large error outputs and two
+    developer notes in a 2,000-token budget (found by the property test): the head+tail previews
+    were sized to a fixed share of the budget, so the view ended a few tokens over and prepare()
+    raised BudgetExceeded although the protected set fits."""
+    from .test_properties import Developer, Prepare, Text, Tools, User, build_messages
+
+    program = [
+        User(Text("small", 7, False), False),
+        User(Text("large", 3451, False), True),
+        Prepare(),
+        Tools((Text("medium", 0, True), Text("large", 0, False)), errors=(True, True), reuse_ids=False, in_flight=None),
+        Prepare(),
+        Developer(0),
+        Developer(0),
+    ]
+    for _ in range(10):  # message ids (and so snapshot ids) are random: try several
+        s, _ = session(2000, config=CompactionConfig(keep_recent_rounds=1, clear_after_rounds=1))
+        s.add(Message.system("You are a careful agent."))
+        for batch in build_messages(program, 2000):
+            if batch is None:
+                pv = s.prepare(format="internal")
+                assert pv.status.used <= s.budget.effective
+            else:
+                s.add(batch)  # type: ignore[arg-type]

@@ -757,12 +757,13 @@ class ContextEngine:
         reason: Literal["cleared", "offloaded"],
         force: bool = False,
         offload_above: int | None = None,
+        preview_limit: int | None = None,
     ) -> int:
         """Show stand-ins for the round's large tool outputs; returns tokens saved."""
         if r.prepared and not force and offload_above is None and r.shown is None:
             shown = r.ready  # prepared ahead; None means nothing in it shrinks
         else:
-            shown = self._build_stand_ins(r, force=force, offload_above=offload_above)
+            shown = self._build_stand_ins(r, force=force, offload_above=offload_above, preview_limit=preview_limit)
         r.ready = None
         if shown is None:
             return 0
@@ -771,11 +772,14 @@ class ContextEngine:
         self._set_shown(r, shown)
         return before - r.view_tokens
 
-    def _build_stand_ins(self, r: _Round, *, force: bool, offload_above: int | None = None) -> list[Message] | None:
+    def _build_stand_ins(
+        self, r: _Round, *, force: bool, offload_above: int | None = None, preview_limit: int | None = None
+    ) -> list[Message] | None:
         """The round's messages with large outputs replaced by stand-ins; None when nothing shrinks.
 
-        ``force`` shortens every output to a head-and-tail preview; ``offload_above`` does that only
-        for outputs larger than that many tokens (an item that alone would not fit).
+        ``force`` shortens every output to a head-and-tail preview (of at most ``preview_limit``
+        tokens when given); ``offload_above`` does that only for outputs larger than that many
+        tokens (an item that alone would not fit).
         """
         snapshot_id = self._snapshot_id(r)
         current = r.shown if r.shown is not None else [self.transcript[i] for i in r.indices]
@@ -785,7 +789,9 @@ class ContextEngine:
             m = self.transcript[i]
             if m.role == "tool" and (force or self.counts[i] >= self.config.min_clear_tokens):
                 big = offload_above is not None and self.counts[i] > offload_above
-                limit = offload_above if big else (max(64, self.budget.effective // 8) if force else None)
+                limit = offload_above if big else None
+                if force:
+                    limit = preview_limit if preview_limit is not None else max(64, self.budget.effective // 8)
                 stand_in = self._stand_in(i, snapshot_id, shrink=force or big, max_tokens=limit)
                 if self.accountant.count_message(stand_in) < self.accountant.count_message(m_shown):
                     shown.append(stand_in)
@@ -804,13 +810,15 @@ class ContextEngine:
         head, tail = cfg.preview_head_chars, cfg.preview_tail_chars
         while True:
             stand_in = self._stand_in_text(index, snapshot_id, shrink=shrink, head=head, tail=tail)
-            if not shrink or max_tokens is None or head <= 40:
+            if not shrink or max_tokens is None or self.accountant.count_message(stand_in) <= max_tokens:
                 return stand_in
-            if self.accountant.count_message(stand_in) <= max_tokens:
-                return stand_in
+            if head <= 40:  # even a short preview does not fit: the reference alone remains
+                return self._stand_in_text(index, snapshot_id, shrink=shrink, head=0, tail=0, bare=True)
             head, tail = head // 2, tail // 2
 
-    def _stand_in_text(self, index: int, snapshot_id: str, *, shrink: bool, head: int, tail: int) -> Message:
+    def _stand_in_text(
+        self, index: int, snapshot_id: str, *, shrink: bool, head: int, tail: int, bare: bool = False
+    ) -> Message:
         m = self.transcript[index]
         tokens = self.counts[index]
         text = m.text
@@ -820,6 +828,8 @@ class ContextEngine:
         else:
             body = preview(text, head_chars=cfg.cleared_head_chars)
         lines = [f'[output shortened from {tokens} tokens; full text: read_context("{snapshot_id}")]', body]
+        if bare:
+            return self._tool_stand_in(m, lines[0], snapshot_id, shrink=shrink)
         found = key_lines(text, limit=2, max_line_chars=120)
         extra_keys = [k for k in found if k not in body]
         if extra_keys:
@@ -827,9 +837,14 @@ class ContextEngine:
         facts = [f for f in self._message_facts(index)[: cfg.cleared_max_facts] if f not in body]
         if facts:
             lines.append("ids: " + " · ".join(facts))
+        return self._tool_stand_in(m, "\n".join(lines), snapshot_id, shrink=shrink)
+
+    @staticmethod
+    def _tool_stand_in(m: Message, text: str, snapshot_id: str, *, shrink: bool) -> Message:
+        """The tool message shown instead of ``m``: same call id, name and error flag, new text."""
         return Message(
             role="tool",
-            parts=(TextPart(text="\n".join(lines)),),
+            parts=(TextPart(text=text),),
             message_id=f"{m.message_id}~{'p' if shrink else 'c'}",
             tool_call_id=m.tool_call_id,
             name=m.name,
@@ -1036,7 +1051,11 @@ class ContextEngine:
             if self._total() <= effective:
                 return changed
             if r.state != "evicted" and r.kind == "tool-call":
-                if self._clear_round(r, reason="offloaded", force=True) > 0:
+                # previews sized to the room this round has, shared by its outputs
+                outputs = sum(1 for i in r.indices if self.transcript[i].role == "tool") or 1
+                room = effective - (self._total() - r.view_tokens) - (r.view_tokens - r.view_tool_tokens)
+                limit = max(16, room // outputs)
+                if self._clear_round(r, reason="offloaded", force=True, preview_limit=limit) > 0:
                     changed += 1
         return changed
 
