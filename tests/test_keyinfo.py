@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 
 from hypothesis import given, settings, strategies as st
 
 from contextkeeper.keyinfo import (
+    _IDENT_RE,
     extract_identifiers,
     fact_rank,
     json_facts,
@@ -158,3 +160,29 @@ def test_phrases_and_commands_are_not_identifiers_but_error_messages_are() -> No
     assert fact_rank("git status && git log --oneline -12") == 4
     assert fact_rank("638 Elm Street") == 4
     assert fact_rank("LedgerImbalanceError: debit 1791.50 != credit 1791.00") == 1
+
+
+# The specification the fast pattern must keep: a token that does not follow a token character,
+# taken when it holds a digit, "_" or "/", starts a code, is camelCase, names a file or an
+# exception; plus URLs and amounts. This is the straightforward form (slower: it tries every
+# alternative at every position); the shipped one adds a look-behind and a possessive pre-filter.
+_SPEC_TOKEN = r"""[^\s"'`()\[\]{}<>,;=|]"""
+_SPEC_EXT = r"(?:py|js|ts|tsx|go|rs|java|rb|c|h|cpp|md|json|yaml|yml|toml|txt|sql|sh|cfg|ini|log|csv)"
+_SPEC_RE = re.compile(
+    r"https?://[^\s\"'<>)\]]+"
+    r"|[$€£]?\b\d{1,3}(?:,\d{3})+(?:\.\d+)?\b"
+    rf"|(?<!{_SPEC_TOKEN})(?=[A-Z][A-Z0-9]{{2}}|{_SPEC_TOKEN}*?(?:[\d_/]|[a-z][A-Z]|\.{_SPEC_EXT}\b"
+    rf"|Error\b|Exception\b|Warning\b)){_SPEC_TOKEN}+"
+)
+_IDENTISH = st.lists(
+    st.sampled_from(
+        [*"aZx_/.,:$€1 9-\n\t\"'()=|错误", "Error", "Exception", "https://", ".py", "HTTP", "json", "1,234"]
+    ),
+    max_size=60,
+).map("".join)
+
+
+@settings(max_examples=400)
+@given(_IDENTISH)
+def test_fast_identifier_pattern_matches_its_specification(text: str) -> None:
+    assert _IDENT_RE.findall(text) == _SPEC_RE.findall(text)

@@ -17,6 +17,7 @@ __all__ = [
     "error_lines",
     "extract_identifiers",
     "fact_rank",
+    "is_error_line",
     "json_facts",
     "key_lines",
     "preview",
@@ -24,17 +25,21 @@ __all__ = [
     "salient_facts",
 ]
 
-# One pass, shaped so that the regex engine does O(1) work at most positions: a token start is
-# checked by a look-behind, and one look-ahead decides whether the token is worth taking before it
-# is consumed: a digit, underscore or slash in it (ids, dates, amounts, paths, snake_case), a code
-# (SEA, HXDUBJ), camelCase, a file extension, or an exception name.
+# One pass, shaped so that the regex engine does O(1) work at most positions: one look-behind
+# rejects every position inside a token, a possessive scan rejects plain words (no digit, "_", "/",
+# capital or dot) at C speed, and only then one look-ahead decides whether the token is worth
+# taking: a digit, underscore or slash in it (ids, dates, amounts, paths, snake_case), a code (SEA,
+# HXDUBJ), camelCase, a file extension, or an exception name.
 _TOKEN = r"""[^\s"'`()\[\]{}<>,;=|]"""
+_PLAIN = r"""[^\s"'`()\[\]{}<>,;=|\d_/A-Z.]"""
 _EXT = r"(?:py|js|ts|tsx|go|rs|java|rb|c|h|cpp|md|json|yaml|yml|toml|txt|sql|sh|cfg|ini|log|csv)"
 _IDENT_RE = re.compile(
+    rf"(?<!{_TOKEN})(?:"
     r"https?://[^\s\"'<>)\]]+"
     r"|[$€£]?\b\d{1,3}(?:,\d{3})+(?:\.\d+)?\b"  # amounts with thousands separators: $1,234.56
-    rf"|(?<!{_TOKEN})(?=[A-Z][A-Z0-9]{{2}}|{_TOKEN}*?(?:[\d_/]|[a-z][A-Z]|\.{_EXT}\b|Error\b|Exception\b|Warning\b))"
-    rf"{_TOKEN}+"
+    rf"|(?={_PLAIN}*+[\d_/A-Z.])"
+    rf"(?=[A-Z][A-Z0-9]{{2}}|{_TOKEN}*?(?:[\d_/]|[a-z][A-Z]|\.{_EXT}\b|Error\b|Exception\b|Warning\b))"
+    rf"{_TOKEN}+)"
 )
 # Lower-cased needles found with str.find: one C-speed scan each, far cheaper than a regex.
 _KEY_WORDS = (
@@ -202,6 +207,11 @@ def preview(text: str, *, head_chars: int = 300, tail_chars: int = 0) -> str:
     return f"{head}\n…[{omitted} chars omitted]…\n{tail}"
 
 
+def is_error_line(line: str) -> bool:
+    """True when a key line names an error, exception or failure (a warning or timeout alone is not)."""
+    return _ERRORISH.search(line) is not None
+
+
 def error_lines(text: str, *, limit: int = 2) -> list[str]:
     """Up to ``limit`` lines naming an error or exception (not warnings), cut to 160 characters."""
-    return [line for line in key_lines(text, limit=2 * limit, max_line_chars=160) if _ERRORISH.search(line)][:limit]
+    return [line for line in key_lines(text, limit=2 * limit, max_line_chars=160) if is_error_line(line)][:limit]

@@ -24,6 +24,8 @@ __all__ = ["Ledger", "LedgerEntry", "StepStatus", "describe_call", "entry_for_ro
 
 StepStatus = Literal["planned", "done", "failed"]
 _MARK = {"planned": "…", "done": "✓", "failed": "✗"}
+_RANKS = 6
+"""`fact_rank` values run from 0 to 5."""
 HEADER = "[Progress ledger: steps already completed; do not repeat them.]"
 
 
@@ -95,7 +97,7 @@ def entry_for_round(
     first = messages[0]
     ids = tuple(m.message_id for m in messages)
     if first.role == "user":
-        text = " ".join(first.text.split())
+        text = " ".join(first.text[:400].split())  # the line shows at most 200 characters
         return LedgerEntry(
             step=step,
             status="done",
@@ -157,6 +159,14 @@ class Ledger:
     max_kept_facts: int = 60
     _scale: float = field(default=1.15, repr=False, compare=False)
     _line_memo: dict[tuple[int, str], str] = field(default_factory=dict, repr=False, compare=False)
+    _raw_costs: dict[str, float] = field(default_factory=dict, repr=False, compare=False)
+    _rank_memo: dict[int, tuple[tuple[str, ...], tuple[tuple[str, ...], ...], int]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    _tally_memo: dict[tuple[int, int, int], str] = field(default_factory=dict, repr=False, compare=False)
+    _changes: int = field(default=0, repr=False, compare=False)
+    """Bumped by every change of entries or counts (keys the summary-line memo)."""
+    """Unscaled size estimates of facts and lines: renders repeat most of them."""
 
     # --- recording ------------------------------------------------------------------------
     def record_round(
@@ -177,6 +187,7 @@ class Ledger:
 
     def append(self, entry: LedgerEntry) -> LedgerEntry:
         """Add a prepared entry (see `entry_for_round`), keeping entries sorted by step and bounded."""
+        self._changes += 1
         if entry.step > 0:
             self.next_step = max(self.next_step, entry.step + 1)
         if self.entries and self.entries[-1].step > entry.step:
@@ -207,6 +218,7 @@ class Ledger:
         for i, e in enumerate(self.entries):
             if e.step == step:
                 self.entries[i] = replace(e, status=status)
+                self._changes += 1
                 return
         raise KeyError(f"no ledger step {step}; known steps: {[e.step for e in self.entries][-10:]}")
 
@@ -294,30 +306,31 @@ class Ledger:
             note_lines.insert(0, self._line(e))
             room -= c
         # 1. Facts, best first, may take most of the room. The pool is gathered newest step first and
-        #    bounded to twice the room, so rendering stays cheap for long sessions.
-        # kept facts of rolled-up steps rank as the oldest step: they fill what room is left
-        pool: list[tuple[int, int, int, str]] = [
-            (fact_rank(f), len(self.entries) + 1, j, f)
-            for j, f in enumerate(self.kept_facts)
-            if not (exclude and f in exclude)
-        ]
+        #    bounded to three times the room, so rendering stays cheap for long sessions; within a rank,
+        #    newer steps come first and the kept facts of rolled-up steps (the oldest) last.
+        buckets: list[list[str]] = [[] for _ in range(_RANKS)]
         gathered = 0
-        ordered = [*skipped, *entries]
-        for back, e in enumerate(reversed(ordered)):
-            for j, f in enumerate(e.facts):
-                if exclude and f in exclude:  # already shown beside the ledger (the running summary)
-                    continue
-                pool.append((fact_rank(f), back, j, f))
-                gathered += len(f) // 3 + 1
+        for e in reversed([*skipped, *entries]):
+            ranked_facts, weight = self._ranked_facts(e)
+            for rank, group in enumerate(ranked_facts):
+                if exclude:  # already shown beside the ledger (the running summary)
+                    group = tuple(f for f in group if f not in exclude)
+                buckets[rank].extend(group)
+            gathered += weight
             if gathered > room * 3:
                 break
-        pool.sort()
-        ranked = list(dict.fromkeys(f for *_, f in pool))
+        for f in self.kept_facts:
+            if not (exclude and f in exclude):
+                buckets[fact_rank(f)].append(f)
+        ranked = list(dict.fromkeys(f for group in buckets for f in group))
         facts: list[str] = []
         used = 0
+        fact_room = room * 0.7
         for f in ranked:
+            if used + 2 > fact_room:  # no fact costs less than 2: the rest cannot fit
+                break
             c = cost(f) + 1  # the " · " separator
-            if used + c <= room * 0.7:
+            if used + c <= fact_room:
                 facts.append(f)
                 used += c
         # 2. Step lines, newest first, in what is left.
@@ -335,15 +348,22 @@ class Ledger:
         for f in ranked:
             if room - used < 3:
                 break
-            if f not in taken and f not in shown_text:
+            if f not in taken:
                 c = cost(f) + 1
-                if used + c <= room:
+                if used + c <= room and f not in shown_text:  # the size first: it is the cheaper test
                     kept.append(f)
                     taken.add(f)
                     used += c
         facts = kept
         text = self._compose([*skipped, *entries[:hidden]], visible, facts, note_lines)
         if not exact:
+            # the line-by-line budget above is approximate: trim facts until the whole text's estimate
+            # fits, so the caller's exact count usually accepts the first render
+            over = self.estimate(text) - max_tokens
+            if over > 0 and facts:
+                while over > 0 and facts:
+                    over -= cost(facts.pop()) + 1
+                text = self._compose([*skipped, *entries[:hidden]], visible, facts, note_lines)
             return text
         n = count(text)
         while n > max_tokens and (facts or visible):  # estimates ran over: drop facts, then old lines
@@ -356,6 +376,33 @@ class Ledger:
             n = count(text)
         return text if n <= max_tokens else ""
 
+    def warm(self, entry: LedgerEntry) -> None:
+        """Work out ahead what rendering ``entry`` needs (its facts by rank, sizes of its facts and line).
+
+        Compaction prepares entries on quiet turns; warming them there keeps the render of the
+        compaction itself short.
+        """
+        self._ranked_facts(entry)
+        cost = self._coster()
+        for f in entry.facts:
+            cost(f)
+        cost(self._line(entry))
+
+    def _ranked_facts(self, e: LedgerEntry) -> tuple[tuple[tuple[str, ...], ...], int]:
+        """The entry's facts grouped by `fact_rank` (in their order) and their size in the pool."""
+        memo = self._rank_memo.get(e.step)
+        if memo is not None and memo[0] is e.facts:  # entries are immutable: same facts, same grouping
+            return memo[1], memo[2]
+        if len(self._rank_memo) > 5_000:
+            self._rank_memo.clear()
+        groups: list[list[str]] = [[] for _ in range(_RANKS)]
+        for f in e.facts:
+            groups[fact_rank(f)].append(f)
+        grouped = tuple(tuple(g) for g in groups)
+        weight = sum(len(f) // 3 + 1 for f in e.facts)
+        self._rank_memo[e.step] = (e.facts, grouped, weight)
+        return grouped, weight
+
     def _coster(self) -> Callable[[str], int]:
         """A cheap size estimate for lines and facts, scaled by what `calibrate` learned.
 
@@ -363,11 +410,17 @@ class Ledger:
         render; the caller counts the final text once and reports it back through `calibrate`.
         """
         scale = self._scale
+        memo = self._raw_costs
+        if len(memo) > 20_000:
+            memo.clear()
 
         def cost(text: str) -> int:
-            # ~3 ASCII characters per token; CJK and other wide characters about one token each
-            wide = 0 if text.isascii() else (len(text.encode("utf-8", "surrogatepass")) - len(text)) // 2
-            return int(((len(text) - wide) / 3 + wide) * scale) + 1
+            raw = memo.get(text)
+            if raw is None:
+                # ~3 ASCII characters per token; CJK and other wide characters about one token each
+                wide = 0 if text.isascii() else (len(text.encode("utf-8", "surrogatepass")) - len(text)) // 2
+                raw = memo[text] = (len(text) - wide) / 3 + wide
+            return int(raw * scale) + 1
 
         return cost
 
@@ -406,6 +459,16 @@ class Ledger:
         return line
 
     def _summary_line(self, hidden: Sequence[LedgerEntry]) -> str:
+        # a render asks for the line of the same prefix of the entries several times
+        key = (self._changes, len(hidden), hidden[-1].step if hidden else 0)
+        line = self._tally_memo.get(key)
+        if line is None:
+            if len(self._tally_memo) > 64:
+                self._tally_memo.clear()
+            line = self._tally_memo[key] = self._tally_line(hidden)
+        return line
+
+    def _tally_line(self, hidden: Sequence[LedgerEntry]) -> str:
         counts: Counter[str] = Counter(e.status for e in hidden)
         tools: Counter[str] = Counter(t for e in hidden for t in e.tools)
         for key, n in self.rolled_up.items():

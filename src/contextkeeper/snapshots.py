@@ -82,7 +82,7 @@ class MemorySnapshotStore:
     """Snapshots in a dict; for tests and short-lived sessions."""
 
     def __init__(self) -> None:
-        self._data: dict[tuple[str, str], bytes] = {}
+        self._data: dict[tuple[str, str], bytes | Callable[[], bytes]] = {}
         self._lock = threading.Lock()
 
     def put_snapshot(self, session_id: str, snapshot_id: str, data: bytes) -> None:
@@ -90,12 +90,28 @@ class MemorySnapshotStore:
         with self._lock:
             self._data.setdefault((session_id, snapshot_id), data)
 
+    def put_snapshot_lazy(self, session_id: str, snapshot_id: str, make: Callable[[], bytes]) -> None:
+        """Like `put_snapshot`, with the document made on first read.
+
+        In memory the messages are already held by the session: encoding every snapshot when it is
+        written would cost each compaction time for documents that are rarely read.
+        """
+        check_snapshot_id(snapshot_id)
+        with self._lock:
+            self._data.setdefault((session_id, snapshot_id), make)
+
     def get_snapshot(self, session_id: str, snapshot_id: str) -> bytes:
         check_snapshot_id(snapshot_id)
+        key = (session_id, snapshot_id)
         try:
-            return self._data[(session_id, snapshot_id)]
+            data = self._data[key]
         except KeyError:
             raise SnapshotError(f"no snapshot {snapshot_id!r} in session {session_id!r}") from None
+        if callable(data):
+            data = data()
+            with self._lock:
+                self._data[key] = data
+        return data
 
     def list_snapshots(self, session_id: str) -> list[str]:
         return sorted(sid for (s, sid) in self._data if s == session_id)

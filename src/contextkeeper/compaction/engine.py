@@ -15,6 +15,7 @@ all its results, and a result never stays without its call.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Generator, Mapping, Sequence
@@ -32,7 +33,7 @@ from ..events import (
     Trigger,
 )
 from ..exceptions import BudgetExceeded, MessageError, SchemaError, SummaryRejected, ToolPairError
-from ..keyinfo import error_lines, fact_rank, key_lines, preview, rank_facts, salient_facts
+from ..keyinfo import fact_rank, is_error_line, key_lines, preview, rank_facts, salient_facts
 from ..ledger import Ledger, LedgerEntry, entry_for_round, request_facts
 from ..messages import Message, TextPart, ThinkingPart, check_message
 from ..notes import Notes
@@ -159,6 +160,7 @@ class ContextEngine:
         self._system_total = 0
         self._n_evicted = 0
         self._msg_facts: dict[int, list[str]] = {}
+        self._msg_key_lines: dict[int, list[str]] = {}
         self.summarizer_enabled = False
         self.summarizer_checks_identifiers = False
         """Set for summarizers that keep identifiers by their own rules (extractive, LLM with validation)."""
@@ -175,6 +177,8 @@ class ContextEngine:
         self._tight = False
         self._floor = 0
         self._prep_cost = 0.0001
+        self._compaction_fixed_ms = 1.0
+        """Measured time of a compaction besides preparing rounds (moving average)."""
         """Measured seconds to prepare one round (moving average), to size the slices."""
         self._turn_tokens = 0.0
         """Recent growth of the view per turn (moving average), to see a compaction coming."""
@@ -260,7 +264,8 @@ class ContextEngine:
 
     def _append(self, m: Message) -> None:
         index = len(self.transcript)
-        n = self.accountant.count_message(m)
+        # tool outputs and replies rarely recur: count them without hashing for the shared cache
+        n = self.accountant.count_message(m, shared=m.role in ("system", "developer", "user"))
         self.transcript.append(m)
         self.counts.append(n)
         self._ids.add(m.message_id)
@@ -386,9 +391,15 @@ class ContextEngine:
                 # after thrashing, the deeper cut may also take the newest rounds (down to the current one)
                 steps = round(self._deepen / self.config.thrash_deepen_by) if self.config.thrash_deepen_by else 0
                 keep_rounds = max(1, self.config.keep_recent_rounds - steps)
+            started = time.perf_counter()
+            unprepared = self._pending_rounds()
             layer = yield from self._compact(
                 trigger=trigger or "high-water", target=int(low * effective), keep_rounds=keep_rounds
             )
+            if not self.summarizer_enabled:  # a summarizer's own time is not the compaction's
+                # what the compaction costs besides the rounds nobody prepared (render, eviction...)
+                fixed = (time.perf_counter() - started) * 1000 - unprepared * self._prep_cost * 1000
+                self._compaction_fixed_ms = 0.7 * self._compaction_fixed_ms + 0.3 * max(0.0, fixed)
             self._last_compaction_turn = self.turn
         else:
             grown = self._rounds_total - self._last_rounds_total
@@ -446,22 +457,29 @@ class ContextEngine:
     def _maybe_prepare_ahead(self, high: float) -> None:
         """Prepare ahead on as few turns as possible, just before a compaction that would be too slow.
 
-        The work waiting for the next compaction is estimated from the rounds not yet prepared
-        and the measured cost per round. Work up to ``compaction_budget_ms`` is left to the
-        compaction; the rest is spread over the last turns before it, each taking at most
-        ``prepare_slice_ms``, starting only as early as that requires. Turns far from a
-        compaction pay nothing.
+        The next compaction's time is estimated from the rounds not yet prepared (at the measured
+        cost per round) plus what the last compactions spent besides them (rendering the ledger,
+        evicting, rebuilding the view). What exceeds ``compaction_budget_ms`` is prepared on the
+        last turns before it, each taking at most ``prepare_slice_ms``, starting only as early as
+        that requires. Turns far from a compaction pay nothing; where compactions are cheap (small
+        windows compact often and little) no turn prepares at all.
         """
         newest_clearable = len(self.rounds) - 1 - self.config.clear_after_rounds
-        pending_ms = (newest_clearable - self._prep_cursor) * self._prep_cost * 1000
-        excess = pending_ms - self.config.compaction_budget_ms
+        pending_ms = self._pending_rounds() * self._prep_cost * 1000
+        excess = pending_ms + self._compaction_fixed_ms - self.config.compaction_budget_ms
         if excess <= 0:
             return
         slice_ms = self.config.prepare_slice_ms
         turns_left = self._turns_left(high)
-        if turns_left > 2 * excess / slice_ms + 2:  # turns come in uneven sizes: start early enough
+        # As late and on as few turns as possible (every turn that prepares is a slower turn), with
+        # a turn and a half of slack because turns come in uneven sizes; slices of at least a millisecond.
+        if turns_left > excess / slice_ms + 2.5:
             return
-        self._prepare_ahead(min(slice_ms, max(0.5, excess / max(1.0, turns_left - 1))), newest_clearable)
+        self._prepare_ahead(min(slice_ms, max(1.0, excess / max(1.0, turns_left - 0.5))), newest_clearable)
+
+    def _pending_rounds(self) -> int:
+        """Rounds old enough to be cleared that are not prepared yet."""
+        return max(0, len(self.rounds) - 1 - self.config.clear_after_rounds - self._prep_cursor)
 
     def _prepare_ahead(self, slice_ms: float, newest_clearable: int) -> None:
         """Build stand-ins, snapshots and ledger entries for waiting rounds, for ``slice_ms``.
@@ -484,6 +502,8 @@ class ContextEngine:
                 if r.state == "full":
                     r.ready = self._build_stand_ins(r, force=False)
             r.entry = self._entry(r)
+            if r.entry is not None:
+                self.ledger.warm(r.entry)  # so the compaction's render finds its sizes known
             r.prepared = True
             done += 1
             if time.perf_counter() >= deadline:
@@ -676,10 +696,18 @@ class ContextEngine:
             m = self.transcript[index]
             text = m.text
             # error lines travel with the facts of any output (a failing step need not be flagged)
-            facts = key_lines(text, limit=2, max_line_chars=160) if m.is_error else error_lines(text)
+            found = self._message_key_lines(index)
+            facts = found[:2] if m.is_error else [line for line in found if is_error_line(line)][:2]
             facts += salient_facts(text, limit=self.config.cleared_max_facts * 3, scan_chars=self.config.scan_chars)
             self._msg_facts[index] = facts
         return facts
+
+    def _message_key_lines(self, index: int) -> list[str]:
+        """The first key lines of output ``index`` (one scan serves its facts and its stand-in)."""
+        found = self._msg_key_lines.get(index)
+        if found is None:
+            found = self._msg_key_lines[index] = key_lines(self.transcript[index].text, limit=4, max_line_chars=160)
+        return found
 
     def _facts(self, r: _Round) -> tuple[str, ...]:
         """Identifiers of the round (tool outputs; a long request's text past its first 200 characters)."""
@@ -703,7 +731,11 @@ class ContextEngine:
         """Store the round's full messages under its snapshot id (once its results are all in)."""
         if not r.snapshot_written:
             msgs = [self.transcript[i] for i in r.indices]
-            self.snapshots.put_snapshot(self.session_id, self._snapshot_id(r), encode_snapshot("round", msgs))
+            put_lazy = getattr(self.snapshots, "put_snapshot_lazy", None)
+            if put_lazy is not None and not r.pending:  # in memory: encoded when first read
+                put_lazy(self.session_id, self._snapshot_id(r), functools.partial(encode_snapshot, "round", msgs))
+            else:
+                self.snapshots.put_snapshot(self.session_id, self._snapshot_id(r), encode_snapshot("round", msgs))
             r.snapshot_written = not r.pending
 
     def _snapshot(self, r: _Round, reason: Literal["cleared", "evicted", "offloaded", "summarized"]) -> str:
@@ -830,11 +862,14 @@ class ContextEngine:
         lines = [f'[output shortened from {tokens} tokens; full text: read_context("{snapshot_id}")]', body]
         if bare:
             return self._tool_stand_in(m, lines[0], snapshot_id, shrink=shrink)
-        found = key_lines(text, limit=2, max_line_chars=120)
+        found = list(dict.fromkeys(line[:120] for line in self._message_key_lines(index)))[:2]
         extra_keys = [k for k in found if k not in body]
         if extra_keys:
             lines.append("key lines: " + " | ".join(extra_keys))
-        facts = [f for f in self._message_facts(index)[: cfg.cleared_max_facts] if f not in body]
+        # facts the head or the key lines already show are not repeated (an error line is a fact too)
+        facts = [
+            f for f in self._message_facts(index)[: cfg.cleared_max_facts] if f not in body and f[:120] not in found
+        ]
         if facts:
             lines.append("ids: " + " · ".join(facts))
         return self._tool_stand_in(m, "\n".join(lines), snapshot_id, shrink=shrink)
@@ -1149,10 +1184,10 @@ class ContextEngine:
 
     def _evicted_span(self) -> tuple[str, str] | None:
         """First and last transcript message id that left the view."""
-        first = next((r for r in self.rounds if r.state == "evicted"), None)
-        last = next((r for r in reversed(self.rounds) if r.state == "evicted" and r.ordinal >= self._live_from), None)
-        if last is None and self._live_from > 0:
-            last = next((r for r in reversed(self.rounds[: self._live_from]) if r.state == "evicted"), None)
+        rounds = self.rounds
+        first = next((r for r in rounds if r.state == "evicted"), None)
+        # newest first, and only as far back as needed: sessions hold thousands of rounds
+        last = next((rounds[i] for i in range(len(rounds) - 1, -1, -1) if rounds[i].state == "evicted"), None)
         if first is None or last is None:
             return None
         return self.transcript[first.indices[0]].message_id, self.transcript[last.indices[-1]].message_id

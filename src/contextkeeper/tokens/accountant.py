@@ -240,6 +240,9 @@ class CountCache:
 # --- accountant ------------------------------------------------------------------------------------
 
 
+_NO_DICT: dict[str, Any] = {}
+
+
 class TokenAccountant:
     """Counts what a provider bills for messages and tool schemas, with a per-message cache."""
 
@@ -268,14 +271,19 @@ class TokenAccountant:
         # Read once: both are part of every cache key.
         self._counter_name = counter.name
         self._framing_name = framing.name
+        self._memo_key = (counter.name, framing.name)
         self._count = counter.count_text
 
     def count_text(self, text: str) -> int:
         """Tokens of a bare text (no framing, not cached)."""
         return self._count(require_text(text))
 
-    def count_message(self, message: Message) -> int:
+    def count_message(self, message: Message, *, shared: bool = True) -> int:
         """Tokens of one message including its framing; cached by content hash.
+
+        ``shared=False`` skips the shared cache, and hashing the content, for a message unlikely to
+        recur in another object (a fresh tool output: hashing it costs about what a hit would save);
+        the count is remembered on the message itself, so counting that object again is a lookup.
 
         Counted: every text part, tool call (name + arguments + ``per_tool_call``), thinking part
         (its text; for redacted thinking the opaque data), image (`image_tokens`), the ``name`` of
@@ -284,6 +292,13 @@ class TokenAccountant:
         Raises:
             MessageError: a part whose text is not a string, or an unknown part type.
         """
+        memo = getattr(message, "__dict__", _NO_DICT).get("_ck_count")
+        if memo is not None and memo[0] == self._memo_key:
+            return int(memo[1])
+        if not shared and isinstance(message, Message):
+            n = self._count_uncached(message)
+            object.__setattr__(message, "_ck_count", (self._memo_key, n))
+            return n
         try:
             digest = message.content_hash
         except (AttributeError, TypeError):
