@@ -1,7 +1,10 @@
 """Fixtures for the session-store suites: real Redis and Postgres, one namespace per test.
 
 Servers come from ``CONTEXTKEEPER_TEST_REDIS_URL`` / ``CONTEXTKEEPER_TEST_POSTGRES_URL``
-(defaults: the local servers). A test that needs an unreachable server skips, or fails when
+(defaults: the local servers). The Redis Cluster is started by the test run itself from the
+installed ``redis-server`` (three masters on free ports, stopped at the end), unless
+``CONTEXTKEEPER_TEST_REDIS_CLUSTER_URL`` names one (``redis+cluster://host:port/``). A test that
+needs an unreachable server (or a missing ``redis-server``) skips, or fails when
 ``CONTEXTKEEPER_REQUIRE_SERVICES=1`` (as in CI). Every Redis test gets its own key prefix and
 every Postgres test its own schema; both are removed afterwards.
 
@@ -13,14 +16,18 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 import redis
+import redis.cluster
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from contextkeeper.stores import (
@@ -30,18 +37,21 @@ from contextkeeper.stores import (
     SqliteStore,
 )
 from contextkeeper.stores.postgres import AsyncPostgresStore, PostgresStore
-from contextkeeper.stores.redis import AsyncRedisStore, RedisStore
+from contextkeeper.stores.redis import AsyncRedisStore, RedisStore, _parse_url
+
+from ._cluster import ClusterStartError, LocalCluster, find_binaries, start_cluster
 
 REDIS_URL = os.environ.get("CONTEXTKEEPER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_URL = os.environ.get("CONTEXTKEEPER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_CLUSTER_URL = os.environ.get("CONTEXTKEEPER_TEST_REDIS_CLUSTER_URL")
 REQUIRE_SERVICES = os.environ.get("CONTEXTKEEPER_REQUIRE_SERVICES") == "1"
-BACKENDS = ("memory", "sqlite", "redis", "postgres")
+BACKENDS = ("memory", "sqlite", "redis", "redis-cluster", "postgres")
 
 
-def service_missing(what: str, variable: str, error: BaseException) -> None:
+def service_missing(what: str, variable: str, error: BaseException, *, problem: str = "is not reachable") -> None:
     """Skip (or, with CONTEXTKEEPER_REQUIRE_SERVICES=1, fail) a test whose server is unreachable."""
     message = (
-        f"{what} is not reachable ({type(error).__name__}: {error}); start it, or point {variable} at one. "
+        f"{what} {problem} ({type(error).__name__}: {error}); start it, or point {variable} at one. "
         "Set CONTEXTKEEPER_REQUIRE_SERVICES=1 to make this a failure."
     )
     if REQUIRE_SERVICES:
@@ -59,6 +69,70 @@ def redis_url() -> str:
     finally:
         client.close()
     return REDIS_URL
+
+
+def cluster_client(url: str, **options: Any) -> redis.cluster.RedisCluster:
+    """A plain cluster client (for checks and cleanup) on the first node of a ``redis+cluster://`` URL.
+
+    Made from host and port, not from the URL: redis-py's `close` leaves the sockets of a
+    URL-made cluster client open.
+    """
+    first = urlsplit(_parse_url(url).url)
+    return redis.cluster.RedisCluster(host=first.hostname, port=first.port or 6379, socket_connect_timeout=2, **options)
+
+
+@contextmanager
+def local_cluster(directory: Path) -> Iterator[LocalCluster]:
+    """A Redis Cluster of three masters started here (skip or fail when redis-server is missing)."""
+    if find_binaries() is None:
+        service_missing(
+            "Redis Cluster",
+            "CONTEXTKEEPER_TEST_REDIS_CLUSTER_URL",
+            FileNotFoundError("redis-server and redis-cli are not both on PATH"),
+            problem="cannot be started here: install redis-server (it brings redis-cli)",
+        )
+    try:
+        cluster = start_cluster(directory)
+    except (ClusterStartError, OSError, subprocess.SubprocessError) as exc:
+        service_missing("Redis Cluster", "CONTEXTKEEPER_TEST_REDIS_CLUSTER_URL", exc, problem="did not start")
+        raise  # unreachable: service_missing raises
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Redis Cluster for the whole run: the one the environment names, or our own."""
+    if REDIS_CLUSTER_URL:
+        try:
+            cluster_client(REDIS_CLUSTER_URL).close()
+        except (redis.RedisError, redis.cluster.RedisClusterException) as exc:
+            service_missing(f"Redis Cluster at {REDIS_CLUSTER_URL}", "CONTEXTKEEPER_TEST_REDIS_CLUSTER_URL", exc)
+        yield REDIS_CLUSTER_URL
+        return
+    with local_cluster(tmp_path_factory.mktemp("redis-cluster")) as cluster:
+        yield cluster.url
+
+
+def drop_cluster_prefix(url: str, prefix: str) -> None:
+    client = cluster_client(url)
+    try:
+        for pattern in (f"{{{prefix}:*", f"{prefix}:*"):
+            # scan_iter walks every master; delete splits the keys by slot.
+            keys = list(client.scan_iter(match=pattern, count=1000))
+            if keys:
+                client.delete(*keys)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def redis_cluster_prefix(redis_cluster_url: str) -> Iterator[str]:
+    prefix = f"ckt-{uuid.uuid4().hex[:12]}"
+    yield prefix
+    drop_cluster_prefix(redis_cluster_url, prefix)
 
 
 @pytest.fixture(scope="session")
@@ -163,6 +237,9 @@ class Backend:
         if name == "redis":
             self.url = request.getfixturevalue("redis_url")
             self.prefix = request.getfixturevalue("redis_prefix")
+        elif name == "redis-cluster":
+            self.url = request.getfixturevalue("redis_cluster_url")
+            self.prefix = request.getfixturevalue("redis_cluster_prefix")
         elif name == "postgres":
             self.url = request.getfixturevalue("postgres_url")
             self.schema = request.getfixturevalue("pg_schema")
@@ -188,7 +265,7 @@ class Backend:
             return MemoryStore(share=share, **options)
         if self.name == "sqlite":
             return SqliteStore.connect(self.path, **options)
-        if self.name == "redis":
+        if self.name in ("redis", "redis-cluster"):
             return RedisStore.connect(self.url, prefix=self.prefix, **options)
         return PostgresStore.connect(self.url, schema=self.schema, **options)
 
@@ -198,7 +275,7 @@ class Backend:
             return AsyncMemoryStore(share=share, **options)
         if self.name == "sqlite":
             return AsyncSqliteStore.connect(self.path, **options)
-        if self.name == "redis":
+        if self.name in ("redis", "redis-cluster"):
             return AsyncRedisStore.connect(self.url, prefix=self.prefix, **options)
         return AsyncPostgresStore.connect(self.url, schema=self.schema, **options)
 

@@ -43,6 +43,8 @@ def _location(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> tupl
         return f"sqlite:///{tmp_path / 'ck.db'}", {}
     if name == "redis":
         return request.getfixturevalue("redis_url"), {"prefix": request.getfixturevalue("redis_prefix")}
+    if name == "redis-cluster":
+        return request.getfixturevalue("redis_cluster_url"), {"prefix": request.getfixturevalue("redis_cluster_prefix")}
     return request.getfixturevalue("postgres_url"), {"schema": request.getfixturevalue("pg_schema")}
 
 
@@ -107,7 +109,7 @@ def test_writers_killed_mid_append_leave_no_partial_batch(
     assert len(by_worker) == KILLS
 
 
-@pytest.mark.parametrize("name", ["sqlite", "redis", "postgres"])
+@pytest.mark.parametrize("name", ["sqlite", "redis", "redis-cluster", "postgres"])
 def test_two_processes_append_and_compact_concurrently(
     name: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:

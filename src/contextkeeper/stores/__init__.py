@@ -1,18 +1,21 @@
 """Session stores: one contract, four backends, selected by URL.
 
-==========================================  ===================================================
-URL                                         backend
-==========================================  ===================================================
-``memory://``                               `MemoryStore` (process memory)
-``sqlite:///ck.db``, ``sqlite:////abs.db``  `SqliteStore` (embedded default; WAL)
-``redis://host:6379/0``, ``rediss://``      `RedisStore` (extra ``[redis]``)
-``postgresql://user@host/db``               `PostgresStore` (extra ``[postgres]``)
-==========================================  ===================================================
+=============================================  ================================================
+URL                                            backend
+=============================================  ================================================
+``memory://``                                  `MemoryStore` (process memory)
+``sqlite:///ck.db``, ``sqlite:////abs.db``     `SqliteStore` (embedded default; WAL)
+``redis://host:6379/0``, ``rediss://``         `RedisStore` (extra ``[redis]``)
+``redis+cluster://h1:6379,h2:6379/``           `RedisStore` on a Redis Cluster (``rediss+cluster://``
+                                               for TLS; every listed node is a seed)
+``postgresql://user@host/db``                  `PostgresStore` (extra ``[postgres]``)
+=============================================  ================================================
 
 `open_store` returns a store that owns its connections (close it, or use it as a context
 manager); `open_async_store` does the same for the async twins. Backend options go as keyword
 arguments or, for string configuration, in the URL query: ``sqlite:///ck.db?busy_timeout=10``,
-``redis://localhost:6379/0?prefix=ck&ttl=86400``, ``postgresql://localhost/app?schema=ck``.
+``redis://localhost:6379/0?prefix=ck&ttl=86400``, ``redis+cluster://10.0.0.5:6379/?prefix=ck``,
+``postgresql://localhost/app?schema=ck``.
 The Redis and Postgres modules import their drivers lazily; a missing driver raises an
 `ImportError` that names the extra to install.
 """
@@ -71,7 +74,7 @@ _LAZY_EXPORTS = {
     "PostgresStore": "postgres",
     "AsyncPostgresStore": "postgres",
 }
-_REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
+_REDIS_SCHEMES = frozenset({"redis", "rediss", "unix", "redis+cluster", "rediss+cluster"})
 _POSTGRES_SCHEMES = frozenset({"postgresql", "postgres"})
 
 
@@ -111,7 +114,7 @@ def open_store(url: str, **options: Any) -> SessionStore:
     """Open the sync store a URL names; the caller closes it (or uses ``with``).
 
     Args:
-        url: ``memory://``, ``sqlite:///path``, ``redis://...`` or ``postgresql://...``.
+        url: ``memory://``, ``sqlite:///path``, ``redis://...``, ``redis+cluster://...`` or ``postgresql://...``.
         **options: Keyword arguments of the backend's constructor (``clock``, ``lock_lease``, ``prefix``...).
 
     Raises:

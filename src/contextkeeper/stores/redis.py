@@ -14,6 +14,15 @@ session's own keys and cleaned lazily, so a listing never shows a session that i
 With ``ttl`` set, every write pushes the expiry of all the session's keys ``ttl`` seconds ahead:
 Redis itself then removes idle sessions. Without it, `expire_idle` walks the session index
 (cost grows with the number of sessions; run it from a periodic job, not per request).
+
+Redis Cluster: pass a ``redis.cluster.RedisCluster`` (or ``redis.asyncio.cluster.RedisCluster``)
+client, or open ``redis+cluster://host:port,host2:port2/?prefix=ck`` (``rediss+cluster://`` for
+TLS; every listed node is a seed, one reachable seed is enough). No script ever touches two
+slots: a session's scripts touch only its own tagged keys, and the indexes are separate keys
+changed by plain single-key commands, so sessions and indexes spread over all masters. Listing
+and expiry send one pipeline per page, which the cluster client splits by node. A master that
+loses its data (restarted without persistence, failed over without a replica) may take an index
+with it while other masters keep their sessions: `RedisStore.reindex` rebuilds the indexes.
 """
 
 from __future__ import annotations
@@ -25,16 +34,24 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Self
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import (
+    ClusterDownError,
+    ClusterError,
     ConnectionError as RedisConnectionError,
     NoScriptError,
+    RedisClusterException,
     RedisError,
+    SlotNotCoveredError,
     TimeoutError as RedisTimeoutError,
+    TryAgainError,
 )
 from redis.retry import Retry
 
@@ -280,6 +297,19 @@ class RedisOps:
         tag = "{" + self.prefix + ":" + quote(session_id, safe="") + "}"
         return tuple(tag + suffix for suffix in _SUFFIXES)
 
+    def meta_pattern(self) -> str:
+        """A SCAN pattern matching the metadata key of every session of the namespace."""
+        escaped = "".join("\\" + c if c in "*?[]\\" else c for c in self.prefix)
+        return "{" + escaped + ":*}:meta"
+
+    def session_of_meta_key(self, key: bytes | str) -> str | None:
+        """The session id whose metadata key this is (None for a key that is not one)."""
+        text = _text(key)
+        head, tail = "{" + self.prefix + ":", "}:meta"
+        if not (text.startswith(head) and text.endswith(tail)) or len(text) <= len(head) + len(tail):
+            return None
+        return unquote(text[len(head) : -len(tail)])
+
     def tenant_index(self, tenant: str) -> str:
         """The sorted set listing one tenant's sessions."""
         return f"{self.prefix}:tenant:{quote(tenant, safe='')}"
@@ -439,6 +469,21 @@ class RedisOps:
             after = page[-1]
         return sorted(expired)
 
+    def reindex(self, session_ids: Sequence[str]) -> Op[int]:
+        """Put the sessions (found by a key scan) back into the listing indexes; return how many exist."""
+        replies = yield _Pipe(tuple(self._eval(_GET, session_id) for session_id in session_ids))
+        adds: list[_Cmd | _Eval] = []
+        for session_id, reply in zip(session_ids, replies, strict=True):
+            if int(reply[0]) == -1:
+                continue  # deleted since the scan saw it
+            adds.append(_Cmd(("ZADD", self.index, 0, session_id)))
+            tenant = _pairs(reply[1]).get("tenant")
+            if tenant is not None:
+                adds.append(_Cmd(("ZADD", self.tenant_index(_text(tenant)), 0, session_id)))
+        if adds:
+            yield _Pipe(tuple(adds))
+        return sum(1 for reply in replies if int(reply[0]) != -1)
+
     # transcript
     def append_messages(self, session_id: str, items: Sequence[tuple[str, str]], *, now: float) -> Op[int]:
         flat = [part for item in items for part in item]
@@ -517,6 +562,11 @@ class RedisOps:
 
 # --- drivers ------------------------------------------------------------------------------------
 
+_CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+_DEFAULT_PORT = 6379
+# A cluster client reports an unreachable or reconfiguring cluster with these messages.
+_CLUSTER_UNAVAILABLE = ("cannot be connected", "not covered", "could not agree")
+
 
 def _check_prefix(prefix: str) -> str:
     if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{}") or len(prefix) > 100:
@@ -528,9 +578,17 @@ def _check_prefix(prefix: str) -> str:
     return prefix
 
 
+def _connection_kwargs(client: Any) -> dict[str, Any]:
+    """The connection settings of a standalone client (its pool's) or a cluster client (its nodes')."""
+    for source in (getattr(client, "connection_pool", None), getattr(client, "nodes_manager", None), client):
+        kwargs = getattr(source, "connection_kwargs", None)
+        if isinstance(kwargs, dict):
+            return kwargs
+    return {}
+
+
 def _check_client(client: Any) -> None:
-    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
-    if kwargs.get("decode_responses"):
+    if _connection_kwargs(client).get("decode_responses"):
         raise ConfigError(
             "the Redis client decodes responses to str, which would corrupt binary snapshots; create it with "
             "`decode_responses=False` (the default).",
@@ -538,9 +596,58 @@ def _check_client(client: Any) -> None:
         )
 
 
-def _split_url(url: str) -> tuple[str, dict[str, Any]]:
-    """Remove our own options (prefix, ttl) from a Redis URL's query; redis-py gets the rest."""
-    parts = urlsplit(url)
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """A store URL taken apart."""
+
+    url: str
+    """The URL for redis-py: ``redis://`` or ``rediss://``, one host, our options removed."""
+    options: dict[str, Any]
+    """Our own options from the query (prefix, ttl)."""
+    cluster: bool
+    seeds: tuple[tuple[str, int], ...] = ()
+    """Further cluster nodes listed after the first one."""
+
+    @property
+    def where(self) -> str:
+        """The server(s), for error messages."""
+        netloc = urlsplit(self.url).netloc.rpartition("@")[2]
+        return "cluster " + ",".join([netloc, *(_join_host(host, port) for host, port in self.seeds)])
+
+
+def _join_host(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _host_port(text: str, url: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` of one cluster node (port 6379 when left out)."""
+    text = text.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif ":" in text:
+        host, _, port = text.rpartition(":")
+    else:
+        host, port = text, ""
+    try:
+        number = int(port) if port else _DEFAULT_PORT
+    except ValueError:
+        number = -1
+    if not host or not 0 < number < 65_536:
+        raise ConfigError(
+            f"Redis Cluster node {text!r} in {url!r} is not `host:port`; list the nodes as "
+            "`redis+cluster://host1:6379,host2:6379/`.",
+            key="store_url",
+        )
+    return host, number
+
+
+def _parse_url(url: str) -> _Target:
+    """Take our options (prefix, ttl) out of the query and resolve ``redis+cluster://`` node lists."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise ConfigError(f"Redis URL {url!r} is malformed ({exc}).", key="store_url") from None
     ours: dict[str, Any] = {}
     rest: list[tuple[str, str]] = []
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
@@ -550,44 +657,131 @@ def _split_url(url: str) -> tuple[str, dict[str, Any]]:
             ours["ttl"] = float(value)
         else:
             rest.append((key, value))
-    return urlunsplit(parts._replace(query=urlencode(rest, quote_via=quote))), ours
+    parts = parts._replace(query=urlencode(rest, quote_via=quote))
+    scheme = parts.scheme.lower()
+    if scheme not in _CLUSTER_SCHEMES:
+        return _Target(url=urlunsplit(parts), options=ours, cluster=False)
+    if parts.path not in ("", "/", "/0"):
+        raise ConfigError(
+            f"Redis Cluster URL {url!r} names database {parts.path.lstrip('/')!r}, but a cluster has only database "
+            "0; end the URL with `/` or `/0`.",
+            key="store_url",
+        )
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    nodes = [_host_port(host, url) for host in hosts.split(",")]
+    # redis-py reads credentials and TLS options from a one-host URL; the other nodes join as seeds.
+    first = parts._replace(scheme=_CLUSTER_SCHEMES[scheme], netloc=userinfo + at + _join_host(*nodes[0]), path="/0")
+    return _Target(url=urlunsplit(first), options=ours, cluster=True, seeds=tuple(nodes[1:]))
 
 
-def _owned_client_options(options: dict[str, Any]) -> dict[str, Any]:
-    # Fail fast when the server is gone: a handful of short retries, then StoreUnavailable.
+def _owned_client_options(options: dict[str, Any], *, asynchronous: bool) -> dict[str, Any]:
+    # Fail fast when the server is gone: a handful of short retries, then StoreUnavailable. The
+    # asyncio clients need the asyncio Retry (the sync one would not retry awaited calls).
+    backoff = ExponentialWithJitterBackoff(base=0.01, cap=0.2)
     defaults: dict[str, Any] = {
         "socket_connect_timeout": 5.0,
         "socket_timeout": 10.0,
-        "retry": Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.2), 3),
+        "retry": AsyncRetry(backoff, 3) if asynchronous else Retry(backoff, 3),
     }
     return {**defaults, **options}
 
 
-def _translate(exc: RedisError, where: str) -> StoreError:
+def _translate(exc: Exception, where: str) -> StoreError:
     if isinstance(exc, RedisConnectionError | RedisTimeoutError):
         return StoreUnavailable(
             f"Redis at {where} is unreachable ({type(exc).__name__}: {exc}); the operation was not confirmed. "
             "Check the server and retry; appends are idempotent by message id."
         )
     text = str(exc)
+    if isinstance(exc, ClusterDownError | ClusterError | TryAgainError | SlotNotCoveredError):
+        return StoreUnavailable(
+            f"Redis at {where} is not ready ({type(exc).__name__}: {text}); the cluster is failing over or "
+            "resharding, retry shortly."
+        )
+    if isinstance(exc, RedisClusterException):
+        if "not enabled" in text:
+            return StoreError(
+                f"Redis at {where} is not a cluster node ({text}); use a `redis://` URL (or a `redis.Redis` "
+                "client) for a standalone server."
+            )
+        if isinstance(exc.__cause__, RedisConnectionError | RedisTimeoutError | OSError) or any(
+            marker in text for marker in _CLUSTER_UNAVAILABLE
+        ):
+            return StoreUnavailable(
+                f"Redis at {where} is unreachable or incomplete ({text}); the operation was not confirmed. "
+                "Check the cluster nodes and retry; appends are idempotent by message id."
+            )
     if text.startswith(("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")):
         return StoreUnavailable(f"Redis at {where} is not ready ({text}); retry shortly.")
     return StoreError(f"Redis at {where} failed: {type(exc).__name__}: {text}")
 
 
+# The sync ClusterNode is untyped; through this alias strict mypy accepts calling it.
+_sync_node: Callable[[str, int], Any] = redis.cluster.ClusterNode
+
+# RedisClusterException (no cluster reachable, slots not covered) is not a RedisError.
+_DRIVER_ERRORS = (RedisError, RedisClusterException)
+
+
 def _describe(client: Any) -> str:
-    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    manager = getattr(client, "nodes_manager", None)
+    if manager is not None:
+        return "cluster " + (",".join(sorted(getattr(manager, "startup_nodes", {}))) or "?")
+    kwargs = _connection_kwargs(client)
     if "path" in kwargs:
         return f"unix:{kwargs['path']}"
     return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
 
 
+def _pipeline_parts(pipe: Any, commands: Sequence[_Cmd | _Eval]) -> None:
+    for part in commands:
+        if isinstance(part, _Cmd):
+            pipe.execute_command(*part.args)
+        else:
+            pipe.execute_command("EVALSHA", part.script.sha, len(part.keys), *part.keys, *part.args)
+
+
+def _refused_scripts(commands: Sequence[_Cmd | _Eval], replies: Sequence[Any]) -> list[int]:
+    """Positions of the scripts a node did not know (to send again in full); raise any other error.
+
+    A node that lost its script cache (a restart, a failover) refuses only its own share of a
+    pipeline; on a cluster the other nodes ran theirs, so only the refused commands are resent.
+    """
+    refused: list[int] = []
+    for position, (part, reply) in enumerate(zip(commands, replies, strict=True)):
+        if isinstance(reply, NoScriptError) and isinstance(part, _Eval):
+            refused.append(position)
+        elif isinstance(reply, Exception):
+            raise reply
+    return refused
+
+
+def _eval_args(command: _Eval, *, full: bool) -> tuple[Any, ...]:
+    head = ("EVAL", command.script.source) if full else ("EVALSHA", command.script.sha)
+    return (*head, len(command.keys), *command.keys, *command.args)
+
+
+def _close_sync_client(client: Any) -> None:
+    manager = getattr(client, "nodes_manager", None)
+    if manager is None:
+        client.close()
+        return
+    # A cluster client made from a URL gives each node a Redis client over a pool it passed in,
+    # and closing such a client leaves the pool's sockets open: disconnect the pools ourselves.
+    nodes = [*getattr(manager, "nodes_cache", {}).values(), *getattr(manager, "startup_nodes", {}).values()]
+    client.close()
+    for node in nodes:
+        node_client = getattr(node, "redis_connection", None)
+        if node_client is not None:
+            node_client.connection_pool.disconnect()
+
+
 class RedisStore(BaseStore):
-    """`SessionStore` on Redis (or Redis Cluster, through a cluster client).
+    """`SessionStore` on Redis or Redis Cluster.
 
     Args:
-        client: A ``redis.Redis`` made with ``decode_responses=False`` (the default); the store does not
-            close it.
+        client: A ``redis.Redis`` or ``redis.cluster.RedisCluster`` made with ``decode_responses=False``
+            (the default); the store does not close it.
         prefix: Namespace of every key (braces not allowed).
         ttl: Seconds of inactivity after which Redis removes a session by itself; None keeps sessions.
         clock: Source of timestamps (tests inject a fake one).
@@ -596,7 +790,7 @@ class RedisStore(BaseStore):
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: redis.Redis | redis.cluster.RedisCluster,
         *,
         prefix: str = "ck",
         ttl: float | None = None,
@@ -607,7 +801,7 @@ class RedisStore(BaseStore):
         _check_client(client)
         # redis-py's command methods are untyped; the store only uses execute_command and pipelines.
         self._client: Any = client
-        self._ops = RedisOps(prefix=_check_prefix(prefix), ttl=ttl)
+        self._ops: RedisOps = RedisOps(prefix=_check_prefix(prefix), ttl=ttl)
         self._owns = False
         self._ready = False
         self._where = _describe(client)
@@ -623,11 +817,33 @@ class RedisStore(BaseStore):
         lock_lease: float = 60.0,
         **client_options: Any,
     ) -> Self:
-        """A store owning a new client for ``url`` (``?prefix=`` and ``?ttl=`` in the query are ours)."""
-        redis_url, ours = _split_url(url)
-        client = redis.Redis.from_url(redis_url, **_owned_client_options(client_options))
+        """A store owning a new client for ``url`` (``?prefix=`` and ``?ttl=`` in the query are ours).
+
+        ``redis://`` and ``rediss://`` connect on first use. ``redis+cluster://`` (and
+        ``rediss+cluster://``) make a cluster client, which reads the slot map from the first
+        reachable node right away.
+
+        Raises:
+            StoreUnavailable: a cluster URL whose nodes cannot be reached.
+            ConfigError: a malformed URL (a cluster URL naming a database other than 0).
+        """
+        target = _parse_url(url)
+        options = _owned_client_options(client_options, asynchronous=False)
+        client: redis.Redis | redis.cluster.RedisCluster
+        if target.cluster:
+            seeds = [_sync_node(host, port) for host, port in target.seeds]
+            try:
+                client = redis.cluster.RedisCluster.from_url(target.url, startup_nodes=seeds or None, **options)
+            except _DRIVER_ERRORS as exc:
+                raise _translate(exc, target.where) from exc
+        else:
+            client = redis.Redis.from_url(target.url, **options)
         store = cls(
-            client, prefix=ours.get("prefix", prefix), ttl=ours.get("ttl", ttl), clock=clock, lock_lease=lock_lease
+            client,
+            prefix=target.options.get("prefix", prefix),
+            ttl=target.options.get("ttl", ttl),
+            clock=clock,
+            lock_lease=lock_lease,
         )
         store._owns = True
         return store
@@ -644,39 +860,27 @@ class RedisStore(BaseStore):
 
     def close(self) -> None:
         if self._owns:
-            self._client.close()
+            _close_sync_client(self._client)
 
     def _call(self, command: _Cmd | _Eval) -> Any:
         if isinstance(command, _Cmd):
             return self._client.execute_command(*command.args)
         try:
-            return self._client.execute_command(
-                "EVALSHA", command.script.sha, len(command.keys), *command.keys, *command.args
-            )
+            return self._client.execute_command(*_eval_args(command, full=False))
         except NoScriptError:
-            return self._client.execute_command(
-                "EVAL", command.script.source, len(command.keys), *command.keys, *command.args
-            )
+            return self._client.execute_command(*_eval_args(command, full=True))
 
     def _execute(self, command: _Cmd | _Eval | _Pipe) -> Any:
         if not isinstance(command, _Pipe):
             return self._call(command)
-        for attempt in (1, 2):
-            pipe = self._client.pipeline(transaction=False)
-            for part in command.commands:
-                if isinstance(part, _Cmd):
-                    pipe.execute_command(*part.args)
-                else:
-                    pipe.execute_command("EVALSHA", part.script.sha, len(part.keys), *part.keys, *part.args)
-            try:
-                return pipe.execute()
-            except NoScriptError:
-                if attempt == 2:
-                    raise
-                # The server lost its script cache (a restart): load the scripts and send again.
-                for script in {part.script for part in command.commands if isinstance(part, _Eval)}:
-                    self._client.execute_command("SCRIPT", "LOAD", script.source)
-        raise AssertionError("unreachable")
+        with self._client.pipeline(transaction=False) as pipe:
+            _pipeline_parts(pipe, command.commands)
+            replies = list(pipe.execute(raise_on_error=False))
+        for position in _refused_scripts(command.commands, replies):
+            part = command.commands[position]
+            assert isinstance(part, _Eval)
+            replies[position] = self._client.execute_command(*_eval_args(part, full=True))
+        return replies
 
     def _run(self, op: Op[T], *, write: bool) -> T:
         try:
@@ -684,15 +888,41 @@ class RedisStore(BaseStore):
                 drive(self._ops.setup(), self._execute)
                 self._ready = True
             return drive(op, self._execute)
-        except RedisError as exc:
+        except _DRIVER_ERRORS as exc:
             raise _translate(exc, self._where) from exc
+
+    def reindex(self) -> int:
+        """Rebuild the listing indexes from the sessions' own keys; return the number of sessions.
+
+        Needed only after Redis lost the index keys but not all sessions: on a cluster, a master
+        that restarted without persistence (or failed over without a replica) takes the indexes it
+        held with it, and the sessions on the other masters would no longer be listed or expired.
+        It SCANs every master (cost grows with the whole key space): run it from an operator's
+        job, not per request.
+        """
+        found = 0
+        batch: list[str] = []
+        try:
+            for key in self._client.scan_iter(match=self._ops.meta_pattern(), count=1000):
+                session_id = self._ops.session_of_meta_key(key)
+                if session_id is not None:
+                    batch.append(session_id)
+                if len(batch) >= _SCAN_PAGE:
+                    found += self._run(self._ops.reindex(batch), write=True)
+                    batch = []
+        except _DRIVER_ERRORS as exc:
+            raise _translate(exc, self._where) from exc
+        if batch:
+            found += self._run(self._ops.reindex(batch), write=True)
+        return found
 
 
 class AsyncRedisStore(BaseAsyncStore):
-    """The async twin of `RedisStore`, on ``redis.asyncio.Redis``.
+    """The async twin of `RedisStore`, on ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster``.
 
     Args:
-        client: A ``redis.asyncio.Redis`` made with ``decode_responses=False``; the store does not close it.
+        client: An asyncio Redis or Redis Cluster client made with ``decode_responses=False``; the
+            store does not close it.
         prefix: Namespace of every key (braces not allowed).
         ttl: Seconds of inactivity after which Redis removes a session by itself; None keeps sessions.
         clock: Source of timestamps.
@@ -701,7 +931,7 @@ class AsyncRedisStore(BaseAsyncStore):
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster,
         *,
         prefix: str = "ck",
         ttl: float | None = None,
@@ -712,7 +942,7 @@ class AsyncRedisStore(BaseAsyncStore):
         _check_client(client)
         # redis-py's command methods are untyped; the store only uses execute_command and pipelines.
         self._client: Any = client
-        self._ops = RedisOps(prefix=_check_prefix(prefix), ttl=ttl)
+        self._ops: RedisOps = RedisOps(prefix=_check_prefix(prefix), ttl=ttl)
         self._owns = False
         self._ready = False
         self._where = _describe(client)
@@ -728,11 +958,21 @@ class AsyncRedisStore(BaseAsyncStore):
         lock_lease: float = 60.0,
         **client_options: Any,
     ) -> Self:
-        """A store owning a new client for ``url``; it connects on first use."""
-        redis_url, ours = _split_url(url)
-        client = redis.asyncio.Redis.from_url(redis_url, **_owned_client_options(client_options))
+        """A store owning a new client for ``url`` (a ``redis+cluster://`` URL too); it connects on first use."""
+        target = _parse_url(url)
+        options = _owned_client_options(client_options, asynchronous=True)
+        client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
+        if target.cluster:
+            seeds = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in target.seeds]
+            client = redis.asyncio.cluster.RedisCluster.from_url(target.url, startup_nodes=seeds or None, **options)
+        else:
+            client = redis.asyncio.Redis.from_url(target.url, **options)
         store = cls(
-            client, prefix=ours.get("prefix", prefix), ttl=ours.get("ttl", ttl), clock=clock, lock_lease=lock_lease
+            client,
+            prefix=target.options.get("prefix", prefix),
+            ttl=target.options.get("ttl", ttl),
+            clock=clock,
+            lock_lease=lock_lease,
         )
         store._owns = True
         return store
@@ -755,34 +995,21 @@ class AsyncRedisStore(BaseAsyncStore):
         if isinstance(command, _Cmd):
             return await self._client.execute_command(*command.args)
         try:
-            return await self._client.execute_command(
-                "EVALSHA", command.script.sha, len(command.keys), *command.keys, *command.args
-            )
+            return await self._client.execute_command(*_eval_args(command, full=False))
         except NoScriptError:
-            return await self._client.execute_command(
-                "EVAL", command.script.source, len(command.keys), *command.keys, *command.args
-            )
+            return await self._client.execute_command(*_eval_args(command, full=True))
 
     async def _execute(self, command: _Cmd | _Eval | _Pipe) -> Any:
         if not isinstance(command, _Pipe):
             return await self._call(command)
-        for attempt in (1, 2):
-            pipe = self._client.pipeline(transaction=False)
-            for part in command.commands:
-                if isinstance(part, _Cmd):
-                    pipe.execute_command(*part.args)
-                else:
-                    pipe.execute_command("EVALSHA", part.script.sha, len(part.keys), *part.keys, *part.args)
-            try:
-                return await pipe.execute()
-            except NoScriptError:
-                if attempt == 2:
-                    raise
-                for script in {part.script for part in command.commands if isinstance(part, _Eval)}:
-                    await self._client.execute_command("SCRIPT", "LOAD", script.source)
-            finally:
-                await pipe.reset()
-        raise AssertionError("unreachable")
+        async with self._client.pipeline(transaction=False) as pipe:
+            _pipeline_parts(pipe, command.commands)
+            replies = list(await pipe.execute(raise_on_error=False))
+        for position in _refused_scripts(command.commands, replies):
+            part = command.commands[position]
+            assert isinstance(part, _Eval)
+            replies[position] = await self._client.execute_command(*_eval_args(part, full=True))
+        return replies
 
     async def _run(self, op: Op[T], *, write: bool) -> T:
         execute: Callable[[Any], Awaitable[Any]] = self._execute
@@ -791,5 +1018,23 @@ class AsyncRedisStore(BaseAsyncStore):
                 await adrive(self._ops.setup(), execute)
                 self._ready = True
             return await adrive(op, execute)
-        except RedisError as exc:
+        except _DRIVER_ERRORS as exc:
             raise _translate(exc, self._where) from exc
+
+    async def reindex(self) -> int:
+        """Rebuild the listing indexes from the sessions' own keys (see `RedisStore.reindex`)."""
+        found = 0
+        batch: list[str] = []
+        try:
+            async for key in self._client.scan_iter(match=self._ops.meta_pattern(), count=1000):
+                session_id = self._ops.session_of_meta_key(key)
+                if session_id is not None:
+                    batch.append(session_id)
+                if len(batch) >= _SCAN_PAGE:
+                    found += await self._run(self._ops.reindex(batch), write=True)
+                    batch = []
+        except _DRIVER_ERRORS as exc:
+            raise _translate(exc, self._where) from exc
+        if batch:
+            found += await self._run(self._ops.reindex(batch), write=True)
+        return found
