@@ -22,6 +22,7 @@ from .events import (
     CompactionFinished,
     CompactionStarted,
     ContextStatus,
+    DelegationFinished,
     Event,
     EventBus,
     SnapshotWritten,
@@ -53,7 +54,7 @@ from .ledger import Ledger, LedgerEntry
 from .messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
 from .models import ModelInfo, list_models, lookup_model, register_model
 from .rounds import Round, group_rounds
-from .session import AsyncSession, PreparedView, Session
+from .session import AsyncSession, DelegableTask, PreparedView, Session
 from .snapshots import READ_CONTEXT_TOOL, FileSnapshotStore, MemorySnapshotStore, SnapshotStore
 from .stores import AsyncSessionStore, SessionInfo, SessionStore, open_async_store, open_store
 from .summarize import (
@@ -86,6 +87,8 @@ __all__ = [
     "BudgetCheck",
     "BudgetExceeded",
     "CompactionConfig",
+    "DelegableTask",
+    "DelegationFinished",
     "CompactionFailed",
     "CompactionFinished",
     "CompactionStarted",

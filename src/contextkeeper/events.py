@@ -20,6 +20,7 @@ __all__ = [
     "CompactionFinished",
     "CompactionStarted",
     "ContextStatus",
+    "DelegationFinished",
     "Event",
     "EventBus",
     "SnapshotWritten",
@@ -100,7 +101,25 @@ class SnapshotWritten:
     kind: Literal["snapshot.written"] = "snapshot.written"
 
 
-Event = ContextStatus | CompactionStarted | CompactionFinished | Alert | SnapshotWritten
+@dataclass(frozen=True, kw_only=True)
+class DelegationFinished:
+    """A sub-task marked delegable ran in its own session; only its result entered this one."""
+
+    session_id: str
+    task_id: str
+    task: str
+    utilization: float
+    """The parent's utilization when it delegated (the cascade's ``delegation`` threshold or more)."""
+    result_tokens: int
+    turns: int
+    finished: bool
+    condensed: bool
+    sub_session_id: str
+    ts: float = field(default_factory=time.time)
+    kind: Literal["delegation.finished"] = "delegation.finished"
+
+
+Event = ContextStatus | CompactionStarted | CompactionFinished | Alert | SnapshotWritten | DelegationFinished
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}

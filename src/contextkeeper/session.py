@@ -21,10 +21,10 @@ from .budget import Budget, PressureMonitor, Thresholds
 from .compaction.config import CompactionConfig
 from .compaction.engine import ContextEngine, ViewStatus
 from .compaction.summarizer import AsyncSummarizer, Summarizer, SummaryReply, SummaryRequest
-from .events import Alert, Event, EventBus
+from .events import Alert, DelegationFinished, Event, EventBus
 from .exceptions import ConfigError, ContextOverflowError, SnapshotError, SummaryRejected, UsageError
 from .ledger import Ledger, StepStatus
-from .messages import Message
+from .messages import Message, ToolCall
 from .models import lookup_model
 from .notes import NOTES_TOOL, Notes
 from .snapshots import READ_CONTEXT_TOOL, FileSnapshotStore, MemorySnapshotStore, SnapshotStore, read_context
@@ -33,9 +33,10 @@ from .tokens.accountant import OPENAI_FRAMING, Framing, TokenAccountant
 from .usage import RequestUsage, SessionUsage
 
 if TYPE_CHECKING:
+    from .delegate import DelegationResult
     from .llm.base import AsyncModel, Model, ModelResponse, StreamEvent
 
-__all__ = ["AsyncSession", "OutputFormat", "PreparedView", "Session"]
+__all__ = ["AsyncSession", "DelegableTask", "OutputFormat", "PreparedView", "Session"]
 
 OutputFormat = Format | Literal["internal"]
 """A provider format, or ``"internal"`` for contextkeeper `Message` objects (no conversion)."""
@@ -62,6 +63,17 @@ def _is_async_store(store: Any) -> bool:
 
 _EPHEMERAL_EVENTS = frozenset({"context.status"})
 """Events not written to the persisted audit log (one per turn; the metrics carry them)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DelegableTask:
+    """A sub-task the caller marked delegable (`Session.mark_delegable`)."""
+
+    task_id: str
+    task: str
+    context: str | tuple[Message, ...] | None
+    max_result_tokens: int
+    max_turns: int
 
 
 class _BaseSession:
@@ -133,6 +145,93 @@ class _BaseSession:
         """Tokens the provider reported over this session's `complete()` calls."""
         self._converted: tuple[int, str, list[Any]] | None = None
         self._converted_upto = 0
+        self._delegable: list[DelegableTask] = []
+
+    # --- delegation (the cascade's last strategy) -------------------------------------------
+    def mark_delegable(
+        self,
+        task: str,
+        context: str | Sequence[Message] | None = None,
+        *,
+        max_result_tokens: int = 1500,
+        max_turns: int = 6,
+    ) -> DelegableTask:
+        """Mark a sub-task the agent may hand to a sub-agent instead of doing it in this context.
+
+        When the view reaches the cascade's ``delegation`` utilization (0.95 by default), the next
+        `complete()`/`stream()` first runs every marked sub-task in an isolated session with its own
+        budget (`contextkeeper.delegate.delegate`) and adds only its result here: a ``delegate``
+        tool call and its result, so the step shows in the ledger like any other. Below that
+        utilization the marks wait (`pending_delegations`); `delegate_pending()` runs them now.
+        """
+        if not isinstance(task, str) or not task.strip():
+            raise ConfigError(f"mark_delegable needs the sub-task as a non-empty text, got {task!r:.60}.", key="task")
+        if max_result_tokens < 16 or max_turns < 1:
+            raise ConfigError(
+                f"mark_delegable: max_result_tokens={max_result_tokens} (at least 16) and max_turns={max_turns} "
+                "(at least 1).",
+                key="max_result_tokens",
+            )
+        marked = DelegableTask(
+            task_id="dlg_" + uuid.uuid4().hex[:16],
+            task=task,
+            context=context if context is None or isinstance(context, str) else tuple(context),
+            max_result_tokens=max_result_tokens,
+            max_turns=max_turns,
+        )
+        self._delegable.append(marked)
+        return marked
+
+    @property
+    def pending_delegations(self) -> tuple[DelegableTask, ...]:
+        """Sub-tasks marked delegable that have not run yet, oldest first."""
+        return tuple(self._delegable)
+
+    def delegation_due(self) -> bool:
+        """True when marked sub-tasks wait, the view is at the ``delegation`` utilization and no call is open."""
+        if not self._delegable or self.engine.has_open_calls():
+            return False
+        return self.engine.status().ratio >= self.config.threshold("delegation")
+
+    def _record_delegation(self, marked: DelegableTask, result: DelegationResult) -> None:
+        """Add the sub-task's result as a ``delegate`` call and its output; report it."""
+        ratio = self.engine.status().ratio
+        call = ToolCall(
+            call_id="call_" + marked.task_id,
+            name="delegate",
+            arguments=json.dumps({"task": marked.task}, ensure_ascii=False),
+        )
+        note = "" if result.finished else "\n[the sub-agent ran out of turns; this is what it wrote]"
+        self.add(
+            [
+                Message.assistant("", tool_calls=[call]),
+                Message.tool_result(call.call_id, result.result + note, name="delegate", is_error=not result.finished),
+            ]
+        )
+        self._delegable.remove(marked)
+        self.usage = self.usage + result.usage  # the sub-task was paid for by this session
+        self.events.emit(
+            DelegationFinished(
+                session_id=self.session_id,
+                task_id=marked.task_id,
+                task=marked.task,
+                utilization=ratio,
+                result_tokens=result.result_tokens,
+                turns=result.turns,
+                finished=result.finished,
+                condensed=result.condensed,
+                sub_session_id=result.session_id,
+            )
+        )
+
+    def _delegation_kwargs(self, marked: DelegableTask) -> dict[str, Any]:
+        return {
+            "window": self.budget.window,
+            "max_result_tokens": marked.max_result_tokens,
+            "max_turns": marked.max_turns,
+            "counter": self.accountant.counter,
+            "session_id": "sub_" + marked.task_id,
+        }
 
     # --- transcript -----------------------------------------------------------------------
     def add(self, items: Sequence[Any] | Any, *, format: Format | None = None) -> int:
@@ -452,7 +551,10 @@ class Session(_BaseSession):
 
         On a provider context-length error the view is compacted deeper (L4) and the call is
         retried ``config.reactive_retries`` times (once by default) before the error is raised.
+        Sub-tasks marked delegable run first when the view is at the ``delegation`` utilization.
         """
+        if self.delegation_due():
+            self.delegate_pending(model)
         view = self.prepare(format="internal").view
         for attempt in range(self.config.reactive_retries + 1):
             try:
@@ -479,6 +581,8 @@ class Session(_BaseSession):
 
         A context-length error before the first event triggers L4 and a retry, as in `complete()`.
         """
+        if self.delegation_due():
+            self.delegate_pending(model)
         view = self.prepare(format="internal").view
         for attempt in range(self.config.reactive_retries + 1):
             started = False
@@ -495,6 +599,17 @@ class Session(_BaseSession):
                 if started or attempt >= self.config.reactive_retries:
                     raise
                 view = self.on_context_overflow(format="internal").view
+
+    def delegate_pending(self, model: Model) -> list[DelegationResult]:
+        """Run every sub-task marked delegable now, each in its own session with ``model``; add their results."""
+        from .delegate import delegate  # delegate builds on Session: imported when used
+
+        results = []
+        for marked in list(self._delegable):
+            result = delegate(marked.task, marked.context, model=model, **self._delegation_kwargs(marked))
+            self._record_delegation(marked, result)
+            results.append(result)
+        return results
 
     def call_with_retry(self, call: Callable[[list[Any]], Any], *, format: OutputFormat | None = None) -> Any:
         """Prepare, call ``call(view)``; on ContextOverflowError compact (L4) and retry as configured."""
@@ -614,6 +729,8 @@ class AsyncSession(_BaseSession):
         temperature: float | None = None,
     ) -> ModelResponse:
         """Async twin of `Session.complete`."""
+        if self.delegation_due():
+            await self.delegate_pending(model)
         view = (await self.prepare(format="internal")).view
         for attempt in range(self.config.reactive_retries + 1):
             try:
@@ -637,6 +754,8 @@ class AsyncSession(_BaseSession):
         temperature: float | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """Async twin of `Session.stream`."""
+        if self.delegation_due():
+            await self.delegate_pending(model)
         view = (await self.prepare(format="internal")).view
         for attempt in range(self.config.reactive_retries + 1):
             started = False
@@ -653,6 +772,17 @@ class AsyncSession(_BaseSession):
                 if started or attempt >= self.config.reactive_retries:
                     raise
                 view = (await self.on_context_overflow(format="internal")).view
+
+    async def delegate_pending(self, model: AsyncModel) -> list[DelegationResult]:
+        """Async twin of `Session.delegate_pending`."""
+        from .delegate import adelegate  # delegate builds on Session: imported when used
+
+        results = []
+        for marked in list(self._delegable):
+            result = await adelegate(marked.task, marked.context, model=model, **self._delegation_kwargs(marked))
+            self._record_delegation(marked, result)
+            results.append(result)
+        return results
 
     async def call_with_retry(self, call: Callable[[list[Any]], Any], *, format: OutputFormat | None = None) -> Any:
         """Prepare, await ``call(view)``; on ContextOverflowError compact (L4) and retry as configured."""

@@ -132,7 +132,8 @@ class AgentContext(BaseModel):
 _COMPACTION_BOUNDS: dict[str, dict[str, float]] = {
     "high_water": {"gt": 0.0, "le": 1.0},
     "low_water": {"gt": 0.0, "lt": 1.0},
-    "summarize_from": {"gt": 0.0, "le": 1.0},
+    "tool_result_min_tokens": {"ge": 1},
+    "progressive_line_after": {"ge": 1},
     "keep_recent_rounds": {"ge": 1},
     "clear_after_rounds": {"ge": 1},
     "cleared_head_chars": {"ge": 0},
@@ -353,7 +354,8 @@ class Settings(BaseSettings):
             # The seed compacted from the warning state and summarized from the error state.
             t = self.thresholds()
             options.setdefault("high_water", t.warning)
-            options.setdefault("summarize_from", t.error)
+            cascade = {"tool-results": t.warning, "progressive": t.warning, "conversation": t.error}
+            options["cascade"] = {**cascade, **options.get("cascade", {})}
             options.setdefault("low_water", round(max(0.05, t.warning - 0.10), 4))
         keep = self.agent_context.min_keep_tokens
         if keep and effective:

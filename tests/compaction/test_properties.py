@@ -137,7 +137,12 @@ def configs(draw: st.DrawFn) -> CompactionConfig:
         "eviction_policy": draw(st.sampled_from(EVICTION_POLICIES)),
         "keep_recent_rounds": draw(st.integers(1, 4)),
         "clear_after_rounds": draw(st.integers(1, 6)),
+        "tool_result_min_tokens": draw(st.sampled_from([50, 500, 10**6])),
     }
+    overrides["progressive_line_after"] = overrides["clear_after_rounds"] + draw(st.integers(0, 20))
+    if draw(st.booleans()):  # any cascade table: gates may hold a compaction above high water
+        gate = st.sampled_from([0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 1.5])
+        overrides["cascade"] = {name: draw(gate) for name in ("tool-results", "progressive", "conversation")}
     return CompactionConfig.profile(draw(st.sampled_from(["default", "seed"])), **overrides)
 
 

@@ -8,7 +8,9 @@ each one; a narrow band keeps more history but rewrites the prefix every few tur
 the trim workload (README, Benchmarks): high 1.0 / low 0.45 keeps prefix reuse at 0.97 (128k)
 and 0.905 (32k), where cutting to 60% gives 0.89 at 32k. The ``seed`` profile reproduces the
 seed design (clear and evict from the warning state, summarize from the error state, cut to
-just under warning).
+just under warning). The ``cascade`` table maps utilization to the seed's compression
+strategies (tool-result summarization 0.75, progressive tiers 0.85, conversation compaction
+0.92, delegation 0.95).
 """
 
 from __future__ import annotations
@@ -20,11 +22,28 @@ from typing import Any, Literal
 
 from ..exceptions import ConfigError
 
-__all__ = ["EVICTION_POLICIES", "CompactionConfig", "EvictionPolicyName", "HybridWeights"]
+__all__ = [
+    "DEFAULT_CASCADE",
+    "EVICTION_POLICIES",
+    "STRATEGIES",
+    "CompactionConfig",
+    "EvictionPolicyName",
+    "HybridWeights",
+    "Strategy",
+]
 
 EvictionPolicyName = Literal["fifo", "lru", "priority", "type-ttl", "semantic-merge", "hybrid"]
 EVICTION_POLICIES: tuple[str, ...] = ("fifo", "lru", "priority", "type-ttl", "semantic-merge", "hybrid")
 Layer = Literal["clear", "evict", "summarize"]
+Strategy = Literal["tool-results", "progressive", "conversation", "delegation"]
+STRATEGIES: tuple[Strategy, ...] = ("tool-results", "progressive", "conversation", "delegation")
+"""The seed's compression strategies, cheapest first (the order in which a compaction uses them)."""
+DEFAULT_CASCADE: Mapping[str, float] = {
+    "tool-results": 0.75,
+    "progressive": 0.85,
+    "conversation": 0.92,
+    "delegation": 0.95,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,8 +66,28 @@ class CompactionConfig:
     """Compact down to this share; the band below ``high_water`` is what the next turns append into."""
     layers: tuple[Layer, ...] = ("clear", "evict", "summarize")
     """Layers in cascade order; remove one to disable it."""
-    summarize_from: float | None = None
-    """Run the summary layer only when the view is above this share before compaction (None: whenever needed)."""
+    cascade: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_CASCADE))
+    """Utilization (view / effective budget) from which each compression strategy may run.
+
+    ``tool-results``: clearing (L1) — old outputs, and outputs of ``tool_result_min_tokens`` or
+    more once the agent has used them, become key findings plus a snapshot reference.
+    ``progressive``: eviction (L2) by age tiers — full for the newest rounds, key points (cleared)
+    past ``clear_after_rounds``, one ledger line past ``progressive_line_after`` (evicted first), a
+    rolled-up count beyond what the ledger lists. ``conversation``: the summary layer (L3) — a
+    fresh view of summary + notes + ledger + recent rounds. ``delegation``: before a model call,
+    sub-tasks the caller marked delegable run in isolated sessions and only their results enter.
+
+    A compaction started at utilization *u* uses the strategies whose threshold is at most *u*,
+    cheapest first, each only while the view is above the low-water target. With the default
+    ``high_water`` of 1.0 every strategy is open when a compaction starts; lower ``high_water``
+    (the ``seed`` profile) to let utilization pick them. A view that would not fit the budget, and
+    an emergency compaction (L4), may use every strategy. A threshold above 1 disables a strategy
+    except in those two cases (delegation: entirely).
+    """
+    tool_result_min_tokens: int = 500
+    """Outputs this large are cleared once used, whatever their age (the ``tool-results`` strategy)."""
+    progressive_line_after: int = 20
+    """Rounds further back than this leave the view first, as one ledger line (``progressive``)."""
     keep_recent_rounds: int = 3
     """Newest rounds kept whole while the budget allows (``min_keep_recent_rounds``)."""
     clear_after_rounds: int = 5
@@ -141,6 +180,24 @@ class CompactionConfig:
             raise bad("ledger_share", self.ledger_share, "a share in (0, 0.9]")
         if not 0.0 < self.merge_similarity <= 1.0:
             raise bad("merge_similarity", self.merge_similarity, "a similarity in (0, 1]")
+        unknown = sorted(set(self.cascade) - set(STRATEGIES))
+        if unknown:
+            raise bad("cascade", dict(self.cascade), f"strategy names among {', '.join(STRATEGIES)}")
+        for name, threshold in self.cascade.items():
+            if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 < threshold <= 2.0:
+                raise bad(f"cascade.{name}", threshold, "a utilization in (0, 2] (above 1 disables the strategy)")
+        if self.tool_result_min_tokens < 1:
+            raise bad("tool_result_min_tokens", self.tool_result_min_tokens, "an integer >= 1")
+        if self.progressive_line_after < self.clear_after_rounds:
+            raise bad(
+                "progressive_line_after",
+                self.progressive_line_after,
+                f"an integer >= clear_after_rounds ({self.clear_after_rounds}): one-line tier after key points",
+            )
+
+    def threshold(self, strategy: Strategy) -> float:
+        """The utilization from which ``strategy`` may run (missing from ``cascade``: its default)."""
+        return float(self.cascade.get(strategy, DEFAULT_CASCADE[strategy]))
 
     @classmethod
     def profile(cls, name: Literal["default", "seed"], **overrides: Any) -> CompactionConfig:
@@ -148,7 +205,10 @@ class CompactionConfig:
         if name == "default":
             return cls(**overrides)
         if name == "seed":
-            base: dict[str, Any] = {"high_water": 0.70, "low_water": 0.60, "summarize_from": 0.90}
+            seed_cascade = {**DEFAULT_CASCADE, "tool-results": 0.70, "progressive": 0.70, "conversation": 0.90}
+            base: dict[str, Any] = {"high_water": 0.70, "low_water": 0.60, "cascade": seed_cascade}
+            if "cascade" in overrides:  # a partial table overrides the profile's, not the whole of it
+                overrides = {**overrides, "cascade": {**seed_cascade, **overrides["cascade"]}}
             return cls(**{**base, **overrides})
         raise ConfigError(f"unknown compaction profile {name!r}; use 'default' or 'seed'.", key="profile")
 
@@ -167,6 +227,15 @@ class CompactionConfig:
             data["hybrid_weights"] = HybridWeights(**data["hybrid_weights"])
         if "layers" in data:
             data["layers"] = tuple(data["layers"])
+        if "cascade" in data:
+            if not isinstance(data["cascade"], Mapping):
+                raise ConfigError(
+                    f"compaction config: cascade={data['cascade']!r} is invalid; allowed: a table of strategy = "
+                    'utilization, e.g. {"tool-results": 0.75, "progressive": 0.85}.',
+                    key="cascade",
+                )
+            if profile == "default":  # a partial table keeps the other strategies' defaults
+                data["cascade"] = {**DEFAULT_CASCADE, **data["cascade"]}
         try:
             return cls.profile(profile, **data)
         except TypeError as exc:
@@ -176,4 +245,5 @@ class CompactionConfig:
         """Plain dict of every option (for `config show`)."""
         out = dataclasses.asdict(self)
         out["layers"] = list(self.layers)
+        out["cascade"] = dict(self.cascade)
         return out

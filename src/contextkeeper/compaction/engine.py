@@ -41,7 +41,7 @@ from ..snapshots import SnapshotStore, encode_snapshot, make_snapshot_id
 from ..summarize.extractive import fit_summary
 from ..tokens.accountant import TokenAccountant
 from .breaker import CircuitBreaker
-from .config import CompactionConfig
+from .config import CompactionConfig, Strategy
 from .policies import Candidate, order_for_eviction
 from .summarizer import SummaryReply, SummaryRequest, check_summary
 
@@ -172,6 +172,9 @@ class ContextEngine:
         """Set by the session to a summarizer with ``take_ready(summary, span) -> str | None`` (background
         mode): at each compaction, a better summary of exactly the current span replaces the current one."""
         self._pre_ratio = 0.0
+        self._gate_floor = 0.0
+        """After a compaction the cascade table held above high water: the utilization that may retry."""
+        self._last_assistant_index = -1
         self._prep_cursor = 0
         self._evicted_at_render = 0
         self._tight = False
@@ -269,6 +272,8 @@ class ContextEngine:
         self.transcript.append(m)
         self.counts.append(n)
         self._ids.add(m.message_id)
+        if m.role == "assistant":
+            self._last_assistant_index = index  # outputs before it have been used
         last = self.rounds[-1] if self.rounds else None
         if m.role == "tool":
             r = self._open_calls.pop(m.tool_call_id or "")
@@ -363,6 +368,10 @@ class ContextEngine:
         self._dirty = True
 
     # --- preparing ------------------------------------------------------------------------
+    def has_open_calls(self) -> bool:
+        """True while a tool call waits for its result (nothing may be inserted before it)."""
+        return bool(self._open_calls)
+
     def needs_compaction(self) -> bool:
         """True when the next `prepare_flow` will run the cascade (the view passed high water)."""
         current = self._rounds_total + self._context_tokens + self.accountant.framing.reply_priming
@@ -378,7 +387,9 @@ class ContextEngine:
         layer: str | None = None
         effective = self.budget.effective
         high = self.config.high_water * effective
-        refilled = self._view_tokens > high
+        # a compaction the cascade table held above high water is retried only once another strategy
+        # opens (or the view would not fit), not on every turn
+        refilled = self._view_tokens > max(high, self._gate_floor * effective)
         if trigger is not None or refilled:
             if trigger is None:
                 self._check_thrashing()
@@ -396,6 +407,7 @@ class ContextEngine:
             layer = yield from self._compact(
                 trigger=trigger or "high-water", target=int(low * effective), keep_rounds=keep_rounds
             )
+            self._gate_floor = self._closed_gate() if self._view_tokens > high else 0.0
             if not self.summarizer_enabled:  # a summarizer's own time is not the compaction's
                 # what the compaction costs besides the rounds nobody prepared (render, eviction...)
                 fixed = (time.perf_counter() - started) * 1000 - unprepared * self._prep_cost * 1000
@@ -546,12 +558,12 @@ class ContextEngine:
         floor = sum(self.rounds[o].view_tokens for o in hard) + self.accountant.framing.reply_priming
         self._floor = floor
         self._tight = floor + min(self._ledger_cap(), effective // 10) > target
-        if "clear" in self.config.layers and self._total() > target:
+        if "clear" in self.config.layers and self._open("tool-results", trigger) and self._total() > target:
             layer = self._run_layer("clear", trigger, target, lambda: self._clear(protected, target))
-        if "evict" in self.config.layers and self._total() > target:
+        if "evict" in self.config.layers and self._open("progressive", trigger) and self._total() > target:
             layer = self._run_layer("evict", trigger, target, lambda: self._evict(protected, target))
         self._merge_ready_summary()
-        if "summarize" in self.config.layers and self._summary_due(trigger):
+        if "summarize" in self.config.layers and self._open("conversation", trigger) and self._summary_due(trigger):
             before = self._total()
             started = time.perf_counter()
             self.events.emit(
@@ -565,7 +577,7 @@ class ContextEngine:
                 self._count_layer("summarize")
             self._finish_layer("summarize", trigger, before, started, int(done))
         self._render_context(effective, target)
-        if "evict" in self.config.layers:
+        if "evict" in self.config.layers and self._open("progressive", trigger):
             # The context block is only estimated while evicting; once rendered it may leave the view
             # above the target: evict a little more and render again (it converges in a step or two).
             for _ in range(3):
@@ -579,6 +591,24 @@ class ContextEngine:
         if self._view_tokens > effective:
             raise self._budget_error(effective)
         return layer
+
+    def _open(self, strategy: Strategy, trigger: Trigger) -> bool:
+        """Whether the cascade table lets ``strategy`` run in this compaction.
+
+        By the utilization the compaction started from; a view that would not fit and an
+        emergency compaction may use every strategy.
+        """
+        return trigger == "reactive" or self._pre_ratio > 1.0 or self._pre_ratio >= self.config.threshold(strategy)
+
+    def _closed_gate(self) -> float:
+        """The lowest utilization at which a strategy the last compaction could not use opens (1.0 at most)."""
+        by_layer: tuple[tuple[Strategy, str], ...] = (
+            ("tool-results", "clear"),
+            ("progressive", "evict"),
+            ("conversation", "summarize"),
+        )
+        gates = [self.config.threshold(strategy) for strategy, layer in by_layer if layer in self.config.layers]
+        return min([g for g in gates if g > self._pre_ratio] + [1.0])
 
     def _run_layer(self, name: str, trigger: Trigger, target: int, fn: Any) -> str | None:
         before = self._total()
@@ -780,7 +810,27 @@ class ContextEngine:
             if saved > 0:
                 total -= saved
                 cleared += 1
+        # Tool-result summarization: a large output the agent has already answered to is worth its
+        # key findings only, however recent (the newest rounds stay whole: they are protected).
+        for r in conversation[max(limit, 0) :]:
+            if total <= target:
+                break
+            if r.kind != "tool-call" or r.state != "full" or r.ordinal in protected or not self._used_large_output(r):
+                continue
+            saved = self._clear_round(r, reason="cleared")
+            if saved > 0:
+                total -= saved
+                cleared += 1
         return cleared
+
+    def _used_large_output(self, r: _Round) -> bool:
+        """The round has an output of ``tool_result_min_tokens`` or more that an assistant message followed."""
+        return any(
+            self.transcript[i].role == "tool"
+            and self.counts[i] >= self.config.tool_result_min_tokens
+            and i < self._last_assistant_index
+            for i in r.indices
+        )
 
     def _clear_round(
         self,
@@ -945,7 +995,10 @@ class ContextEngine:
                 total = self._total()
                 evicted += 1
             return evicted
-        for cand in order_for_eviction(self._candidates(protected), self.config):
+        ordered = order_for_eviction(self._candidates(protected), self.config)
+        # progressive tiers: rounds past the one-line age leave first, whatever the policy prefers
+        ordered.sort(key=lambda c: 0 if c.age > self.config.progressive_line_after else 1)
+        for cand in ordered:
             if total <= target:
                 break
             self._set_evicted(self.rounds[cand.ordinal])
@@ -960,9 +1013,6 @@ class ContextEngine:
         """L3 runs when a summarizer is set, its breaker allows, and evicted rounds are not yet folded in."""
         if not self.summarizer_enabled or not self._n_evicted:
             return False
-        if trigger != "reactive" and self.config.summarize_from is not None:
-            if self._pre_ratio < self.config.summarize_from:
-                return False
         if not self.breaker.allow() and not self.summarizer_degrades:
             return False
         if self._summary_tokens(None) < 64:  # no room worth a summary: the ledger is denser in facts
