@@ -108,7 +108,7 @@ def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
     if REDIS_CLUSTER_URL:
         try:
             cluster_client(REDIS_CLUSTER_URL).close()
-        except (redis.RedisError, redis.cluster.RedisClusterException) as exc:
+        except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
             service_missing(f"Redis Cluster at {REDIS_CLUSTER_URL}", "CONTEXTKEEPER_TEST_REDIS_CLUSTER_URL", exc)
         yield REDIS_CLUSTER_URL
         return

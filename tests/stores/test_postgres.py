@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from contextkeeper.exceptions import ConfigError, LockTimeout, SchemaError, StoreUnavailable
+from contextkeeper.exceptions import ConfigError, LockTimeout, SchemaError, StoreUnavailable, VersionConflict
 from contextkeeper.messages import Message
 from contextkeeper.stores import AsyncPostgresStore, PostgresStore, open_async_store, open_store
 
@@ -66,6 +67,91 @@ def test_owned_connections_use_generic_plans_and_the_commit_setting(postgres_url
             assert conn.execute("SHOW plan_cache_mode").fetchone() == ("force_generic_plan",)
             assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
             assert conn.execute("SHOW application_name").fetchone() == ("ck-test",)
+
+
+def test_synchronous_commit_in_the_url(postgres_url: str, pg_schema: str) -> None:
+    with (
+        PostgresStore.from_url(f"{postgres_url}?schema={pg_schema}&synchronous_commit=off") as fast,
+        open_store(f"{postgres_url}?synchronous_commit=on&schema={pg_schema}", synchronous_commit=False) as durable,
+        PostgresStore.from_url(postgres_url, schema=pg_schema) as default,
+    ):
+        server = _sql(postgres_url, "SHOW synchronous_commit")[0]
+        for store, expected in ((fast, ("off",)), (durable, ("on",)), (default, server)):
+            assert isinstance(store, PostgresStore)
+            store.create_session("s")
+            with store._pool.connection() as conn:
+                assert conn.execute("SHOW synchronous_commit").fetchone() == expected
+    with pytest.raises(ConfigError, match="synchronous_commit"):
+        PostgresStore.connect(f"{postgres_url}?synchronous_commit=maybe")
+
+
+def _prepared(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:
+    rows = conn.execute("SELECT statement FROM pg_prepared_statements ORDER BY prepare_time").fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def test_state_saves_and_appends_are_one_prepared_statement_each(postgres_url: str, pg_schema: str) -> None:
+    """The hot writes are prepared at their first use and cost one round trip: no BEGIN, no COMMIT."""
+    with PostgresStore.from_url(postgres_url, schema=pg_schema, max_size=1) as store:
+        store.create_session("s")
+        with store._pool.connection() as conn:
+            before = _prepared(conn)
+        store.save_state("s", {"v": 1}, expected_version=0)
+        store.save_state("s", {"v": 2}, expected_version=1)
+        store.append_messages("s", [Message.user("x", message_id="a")])
+        with store._pool.connection() as conn:
+            added = _prepared(conn)[len(before) :]
+        assert len(added) == 3, added  # the first save (an insert), the next ones (an update), the append
+        assert any("INSERT INTO" in text and "ck_state" in text for text in added)
+        assert any("UPDATE" in text and "ck_state" in text for text in added)
+        # A save is one exchange; a stale save adds one read of the current version.
+        assert _round_trips(store, lambda: store.save_state("s", {"v": 3}, expected_version=2)) == 1
+        assert _round_trips(store, lambda: _stale_save(store)) == 2
+        assert _round_trips(store, lambda: store.append_messages("s", [Message.user("y", message_id="b")])) == 1
+
+
+def test_a_pool_that_turned_preparing_off_keeps_it_off(postgres_url: str, pg_schema: str) -> None:
+    pool: ConnectionPool[psycopg.Connection[tuple[object, ...]]] = ConnectionPool(
+        postgres_url, min_size=1, max_size=1, kwargs={"prepare_threshold": None, "autocommit": True}, open=True
+    )
+    with PostgresStore(pool, schema=pg_schema) as store:
+        store.create_session("s")
+        for version in range(10):
+            store.save_state("s", {"v": version}, expected_version=version)
+        with pool.connection() as conn:
+            assert _prepared(conn) == []
+    pool.close()
+
+
+def _prepared(conn: psycopg.Connection[tuple[object, ...]]) -> list[str]:
+    rows = conn.execute("SELECT statement FROM pg_prepared_statements ORDER BY prepare_time").fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def _stale_save(store: PostgresStore) -> None:
+    with pytest.raises(VersionConflict) as info:
+        store.save_state("s", {"stale": True}, expected_version=1)
+    assert (info.value.expected, info.value.actual) == (1, 3)
+
+
+def _round_trips(store: PostgresStore, action: Callable[[], object]) -> int:
+    """Round trips ``action`` makes on the store's only pooled connection, from libpq's protocol trace.
+
+    Each exchange of the extended protocol ends with one Sync from the client; a simple query
+    (BEGIN, COMMIT) is one Query message.
+    """
+    with tempfile.TemporaryFile("w+") as trace:
+        with store._pool.connection() as conn:
+            conn.pgconn.trace(trace.fileno())
+        try:
+            action()
+        finally:
+            with store._pool.connection() as again:
+                assert again is conn
+                again.pgconn.untrace()
+        trace.seek(0)
+        sent = [line.split("\t") for line in trace.read().splitlines()]
+    return sum(1 for fields in sent if len(fields) > 3 and fields[1] == "F" and fields[3] in ("Sync", "Query"))
 
 
 def test_a_given_pool_stays_open(postgres_url: str, pg_schema: str) -> None:

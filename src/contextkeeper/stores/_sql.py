@@ -35,6 +35,9 @@ class Sql:
     autocommit: bool = False
     """On an operation's first statement: every statement of it is atomic alone, so a driver
     may run them without an explicit transaction (one round trip fewer each way)."""
+    prepare: bool = False
+    """A hot statement: a driver that can should prepare it on the server at its first use
+    (psycopg by itself prepares a statement only at its sixth execution on a connection)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -447,7 +450,7 @@ class SqlOps:
         ids = [message_id for message_id, _ in items]
         bodies = [body for _, body in items]
         params = (ids, bodies, session_id, now, session_id, FORMAT_VERSION, session_id, now, session_id)
-        rows = yield Sql(self.q.append_one_statement, params, autocommit=True)
+        rows = yield Sql(self.q.append_one_statement, params, autocommit=True, prepare=True)
         added, base, fmt = rows[0]
         if base is None:
             # Nothing was written: the session is missing (or gone meanwhile), or too new to touch.
@@ -499,10 +502,10 @@ class SqlOps:
         guard = (now, session_id, FORMAT_VERSION)
         if expected == 0:
             params: tuple[Any, ...] = (*guard, session_id, slot, body, now, session_id)
-            rows = yield Sql(self.q.cas_insert_one_statement, params, autocommit=True)
+            rows = yield Sql(self.q.cas_insert_one_statement, params, autocommit=True, prepare=True)
         else:
             params = (*guard, body, now, session_id, slot, expected, session_id)
-            rows = yield Sql(self.q.cas_update_one_statement, params, autocommit=True)
+            rows = yield Sql(self.q.cas_update_one_statement, params, autocommit=True, prepare=True)
         version, fmt = rows[0]
         if fmt is None:
             raise not_found(session_id)

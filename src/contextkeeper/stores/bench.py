@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..exceptions import ContextKeeperError
 from ..messages import Message, ToolCall
@@ -95,28 +96,37 @@ def _open(name: str, *, redis_url: str, postgres_url: str, synchronous_commit: b
             yield store
     elif name == "redis":
         import redis
+        import redis.cluster
+        import redis.exceptions
 
-        from .redis import RedisStore
+        from .redis import RedisStore, _parse_url
 
         prefix = f"ck-bench-{tag}"
         try:
             with RedisStore.from_url(redis_url, prefix=prefix) as store:
                 yield store
         finally:
-            client = redis.Redis.from_url(redis_url, socket_connect_timeout=2)
+            target = _parse_url(redis_url)
+            client: Any = (
+                redis.cluster.RedisCluster(
+                    host=urlsplit(target.url).hostname, port=urlsplit(target.url).port or 6379, socket_connect_timeout=2
+                )
+                if target.cluster
+                else redis.Redis.from_url(target.url, socket_connect_timeout=2)
+            )
             try:
                 for pattern in (f"{{{prefix}:*", f"{prefix}:*"):
                     keys = list(client.scan_iter(match=pattern, count=1000))
                     for start in range(0, len(keys), 1000):
                         client.delete(*keys[start : start + 1000])
-            except redis.RedisError:
+            except (redis.RedisError, redis.exceptions.RedisClusterException):
                 pass  # best effort: the server is gone, and so are its keys for this run
             finally:
                 client.close()
     elif name == "postgres":
         import psycopg
 
-        from .postgres import PostgresStore
+        from .postgres import PostgresStore, _split_url
 
         schema = f"ck_bench_{tag}"
         try:
@@ -126,7 +136,8 @@ def _open(name: str, *, redis_url: str, postgres_url: str, synchronous_commit: b
                 yield store
         finally:
             try:
-                with psycopg.connect(postgres_url, autocommit=True, connect_timeout=5) as conn:
+                # Without the store's own URL options (schema, synchronous_commit), which libpq refuses.
+                with psycopg.connect(_split_url(postgres_url)[0], autocommit=True, connect_timeout=5) as conn:
                     conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
             except psycopg.Error:
                 pass  # best effort: the server could not be reached in the first place
@@ -143,10 +154,13 @@ def _timed(call: Callable[[], object]) -> float:
 def bench_store(store: BaseStore, *, messages: int, load_size: int, cas_ops: int, repeats: int) -> dict[str, float]:
     """Run the three measurements on one store; return the figures plus extras (append p99)."""
     rounds = [make_round(number) for number in range(messages // ROUND_SIZE)]
-    # Warm up: connections, prepared statements, Lua script cache.
+    # Warm up: connections, prepared statements, Lua script cache, for appends and state saves
+    # alike (a first use pays for preparing or loading, and would otherwise land in the p99).
     store.create_session("warmup")
+    warm_version = 0
     for number in range(20):
         store.append_messages("warmup", make_round(10_000_000 + number))
+        warm_version = store.save_state("warmup", _state(number), expected_version=warm_version)
 
     store.create_session("append")
     latencies = [_timed(functools.partial(store.append_messages, "append", batch)) for batch in rounds]

@@ -6,6 +6,12 @@ advisory lock so replicas starting together migrate once). Each operation is one
 a pooled connection; concurrent writers to one session queue on the session's row lock, and
 state is saved with a version compare-and-set (``UPDATE ... WHERE version = expected``).
 
+The hot writes are single statements run without BEGIN/COMMIT and prepared on the server at
+their first use: a state save or an append is one round trip (a stale save adds one more, to
+read the version it lost against). What remains of a save's latency is mostly the commit's WAL
+flush; ``?synchronous_commit=off`` in the URL stops waiting for it (see `PostgresStore.connect`
+for what that trades).
+
 The session lock is a session-level advisory lock held on a dedicated pooled connection: if the
 holder's process dies, Postgres drops the connection and the lock with it.
 """
@@ -44,14 +50,25 @@ def _check_schema(schema: str) -> str:
     return schema
 
 
+_SWITCH = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
+
+
 def _split_url(url: str) -> tuple[str, dict[str, Any]]:
-    """Remove our own option (schema) from a Postgres URL's query; libpq gets the rest."""
+    """Remove our own options (schema, synchronous_commit) from a Postgres URL's query; libpq gets the rest."""
     parts = urlsplit(url)
     ours: dict[str, Any] = {}
     rest: list[tuple[str, str]] = []
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         if key == "schema":
             ours["schema"] = value
+        elif key == "synchronous_commit":
+            if value.lower() not in _SWITCH:
+                raise ConfigError(
+                    f"Postgres URL option `synchronous_commit={value}` must be `on` or `off` (leave it out to keep "
+                    "the server's setting).",
+                    key="synchronous_commit",
+                )
+            ours["synchronous_commit"] = _SWITCH[value.lower()]
         else:
             rest.append((key, value))
     return urlunsplit(parts._replace(query=urlencode(rest, quote_via=quote))), ours
@@ -102,11 +119,23 @@ class _DuplicateRace(StoreError):
     """Two writers appended the same message id at once; the loser retries and then skips it."""
 
 
+def _prepare(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any], command: Sql) -> bool | None:
+    """Whether to prepare the statement now: True for a hot one, None to leave it to psycopg.
+
+    psycopg by itself prepares a statement once it ran a few times on a connection. Connections
+    that turned preparing off (``prepare_threshold=None``, as behind a transaction-pooling
+    PgBouncer) keep it off.
+    """
+    if command.prepare and cursor.connection.prepare_threshold is not None:
+        return True
+    return None
+
+
 def _execute(cursor: psycopg.Cursor[Any], command: Sql) -> list[tuple[Any, ...]]:
     if command.many:
         cursor.executemany(command.text, command.params)
         return []
-    cursor.execute(command.text, command.params)
+    cursor.execute(command.text, command.params, prepare=_prepare(cursor, command))
     return cursor.fetchall() if cursor.description is not None else []
 
 
@@ -114,7 +143,7 @@ async def _aexecute(cursor: psycopg.AsyncCursor[Any], command: Sql) -> list[tupl
     if command.many:
         await cursor.executemany(command.text, command.params)
         return []
-    await cursor.execute(command.text, command.params)
+    await cursor.execute(command.text, command.params, prepare=_prepare(cursor, command))
     return await cursor.fetchall() if cursor.description is not None else []
 
 
@@ -182,18 +211,23 @@ class PostgresStore(_PostgresCommon, BaseStore):
         timeout: float = 10.0,
         synchronous_commit: bool | None = None,
     ) -> Self:
-        """A store owning a new pool for ``url`` (``?schema=`` in the query is ours).
+        """A store owning a new pool for ``url`` (``?schema=`` and ``?synchronous_commit=`` in the query are ours).
 
         Args:
-            url: ``postgresql://user@host:port/dbname``.
+            url: ``postgresql://user@host:port/dbname``; ``?synchronous_commit=off`` in the query is the
+                same as ``synchronous_commit=False`` (and wins over it).
             schema: Schema of the tables.
             clock: Source of timestamps.
             lock_lease: Unused (see the class).
             min_size: Connections kept open.
             max_size: Most connections opened (a held session lock occupies one).
             timeout: Seconds to wait for a connection before `StoreUnavailable`.
-            synchronous_commit: False trades the last fraction of a second of commits on a server
-                crash for faster writes (a killed client loses nothing); None keeps the server's setting.
+            synchronous_commit: False commits without waiting for the WAL flush to disk: every write
+                (appends, state saves) returns about one disk flush sooner, and a crash of the Postgres
+                server or its machine may lose the commits of the last ~0.6 s (3 x ``wal_writer_delay``),
+                never half a transaction; a killed client loses nothing. The SQLite store (WAL,
+                ``synchronous=NORMAL``) does not flush at commit either: it may lose its last commits
+                on an OS crash or power loss. None keeps the server's setting (``on`` by default).
         """
         conninfo, ours = _split_url(url)
         pool: ConnectionPool[Any] = ConnectionPool(
@@ -201,7 +235,7 @@ class PostgresStore(_PostgresCommon, BaseStore):
             min_size=min_size,
             max_size=max_size,
             timeout=timeout,
-            kwargs=_connection_options(conninfo, synchronous_commit),
+            kwargs=_connection_options(conninfo, ours.get("synchronous_commit", synchronous_commit)),
             open=True,
         )
         store = cls(pool, schema=ours.get("schema", schema), clock=clock, lock_lease=lock_lease)
@@ -331,7 +365,7 @@ class AsyncPostgresStore(_PostgresCommon, BaseAsyncStore):
             min_size=min_size,
             max_size=max_size,
             timeout=timeout,
-            kwargs=_connection_options(conninfo, synchronous_commit),
+            kwargs=_connection_options(conninfo, ours.get("synchronous_commit", synchronous_commit)),
             open=False,
         )
         store = cls(pool, schema=ours.get("schema", schema), clock=clock, lock_lease=lock_lease)
