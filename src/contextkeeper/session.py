@@ -65,6 +65,28 @@ _EPHEMERAL_EVENTS = frozenset({"context.status"})
 """Events not written to the persisted audit log (one per turn; the metrics carry them)."""
 
 
+class _Rebuilding:
+    """Snapshot reads that fall back to the transcript when the store does not have the snapshot."""
+
+    def __init__(self, snapshots: SnapshotStore, engine: ContextEngine) -> None:
+        self._snapshots, self._engine = snapshots, engine
+
+    def put_snapshot(self, session_id: str, snapshot_id: str, data: bytes) -> None:
+        self._snapshots.put_snapshot(session_id, snapshot_id, data)
+
+    def get_snapshot(self, session_id: str, snapshot_id: str) -> bytes:
+        try:
+            return self._snapshots.get_snapshot(session_id, snapshot_id)
+        except SnapshotError:
+            rebuilt = self._engine.rebuild_snapshot(snapshot_id)
+            if rebuilt is None:
+                raise
+            return rebuilt
+
+    def list_snapshots(self, session_id: str) -> list[str]:
+        return self._snapshots.list_snapshots(session_id)
+
+
 @dataclass(frozen=True, kw_only=True)
 class DelegableTask:
     """A sub-task the caller marked delegable (`Session.mark_delegable`)."""
@@ -131,14 +153,7 @@ class _BaseSession:
             else:
                 snapshots = MemorySnapshotStore()
         self.snapshots: SnapshotStore = snapshots
-        self.engine = ContextEngine(
-            session_id=self.session_id,
-            accountant=self.accountant,
-            budget=self.budget,
-            config=self.config,
-            snapshots=self.snapshots,
-            events=self.events,
-        )
+        self.engine = self._new_engine()
         self.monitor = PressureMonitor(budget=self.budget)
         self.model = model
         self.usage = SessionUsage()
@@ -146,6 +161,16 @@ class _BaseSession:
         self._converted: tuple[int, str, list[Any]] | None = None
         self._converted_upto = 0
         self._delegable: list[DelegableTask] = []
+
+    def _new_engine(self) -> ContextEngine:
+        return ContextEngine(
+            session_id=self.session_id,
+            accountant=self.accountant,
+            budget=self.budget,
+            config=self.config,
+            snapshots=self.snapshots,
+            events=self.events,
+        )
 
     # --- delegation (the cascade's last strategy) -------------------------------------------
     def mark_delegable(
@@ -294,7 +319,7 @@ class _BaseSession:
         return read_context(
             ref,
             session_id=self.session_id,
-            snapshots=self.snapshots,
+            snapshots=_Rebuilding(self.snapshots, self.engine),
             transcript=lambda: self.engine.transcript,
             page=page,
         ).render()
@@ -485,13 +510,16 @@ class Session(_BaseSession):
             return self._finish(self._persisted(self._flow(False)), format)
 
     def _persisted(
-        self, flow: Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]
+        self,
+        flow: Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]],
+        *,
+        reactive: bool = False,
     ) -> tuple[list[Message], ViewStatus]:
         _, stored_version = self.store.load_state(self.session_id)
         if stored_version != self._state_version:  # another process compacted meanwhile: start from its state
             flow.close()
             self._reload()
-            flow = self._flow(False)
+            flow = self._flow(reactive)
         result = self._drive(flow)
         self._state_version = self.store.save_state(
             self.session_id, self.engine.export_state(), expected_version=self._state_version
@@ -500,14 +528,7 @@ class Session(_BaseSession):
 
     def _reload(self) -> None:
         """Rebuild the engine from the store (transcript and view state)."""
-        self.engine = ContextEngine(
-            session_id=self.session_id,
-            accountant=self.accountant,
-            budget=self.budget,
-            config=self.config,
-            snapshots=self.snapshots,
-            events=self.events,
-        )
+        self.engine = self._new_engine()
         self._wire_summarizer()
         self.engine.add(self.store.load_messages(self.session_id))
         state, self._state_version = self.store.load_state(self.session_id)
@@ -516,7 +537,10 @@ class Session(_BaseSession):
 
     def on_context_overflow(self, *, format: OutputFormat | None = None) -> PreparedView:
         """The provider said the prompt is too long: compact deeper now and return the view to retry with."""
-        return self._finish(self._drive(self._flow(True)), format)
+        if self.store is None:
+            return self._finish(self._drive(self._flow(True)), format)
+        with self.store.lock(self.session_id):  # saved like any compaction: a restart resumes this view
+            return self._finish(self._persisted(self._flow(True), reactive=True), format)
 
     def _drive(
         self, flow: Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]
@@ -641,6 +665,7 @@ class AsyncSession(_BaseSession):
         self._state_version = 0
         self._unsaved: list[Message] = []
         self._loaded = store is None
+        self._stored_snapshots: set[str] = set()
 
     @classmethod
     async def open(cls, session_id: str, *, store: Any, **kwargs: Any) -> AsyncSession:
@@ -688,16 +713,59 @@ class AsyncSession(_BaseSession):
         await self.flush()
         if self.store is None or not self.engine.needs_compaction():
             return self._finish(await self._drive(self._flow(False)), format)
-        async with self.store.lock(self.session_id):
-            result = await self._drive(self._flow(False))
-            self._state_version = await self.store.save_state(
-                self.session_id, self.engine.export_state(), expected_version=self._state_version
-            )
-        return self._finish(result, format)
+        return self._finish(await self._compact_saved(reactive=False), format)
 
     async def on_context_overflow(self, *, format: OutputFormat | None = None) -> PreparedView:
         """The provider said the prompt is too long: compact deeper now and return the view to retry with."""
-        return self._finish(await self._drive(self._flow(True)), format)
+        if self.store is None:
+            return self._finish(await self._drive(self._flow(True)), format)
+        await self.flush()
+        return self._finish(await self._compact_saved(reactive=True), format)
+
+    async def _compact_saved(self, *, reactive: bool) -> tuple[list[Message], ViewStatus]:
+        """Compact under the session's lock; save the snapshots it wrote, then the view state (CAS)."""
+        async with self.store.lock(self.session_id):
+            _, stored_version = await self.store.load_state(self.session_id)
+            if stored_version != self._state_version:  # another process compacted meanwhile: start from its state
+                await self._reload()
+            result = await self._drive(self._flow(reactive))
+            await self._flush_snapshots()
+            self._state_version = await self.store.save_state(
+                self.session_id, self.engine.export_state(), expected_version=self._state_version
+            )
+        return result
+
+    async def _reload(self) -> None:
+        """Rebuild the engine from the store (transcript and view state)."""
+        self.engine = self._new_engine()
+        self._wire_summarizer()
+        self.engine.add(await self.store.load_messages(self.session_id))
+        state, self._state_version = await self.store.load_state(self.session_id)
+        if state is not None:
+            self.engine.import_state(state)
+
+    async def _flush_snapshots(self) -> None:
+        """Copy snapshots compaction wrote (in memory or files) to the async store, so replicas can read them."""
+        written = [sid for sid in self.snapshots.list_snapshots(self.session_id) if sid not in self._stored_snapshots]
+        for sid in written:
+            await self.store.put_snapshot(self.session_id, sid, self.snapshots.get_snapshot(self.session_id, sid))
+            self._stored_snapshots.add(sid)
+
+    async def aread_context(self, ref: str, *, page: int = 1) -> str:
+        """`read_context` that also reads snapshots from the async store (written by another process)."""
+        sid = ref.strip()
+        if self.store is not None and sid.startswith("snap_"):
+            try:
+                self.snapshots.get_snapshot(self.session_id, sid)
+            except SnapshotError:
+                try:
+                    data = await self.store.get_snapshot(self.session_id, sid)
+                except SnapshotError:
+                    pass  # not stored either: read_context rebuilds it from the transcript or says so
+                else:
+                    self.snapshots.put_snapshot(self.session_id, sid, data)
+                    self._stored_snapshots.add(sid)
+        return self.read_context(ref, page=page)
 
     async def _drive(
         self, flow: Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]

@@ -752,6 +752,17 @@ class ContextEngine:
             r.facts = tuple(dict.fromkeys(facts))
         return r.facts
 
+    def rebuild_snapshot(self, snapshot_id: str) -> bytes | None:
+        """A round's snapshot document made again from the transcript (which compaction never alters).
+
+        Serves read-back when the snapshot store does not have it: a session resumed from a store
+        whose snapshots were kept elsewhere, or a store that lost them.
+        """
+        for r in self.rounds:
+            if r.kind == "tool-call" and self._snapshot_id(r) == snapshot_id:
+                return encode_snapshot("round", [self.transcript[i] for i in r.indices])
+        return None
+
     def _snapshot_id(self, r: _Round) -> str:
         if r.snapshot_id is None:
             r.snapshot_id = make_snapshot_id(self.session_id, self.transcript[r.indices[0]].message_id)
