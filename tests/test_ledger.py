@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from hypothesis import given, settings, strategies as st
 
@@ -214,3 +215,162 @@ def test_ledger_stays_bounded_in_a_long_session() -> None:
     assert sum(v for k, v in s.ledger.rolled_up.items() if not k.startswith("tool:")) > 0
     block = next(m for m in pv.view if is_context_block(m))
     assert "Earlier steps:" in block.text
+
+
+# --- memoized rendering (sizes, rank groups, summary line) -------------------------------------
+# Rendering memoizes per-entry work (`warm`, sizes, the "Earlier steps" line). The memos may only
+# save time: a ledger whose memos are warm must render exactly what a fresh copy renders.
+
+# facts shared between entries (the same order id in several steps), of every rank
+_SHARED_FACTS = [
+    "ORD-4411",
+    "TP007",
+    "2024-06-08",
+    "/srv/app/main.py",
+    "INV-2024-0042",
+    "SEA",
+    "$1,234.50",
+    "Lisbon",
+    "cust_99812",
+    "ValueError: amount rejected",
+    "订单 ORD-9",
+    "ok",
+]
+_entry_fields: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries(
+    {
+        "status": st.sampled_from(["planned", "done", "failed"]),
+        "kind": st.sampled_from(["tool", "request"]),
+        "intention": st.text(max_size=160),
+        "facts": st.lists(st.one_of(st.sampled_from(_SHARED_FACTS), facts), max_size=20).map(tuple),
+        "tools": st.lists(st.sampled_from(["search", "book", "read_file"]), max_size=2).map(tuple),
+    }
+)
+
+
+def _cold_copy(led: Ledger, calibrations: list[tuple[int, int]]) -> Ledger:
+    """The same ledger with no memo filled (persisted and loaded), calibrated the same way."""
+    fresh = Ledger.from_dict(json.loads(json.dumps(led.to_dict())))
+    for estimated, actual in calibrations:
+        fresh.calibrate(estimated, actual)
+    return fresh
+
+
+@settings(max_examples=120, deadline=None)
+@given(data=st.data())
+def test_warm_memos_render_exactly_what_a_cold_ledger_renders(data: st.DataObject) -> None:
+    fields = data.draw(st.lists(_entry_fields, min_size=1, max_size=40), label="entries")
+    steps = data.draw(st.permutations(range(1, len(fields) + 1)), label="append order")
+    led = Ledger(max_entries=data.draw(st.integers(1, 30), label="max_entries"))
+    warm = data.draw(st.booleans(), label="warm")
+    for f, step in zip(fields, steps, strict=True):
+        entry = LedgerEntry(step=step, **f)
+        if warm:
+            led.warm(entry)  # as compaction does when it prepares a round ahead
+        led.append(entry)
+    for text in data.draw(st.lists(st.text(min_size=1, max_size=60), max_size=3), label="notes"):
+        led.note(text)
+    budgets = data.draw(st.lists(st.integers(0, 700), min_size=1, max_size=3), label="max_tokens")
+    exclude = data.draw(st.sampled_from(["ORD-4411\nLisbon", " · ".join(_SHARED_FACTS[:7]), "x"]), label="exclude")
+    count = data.draw(st.sampled_from([HEURISTIC, TIKTOKEN]), label="counter").count_text
+    calibrations: list[tuple[int, int]] = []
+    for change in range(3):
+        for max_tokens in budgets:
+            for exact in (True, False):
+                for excl in ("", exclude):
+                    want = _cold_copy(led, calibrations).render(
+                        max_tokens=max_tokens, count=count, exact=exact, exclude=excl
+                    )
+                    for _ in range(2):  # a render fills the memos the next one reads
+                        got = led.render(max_tokens=max_tokens, count=count, exact=exact, exclude=excl)
+                        assert got == want, (change, max_tokens, exact, excl)
+        # change the ledger between renders: a status, a new step, the size calibration
+        listed = [e.step for e in led.entries]
+        led.mark(data.draw(st.sampled_from(listed)), data.draw(st.sampled_from(["planned", "done", "failed"])))
+        entry = LedgerEntry(step=led.next_step, **data.draw(_entry_fields))
+        if warm:
+            led.warm(entry)
+        led.append(entry)
+        calibration = (data.draw(st.integers(1, 400)), data.draw(st.integers(1, 600)))
+        led.calibrate(*calibration)
+        calibrations.append(calibration)
+
+
+def _bookings(n: int, *, max_entries: int = 200) -> Ledger:
+    led = Ledger(max_entries=max_entries)
+    for i in range(n):
+        led.record_round(booking(i))
+    return led
+
+
+def test_warming_entries_does_not_change_the_render() -> None:
+    warm, cold = Ledger(), Ledger()
+    for i in range(30):
+        rnd = booking(i, fail=i % 7 == 0, padding=300)
+        for led in (warm, cold):
+            entry = entry_for_round(rnd, step=i + 1, snapshot_id="snap_" + f"{i:024x}")
+            assert entry is not None
+            if led is warm:
+                led.warm(entry)
+            led.append(entry)
+    for max_tokens in (60, 150, 400, 2000):
+        for exact in (True, False):
+            want = cold.render(max_tokens=max_tokens, count=TIKTOKEN.count_text, exact=exact)
+            assert want
+            assert warm.render(max_tokens=max_tokens, count=TIKTOKEN.count_text, exact=exact) == want
+
+
+def _earlier(text: str) -> str:
+    line = next((x for x in text.split("\n") if x.startswith("Earlier steps:")), None)
+    assert line is not None, text
+    return line
+
+
+def test_summary_line_follows_a_mark_made_after_a_render() -> None:
+    led = _bookings(30)
+    first = led.render(max_tokens=150, count=TIKTOKEN.count_text)
+    before = re.match(r"Earlier steps: (\d+) done \(", _earlier(first))
+    assert before, _earlier(first)
+    assert "#1 " not in first and "#2 " not in first  # steps 1 and 2 are counted, not listed
+    led.mark(1, "failed")
+    led.mark(2, "planned")
+    second = led.render(max_tokens=150, count=TIKTOKEN.count_text)
+    after = re.match(r"Earlier steps: (\d+) done, 1 failed, 1 planned \(", _earlier(second))
+    assert after, _earlier(second)
+    assert int(after.group(1)) == int(before.group(1)) - 2
+    assert second == _cold_copy(led, []).render(max_tokens=150, count=TIKTOKEN.count_text)
+
+
+def test_summary_line_follows_steps_appended_after_a_render() -> None:
+    # every listed step is shown: the summary line counts only rolled-up steps
+    led = _bookings(5, max_entries=3)
+    first = led.render(max_tokens=600, count=TIKTOKEN.count_text)
+    assert _earlier(first).startswith("Earlier steps: 2 done (")
+    assert all(f"#{step} " in first for step in (3, 4, 5))
+    led.record_round(booking(5))  # step 6: step 3 rolls up
+    second = led.render(max_tokens=600, count=TIKTOKEN.count_text)
+    assert _earlier(second).startswith("Earlier steps: 3 done (")
+    assert "#3 " not in second and "#6 " in second
+    led.record_round(booking(6, fail=True))  # step 7, failed: step 4 rolls up
+    led.mark(5, "failed")
+    third = led.render(max_tokens=600, count=TIKTOKEN.count_text)
+    assert _earlier(third).startswith("Earlier steps: 4 done (")
+    assert "#5 ✗" in third and "#7 ✗" in third
+    assert third == _cold_copy(led, []).render(max_tokens=600, count=TIKTOKEN.count_text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_estimated_render_fits_its_budget_while_facts_remain(data: st.DataObject) -> None:
+    fields = data.draw(st.lists(_entry_fields, min_size=1, max_size=40), label="entries")
+    led = Ledger(max_entries=data.draw(st.integers(1, 40), label="max_entries"))
+    for step, f in enumerate(fields, start=1):
+        led.append(LedgerEntry(step=step, **f))
+    for text in data.draw(st.lists(st.text(min_size=1, max_size=60), max_size=3), label="notes"):
+        led.note(text)
+    for _ in range(data.draw(st.integers(0, 3), label="calibrations")):
+        led.calibrate(data.draw(st.integers(1, 400)), data.draw(st.integers(1, 600)))
+    max_tokens = data.draw(st.integers(1, 500), label="max_tokens")
+    exclude = data.draw(st.sampled_from(["", "ORD-4411\nLisbon"]), label="exclude")
+    text = led.render(max_tokens=max_tokens, count=TIKTOKEN.count_text, exact=False, exclude=exclude)
+    if "\nKey data: " in text:  # facts left that could have been dropped: the estimate fits
+        assert led.estimate(text) <= max_tokens, text

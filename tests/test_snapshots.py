@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,146 @@ def test_session_with_a_file_store_writes_snapshots_under_its_directory(tmp_path
     doc = json.loads(store.get_snapshot(s.session_id, written[0]))
     assert doc["kind"] == "round" and doc["messages"][0]["role"] == "assistant"
     assert "msg_" in s.read_context(written[0])
+
+
+# --- documents made on first read (MemorySnapshotStore.put_snapshot_lazy) ----------------------
+
+
+class _Maker:
+    """A snapshot maker that counts its calls."""
+
+    def __init__(self, kind: str, messages: list[Message]) -> None:
+        self.kind, self.messages, self.calls = kind, messages, 0
+
+    def __call__(self) -> bytes:
+        self.calls += 1
+        return encode_snapshot(self.kind, self.messages)
+
+
+def test_lazy_snapshot_is_made_on_first_read_only_and_reads_like_an_eager_one() -> None:
+    msgs = [Message.assistant("looking"), Message.user("订单 ORD-77 for Maria")]
+    expected = encode_snapshot("round", msgs)
+    store = MemorySnapshotStore()
+    make = _Maker("round", msgs)
+    store.put_snapshot_lazy("ses_1", GOOD, make)
+    assert make.calls == 0  # writing costs nothing
+    assert store.list_snapshots("ses_1") == [GOOD]  # listed before it is made
+    assert store.list_snapshots("other") == []
+    with pytest.raises(SnapshotError):
+        store.get_snapshot("other", GOOD)  # another session cannot read it (nor make it)
+    assert make.calls == 0
+    assert store.get_snapshot("ses_1", GOOD) == expected
+    assert make.calls == 1
+    assert store.get_snapshot("ses_1", GOOD) == expected
+    assert store.get_snapshot("ses_1", GOOD) == expected
+    assert make.calls == 1  # made once, then kept
+    assert "Maria" in read_context(GOOD, session_id="ses_1", snapshots=store).text
+
+
+def test_lazy_snapshot_first_write_wins() -> None:
+    first = [Message.user("first version")]
+    second = [Message.user("second version")]
+    store = MemorySnapshotStore()
+    make_first, make_second = _Maker("round", first), _Maker("round", second)
+    store.put_snapshot_lazy("ses_1", GOOD, make_first)
+    store.put_snapshot_lazy("ses_1", GOOD, make_second)
+    store.put_snapshot("ses_1", GOOD, b'{"v": 2}')
+    assert store.get_snapshot("ses_1", GOOD) == encode_snapshot("round", first)
+    assert (make_first.calls, make_second.calls) == (1, 0)
+    # and a lazy write after an eager one keeps the eager document
+    other = make_snapshot_id("ses_1", "msg_2")
+    store.put_snapshot("ses_1", other, b'{"v": 1}')
+    store.put_snapshot_lazy("ses_1", other, make_second)
+    assert store.get_snapshot("ses_1", other) == b'{"v": 1}'
+    assert make_second.calls == 0
+    assert store.list_snapshots("ses_1") == sorted([GOOD, other])
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_lazy_put_rejects_ids_that_are_not_generated(bad: str) -> None:
+    store = MemorySnapshotStore()
+    make = _Maker("round", [Message.user("x")])
+    with pytest.raises(SnapshotError):
+        store.put_snapshot_lazy("ses_1", bad, make)
+    assert store.list_snapshots("ses_1") == []
+    assert make.calls == 0
+
+
+class _CountingMemoryStore(MemorySnapshotStore):
+    """A memory store that counts eager writes and how often each lazy document is made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.eager: list[str] = []
+        self.made: dict[str, int] = {}
+
+    def put_snapshot(self, session_id: str, snapshot_id: str, data: bytes) -> None:
+        self.eager.append(snapshot_id)
+        super().put_snapshot(session_id, snapshot_id, data)
+
+    def put_snapshot_lazy(self, session_id: str, snapshot_id: str, make: Callable[[], bytes]) -> None:
+        self.made.setdefault(snapshot_id, 0)
+
+        def counted() -> bytes:
+            self.made[snapshot_id] += 1
+            return make()
+
+        super().put_snapshot_lazy(session_id, snapshot_id, counted)
+
+
+def _small_window_session(snapshots: SnapshotStore) -> tuple[Session, dict[str, str], list[Message]]:
+    """A 2,000-token session whose rounds are cleared and then evicted.
+
+    Returns the session, the outputs by call id and the stand-ins its views showed.
+    """
+    s = Session(
+        "ses_lazy",
+        window=2000,
+        counter="tiktoken:cl100k_base",
+        snapshots=snapshots,
+        config=CompactionConfig(keep_recent_rounds=1, clear_after_rounds=1),
+    )
+    s.add([Message.system("You audit accounts."), Message.user("Audit every account.")])
+    outputs: dict[str, str] = {}
+    stand_ins: dict[str, Message] = {}
+    for i in range(14):
+        out = f"account ACC-{i:03d} balance ${i}17.25\n" + make_text(1400, seed=i, chinese=i % 4 == 0)
+        outputs[f"c{i}"] = out
+        s.add(tool_round(f"c{i}", out, name="balance", account=f"ACC-{i:03d}"))
+        for m in s.prepare(format="internal").view:
+            if m.role == "tool" and m.snapshot_id is not None:
+                stand_ins[m.message_id] = m
+    return s, outputs, list(stand_ins.values())
+
+
+def test_session_read_context_returns_the_full_output_behind_a_stand_in() -> None:
+    store = _CountingMemoryStore()
+    s, outputs, stand_ins = _small_window_session(store)
+    assert stand_ins, "the small window must have cleared an output"
+    evicted = [e for e in s.ledger.entries if e.snapshot_id is not None]
+    assert evicted, "the small window must have evicted a round"
+    referenced = {m.snapshot_id for m in stand_ins} | {e.snapshot_id for e in evicted}
+    assert referenced <= set(s.snapshots.list_snapshots(s.session_id))
+    # compaction in memory encodes nothing: every snapshot is made when it is first read
+    assert store.eager == [] and set(store.made) >= referenced
+    assert all(n == 0 for n in store.made.values())
+    for m in stand_ins:
+        assert m.snapshot_id is not None and m.tool_call_id is not None
+        original = outputs[m.tool_call_id]
+        assert original not in m.text  # shortened in the view...
+        page = s.read_context(m.snapshot_id)
+        assert original in page  # ...and whole in its snapshot
+        assert (
+            json.loads(s.snapshots.get_snapshot(s.session_id, m.snapshot_id))["messages"][1]["parts"][0]["text"]
+            == original
+        )
+        assert store.made[m.snapshot_id] == 1
+    for e in evicted:
+        assert e.snapshot_id is not None
+        call_id = next(c for c, out in outputs.items() if f"ACC-{int(c[1:]):03d}" in e.intention)
+        assert outputs[call_id] in s.read_context(e.snapshot_id)
+        assert store.made[e.snapshot_id] == 1
+    s.read_context(stand_ins[0].snapshot_id or "")
+    assert store.made[stand_ins[0].snapshot_id or ""] == 1  # read twice, made once
+    unread = set(store.made) - referenced
+    assert all(store.made[sid] == 0 for sid in unread)

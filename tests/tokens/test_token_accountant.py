@@ -17,10 +17,12 @@ from contextkeeper.tokens import (
     ANTHROPIC_FRAMING,
     GEMINI_FRAMING,
     OPENAI_FRAMING,
+    CacheStats,
     CountCache,
     Framing,
     HeuristicCounter,
     TokenAccountant,
+    TokenCounter,
     get_counter,
     image_tokens,
 )
@@ -350,3 +352,103 @@ def test_count_tools_rejects_malformed_tools(acc):
 def test_openai_framing_constants():
     f = OPENAI_FRAMING
     assert (f.per_message, f.per_name, f.per_tool_call, f.reply_priming, f.image) == (4, 1, 3, 3, "openai")
+
+
+# --- uncached counting of fresh outputs (count_message(shared=False)) --------------------------------
+
+
+def _fresh_samples() -> list[Message]:
+    """Messages of every kind the engine counts on arrival (new objects on every call)."""
+    return [
+        Message.user("Book Lisbon for Maria Silva, order ORD-77, by 2024-07-01.", name="maria"),
+        Message.assistant("checking", tool_calls=[ToolCall(call_id="c1", name="search", arguments='{"q": "LIS"}')]),
+        Message.tool_result("c1", "found 3 flights: TP007 €123.45, TP009 €99.00\n" * 20, name="search"),
+        Message.tool_result("c2", "数据库连接失败，请检查配置文件。订单 ORD-4411 " * 10, name="db", is_error=True),
+        Message(role="assistant", parts=(ThinkingPart(text="the cheapest is TP009"), TextPart(text="TP009 it is"))),
+        Message.system("You are a travel agent."),
+    ]
+
+
+@pytest.mark.parametrize("framing", [OPENAI_FRAMING, ANTHROPIC_FRAMING, GEMINI_FRAMING], ids=lambda f: f.name)
+@pytest.mark.parametrize("counter_name", ["tiktoken:cl100k_base", "heuristic"])
+def test_unshared_count_equals_the_shared_count(framing: Framing, counter_name: str) -> None:
+    counter = get_counter(counter_name)
+    for fresh, other in zip(_fresh_samples(), _fresh_samples(), strict=True):
+        unshared = TokenAccountant(counter, framing=framing).count_message(fresh, shared=False)
+        assert unshared == TokenAccountant(counter, framing=framing).count_message(other)
+
+
+def test_unshared_count_leaves_the_shared_cache_alone(cl100k: TokenCounter) -> None:
+    cache = CountCache()
+    acc = TokenAccountant(cl100k, cache=cache)
+    for m in _fresh_samples():
+        acc.count_message(m, shared=False)
+        assert m.content_hash  # (hashing it here, after the count, so the key can be looked up)
+        assert (cl100k.name, "openai", m.content_hash) not in cache
+    assert cache.stats() == CacheStats(hits=0, misses=0, evictions=0, size=0, maxsize=cache.maxsize)
+
+
+def test_counting_the_same_object_again_reads_its_memo_not_the_cache(cl100k: TokenCounter) -> None:
+    cache = CountCache()
+    acc = TokenAccountant(cl100k, cache=cache)
+    for m in _fresh_samples():
+        n = acc.count_message(m, shared=False)
+        assert acc.count_message(m, shared=False) == n
+        assert acc.count_message(m) == n  # shared=True: the memo answers first
+        assert acc.count_message(m, shared=True) == n
+        # an accountant sharing the cache, with the same counter and framing, reads it too
+        assert TokenAccountant(cl100k, cache=cache).count_message(m) == n
+    assert cache.stats().hits == cache.stats().misses == len(cache) == 0
+
+
+def test_an_equal_new_object_goes_through_the_shared_cache(cl100k: TokenCounter) -> None:
+    cache = CountCache()
+    acc = TokenAccountant(cl100k, cache=cache)
+    for i, m in enumerate(_fresh_samples()):
+        n = acc.count_message(m, shared=False)
+        twin = replace(m)  # equal content, another object (no memo)
+        assert twin == m and twin is not m
+        assert acc.count_message(twin) == n
+        assert (cache.stats().misses, cache.stats().hits, len(cache)) == (i + 1, i, i + 1)
+        assert (cl100k.name, "openai", twin.content_hash) in cache
+        assert acc.count_message(replace(m)) == n  # a third object: a hit
+        assert (cache.stats().misses, cache.stats().hits) == (i + 1, i + 1)
+
+
+def test_another_counter_or_framing_does_not_reuse_the_memo(cl100k: TokenCounter) -> None:
+    text = "数据库连接失败，请检查配置文件。ORD-4411 /srv/app/mod_7.py 2024-06-08 " * 8
+    m = Message.tool_result("c1", text, name="db")
+    tik = TokenAccountant(cl100k)
+    heu = TokenAccountant(HeuristicCounter())
+    anthropic = TokenAccountant(cl100k, framing=ANTHROPIC_FRAMING)
+    expected = {
+        acc: TokenAccountant(acc.counter, framing=acc.framing).count_message(Message.tool_result("c1", text, name="db"))
+        for acc in (tik, heu, anthropic)
+    }
+    assert len(set(expected.values())) == 3  # the three really count differently
+    assert expected[tik] - expected[anthropic] == OPENAI_FRAMING.per_message - ANTHROPIC_FRAMING.per_message
+    # counted in turns on one object, unshared and shared, each gets its own count every time
+    for _ in range(2):
+        for acc in (tik, heu, anthropic):
+            assert acc.count_message(m, shared=False) == expected[acc]
+            for other in (tik, heu, anthropic):
+                assert other.count_message(m) == expected[other]
+
+
+def test_unshared_counting_does_not_change_the_message(cl100k: TokenCounter) -> None:
+    acc = TokenAccountant(cl100k)
+    for m in _fresh_samples():
+        before, dumped = replace(m), m.to_dict()
+        acc.count_message(m, shared=False)
+        assert m == before and m.to_dict() == dumped
+        assert Message.from_dict(m.to_dict()) == m
+
+
+def test_unshared_counting_still_rejects_bad_parts(cl100k: TokenCounter) -> None:
+    acc = TokenAccountant(cl100k)
+    bad = Message(role="tool", parts=(TextPart(text=123),), tool_call_id="c1")  # type: ignore[arg-type]
+    for _ in range(2):  # a failed count leaves nothing behind to return the next time
+        with pytest.raises(MessageError, match="must be a string") as info:
+            acc.count_message(bad, shared=False)
+        assert info.value.field == "parts[0].text"
+    assert len(acc.cache) == 0

@@ -1,0 +1,216 @@
+"""What the faster compaction paths must keep: stand-ins that list each fact once, and views that
+do not depend on whether rounds were prepared ahead of a compaction."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from contextkeeper.compaction.config import CompactionConfig
+from contextkeeper.messages import Message
+from contextkeeper.session import Session
+
+from ._helpers import COUNTER, check_view, make_text, session, tool_round
+
+CLEAR_ONLY = CompactionConfig(
+    high_water=0.9,
+    low_water=0.2,
+    reactive_low_water=0.2,
+    min_low_water=0.1,
+    layers=("clear",),
+    keep_recent_rounds=1,
+    clear_after_rounds=2,
+)
+
+# --- stand-ins: each fact once ----------------------------------------------------------------
+
+HEAD = "batch HEADID-7731 started in eu-west-1\n"  # identifiers the 120-character head shows
+QUIET = "the nightly report finished and the queue drained before the deadline as planned\n"
+ERROR_LINE = "ValueError: amount rejected for the March invoice run"
+DEEP_IDS = ("ORD-4411", "cust_99812", "/var/log/app/worker.log", "2024-03-05")
+DEEP = f"lookup matched {DEEP_IDS[0]} and {DEEP_IDS[1]} in {DEEP_IDS[2]} on {DEEP_IDS[3]}\n"
+WARNING_LINE = "WARNING: disk 91% full on the data volume"
+TIMEOUT_LINE = "request timeout after 30s on the billing worker"
+
+
+def _stand_in_parts(text: str) -> tuple[str, list[str], list[str]]:
+    """The head, the key lines and the ids of a cleared output's stand-in."""
+    lines = text.split("\n")
+    assert lines[0].startswith("[output shortened from ") and 'read_context("snap_' in lines[0], lines[0]
+    keys = [x for x in lines if x.startswith("key lines: ")]
+    ids = [x for x in lines if x.startswith("ids: ")]
+    assert len(keys) <= 1 and len(ids) <= 1, text
+    end = next((i for i, x in enumerate(lines) if x.startswith(("key lines: ", "ids: "))), len(lines))
+    head = "\n".join(lines[1:end])
+    key_list = keys[0].removeprefix("key lines: ").split(" | ") if keys else []
+    id_list = ids[0].removeprefix("ids: ").split(" · ") if ids else []
+    return head, key_list, id_list
+
+
+def _cleared_stand_ins(outputs: Sequence[tuple[str, bool]]) -> dict[str, Message]:
+    """Stand-ins (by call id) of the given outputs, cleared by one compaction in a 5,000-token view.
+
+    Each output is padded to about 2,500 characters past the first 600 that are scanned for facts,
+    and followed by enough rounds of its own size that the listed ones are old enough to clear.
+    """
+    s, _ = session(5000, config=CLEAR_ONLY)
+    added: list[Message] = [Message.system("You reconcile invoices."), Message.user("Reconcile March.")]
+    s.add(added)
+    rounds = [
+        tool_round(f"c{i}", out + "\n" + make_text(2500, seed=900 + i), q=f"q{i}", is_error=is_error)
+        for i, (out, is_error) in enumerate(outputs)
+    ]
+    rounds += [tool_round(f"pad{i}", make_text(2500, seed=i), q=f"pad{i}") for i in range(8 - len(outputs))]
+    for r in rounds:
+        s.add(r)
+        added.extend(r)
+    pv = s.prepare(format="internal")
+    check_view(s, pv, added)
+    assert pv.status.layer == "clear"
+    originals = {m.message_id: m for m in s.transcript}
+    found: dict[str, Message] = {}
+    for m in pv.view:
+        if m.role == "tool" and m.snapshot_id is not None:
+            assert m.source_ids and m.source_ids[0] in originals  # a stand-in, pointing at its original
+            assert m.tool_call_id is not None
+            found[m.tool_call_id] = m
+    assert {f"c{i}" for i in range(len(outputs))} <= set(found)
+    return found
+
+
+def test_error_lines_shown_as_key_lines_are_not_repeated_as_ids() -> None:
+    out = HEAD + QUIET + QUIET + ERROR_LINE + "\n" + DEEP
+    stand_in = _cleared_stand_ins([(out, False)])["c0"]
+    head, keys, ids = _stand_in_parts(stand_in.text)
+    assert ERROR_LINE not in head
+    assert keys == [ERROR_LINE]
+    assert ERROR_LINE not in ids  # shown once, as a key line
+    assert set(DEEP_IDS) <= set(ids)  # neither in the head nor a key line: listed
+    assert len(ids) == len(set(ids))
+
+
+def test_identifiers_in_the_head_are_not_repeated_as_ids() -> None:
+    out = HEAD + QUIET + QUIET + DEEP
+    stand_in = _cleared_stand_ins([(out, False)])["c0"]
+    head, keys, ids = _stand_in_parts(stand_in.text)
+    assert "HEADID-7731" in head and "eu-west-1" in head
+    assert "HEADID-7731" not in ids and "eu-west-1" not in ids
+    assert keys == []
+    assert set(DEEP_IDS) <= set(ids)
+
+
+def test_key_lines_of_a_failed_output_are_not_repeated_as_ids() -> None:
+    # a failed output's first key lines are its facts, error or not (a warning, a timeout)
+    out = HEAD + QUIET + QUIET + WARNING_LINE + "\n" + TIMEOUT_LINE + "\n" + DEEP
+    ok = HEAD + QUIET + QUIET + WARNING_LINE + "\n" + ERROR_LINE + "\n" + DEEP
+    found = _cleared_stand_ins([(out, True), (ok, False)])
+    assert found["c0"].is_error
+    _, keys, ids = _stand_in_parts(found["c0"].text)
+    assert keys == [WARNING_LINE, TIMEOUT_LINE]
+    assert WARNING_LINE not in ids and TIMEOUT_LINE not in ids
+    assert set(DEEP_IDS) <= set(ids)
+    # in an output that did not fail only error lines are facts; both key lines are shown once
+    _, keys, ids = _stand_in_parts(found["c1"].text)
+    assert keys == [WARNING_LINE, ERROR_LINE]
+    assert not {WARNING_LINE, ERROR_LINE} & set(ids)
+    assert set(DEEP_IDS) <= set(ids)
+
+
+def test_an_error_line_in_the_head_is_shown_once() -> None:
+    out = ERROR_LINE + "\n" + QUIET + QUIET + DEEP
+    stand_in = _cleared_stand_ins([(out, False)])["c0"]
+    head, keys, ids = _stand_in_parts(stand_in.text)
+    assert head.startswith(ERROR_LINE)
+    assert keys == [] and ERROR_LINE not in ids
+    assert set(DEEP_IDS) <= set(ids)
+
+
+# --- preparing ahead never changes the view ---------------------------------------------------
+
+
+def _workload(seed: int, turns: int, *, big: int = 1200) -> list[list[Message]]:
+    """Turns of tool rounds (some failing, some with error lines) and requests with their replies."""
+    rng = random.Random(seed)
+    out: list[list[Message]] = [[Message.system("You reconcile accounts."), Message.user("Reconcile March.")]]
+    for i in range(turns):
+        if rng.random() < 0.15:
+            out.append([Message.user(f"Now check ORD-{1000 + i} for Maria Silva"), Message.assistant(f"Done {i}.")])
+            continue
+        text = make_text(rng.randint(big // 2, big), seed=seed * 1000 + i, error=rng.random() < 0.2)
+        out.append(tool_round(f"c{i}", text, name=rng.choice(["lookup", "grep"]), q=f"q{i}", is_error=i % 9 == 4))
+    return out
+
+
+def _run(
+    turns: list[list[Message]], window: int, budget_ms: float, **config: object
+) -> tuple[list[list[tuple[str, str]]], list[int], list[str | None]]:
+    """Feed ``turns`` to a session, preparing after each; per turn: the view, the rounds prepared, the layer."""
+    s = Session(
+        "ses_ahead",  # the same id: snapshot ids are part of the stand-ins' text
+        window=window,
+        counter=COUNTER,
+        config=CompactionConfig(compaction_budget_ms=budget_ms, **config),  # type: ignore[arg-type]
+    )
+    views: list[list[tuple[str, str]]] = []
+    prepared: list[int] = []
+    layers: list[str | None] = []
+    added: list[Message] = []
+    for t in turns:
+        s.add(t)
+        added.extend(t)
+        pv = s.prepare(format="internal")
+        check_view(s, pv, added)
+        views.append([(m.message_id, m.text) for m in pv.view])
+        prepared.append(sum(r.prepared for r in s.engine.rounds))
+        layers.append(pv.status.layer)
+    return views, prepared, layers
+
+
+SCENARIOS = [
+    (0, 4000, {"keep_recent_rounds": 1, "clear_after_rounds": 2}),
+    (1, 3000, {"keep_recent_rounds": 1, "clear_after_rounds": 2, "eviction_policy": "hybrid"}),
+    (2, 2500, {"keep_recent_rounds": 1, "clear_after_rounds": 1, "eviction_policy": "lru"}),
+    (3, 5000, {}),
+]
+
+
+@pytest.mark.parametrize(("seed", "window", "config"), SCENARIOS)
+def test_preparing_ahead_leaves_every_view_as_it_would_be(seed: int, window: int, config: dict[str, object]) -> None:
+    turns = _workload(seed, 60)
+    eager_views, eager_prepared, eager_layers = _run(turns, window, 0.01, **config)
+    lazy_views, lazy_prepared, lazy_layers = _run(turns, window, 1e9, **config)
+    assert sum(layer is not None for layer in lazy_layers) >= 2, "the workload must compact more than once"
+    # a huge budget leaves all the work to the compaction; a tiny one prepares on the turns before
+    assert lazy_prepared == [0] * len(turns)
+    ahead = [
+        t
+        for t in range(1, len(turns))
+        if eager_layers[t] is None and eager_prepared[t] > eager_prepared[t - 1] and any(eager_layers[t + 1 :])
+    ]
+    assert ahead, "some round must be prepared on a quiet turn before a compaction"
+    assert eager_layers == lazy_layers
+    for t, (eager, lazy) in enumerate(zip(eager_views, lazy_views, strict=True)):
+        assert eager == lazy, f"turn {t}: preparing ahead changed the view"
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    window=st.sampled_from([2000, 3000, 5000]),
+    big=st.sampled_from([600, 1500, 4000]),
+    policy=st.sampled_from(["fifo", "hybrid", "lru"]),
+    clear_after=st.integers(1, 4),
+)
+def test_views_do_not_depend_on_the_compaction_budget(
+    seed: int, window: int, big: int, policy: str, clear_after: int
+) -> None:
+    turns = _workload(seed, 40, big=big)
+    config = {"keep_recent_rounds": 1, "clear_after_rounds": clear_after, "eviction_policy": policy}
+    eager_views, _, eager_layers = _run(turns, window, 0.01, **config)
+    lazy_views, lazy_prepared, lazy_layers = _run(turns, window, 1e9, **config)
+    assert not any(lazy_prepared)
+    assert eager_layers == lazy_layers
+    assert eager_views == lazy_views
