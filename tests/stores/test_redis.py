@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -11,7 +12,14 @@ import redis
 import redis.asyncio
 from redis.crc import key_slot
 
-from contextkeeper.exceptions import ConfigError, LockTimeout, SchemaError, SessionNotFound, StoreUnavailable
+from contextkeeper.exceptions import (
+    ConfigError,
+    LockTimeout,
+    SchemaError,
+    SessionNotFound,
+    StoreUnavailable,
+    VersionConflict,
+)
 from contextkeeper.messages import Message
 from contextkeeper.stores import AsyncRedisStore, RedisStore, open_async_store, open_store
 
@@ -163,6 +171,36 @@ def test_a_retried_save_recognizes_its_own_write(store: RedisStore) -> None:
     assert store._run(again, write=True) == (True, 1)
     other = store._ops.save_state("s", "view", '{"v":2}', expected=0, now=1.0, token="writer-2")
     assert store._run(other, write=True) == (False, 1)
+
+
+class _CountingRedis(redis.Redis):
+    """A client that records the name of every command it sends (each one is a round trip)."""
+
+    sent: list[str]
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.sent.append(str(args[0]))
+        return super().execute_command(*args, **options)
+
+
+def test_a_state_save_is_one_evalsha(redis_url: str, redis_prefix: str) -> None:
+    client = _CountingRedis.from_url(redis_url)
+    client.sent = []
+    with RedisStore(client, prefix=redis_prefix) as store:
+        store.create_session("s")
+        store.save_state("s", {"v": 1}, expected_version=0)  # the script is cached from here on
+        client.sent.clear()
+        assert store.save_state("s", {"v": 2}, expected_version=1) == 2
+        assert client.sent == ["EVALSHA"]
+        client.sent.clear()
+        with pytest.raises(VersionConflict):
+            store.save_state("s", {"v": "stale"}, expected_version=1)
+        assert client.sent == ["EVALSHA"]  # the conflict's version comes back with the refusal
+        client.sent.clear()
+        store.append_messages("s", [Message.user("x", message_id="a")])
+        store.save_state("s", {"v": 3}, expected_version=2)
+        assert client.sent == ["EVALSHA", "EVALSHA"]
+    client.close()
 
 
 def test_an_unreachable_server_is_store_unavailable() -> None:
