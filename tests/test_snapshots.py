@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -321,3 +322,28 @@ def test_session_read_context_returns_the_full_output_behind_a_stand_in() -> Non
     assert store.made[stand_ins[0].snapshot_id or ""] == 1  # read twice, made once
     unread = set(store.made) - referenced
     assert all(store.made[sid] == 0 for sid in unread)
+
+
+def test_concurrent_first_reads_make_a_lazy_snapshot_once() -> None:
+    store = MemorySnapshotStore()
+    sid = make_snapshot_id("ses_1", "msg_1")
+    calls: list[int] = []
+
+    def make() -> bytes:
+        calls.append(1)
+        time.sleep(0.05)  # encoding a large round takes a while
+        return encode_snapshot("round", [Message.user("x")])
+
+    store.put_snapshot_lazy("ses_1", sid, make)
+    barrier = threading.Barrier(4)
+
+    def read() -> None:
+        barrier.wait()
+        store.get_snapshot("ses_1", sid)
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1

@@ -108,9 +108,10 @@ class MemorySnapshotStore:
         except KeyError:
             raise SnapshotError(f"no snapshot {snapshot_id!r} in session {session_id!r}") from None
         if callable(data):
-            data = data()
-            with self._lock:
-                self._data[key] = data
+            with self._lock:  # made once, whoever reads first
+                data = self._data[key]
+                if callable(data):
+                    data = self._data[key] = data()
         return data
 
     def list_snapshots(self, session_id: str) -> list[str]:

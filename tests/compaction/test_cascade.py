@@ -50,7 +50,9 @@ def test_between_compactions_the_view_only_appends() -> None:
 
 
 def test_no_compaction_below_high_water() -> None:
-    config = CompactionConfig(high_water=0.8, low_water=0.5)
+    # every strategy open from high water (the cascade table's own gates: test_strategies.py)
+    gates = {"tool-results": 0.8, "progressive": 0.8, "conversation": 0.8}
+    config = CompactionConfig(high_water=0.8, low_water=0.5, cascade=gates)
     s, rec, _ = start(6000, config=config)
     high = 0.8 * s.budget.effective
     used = s.prepare(format="internal").status.used

@@ -214,3 +214,23 @@ def test_views_do_not_depend_on_the_compaction_budget(
     assert not any(lazy_prepared)
     assert eager_layers == lazy_layers
     assert eager_views == lazy_views
+
+
+def test_the_end_of_a_long_error_line_stays_in_the_stand_in() -> None:
+    # 152 characters: the key line shows 120; the ids used to carry the whole line, now they drop it
+    long_error = (
+        "ValueError: the settlement batch for the quarterly reconciliation of the northern region "
+        "was rejected by the upstream ledger service, see ref LATE-99120"
+    )
+    # past the 600 characters scanned for identifiers: only the error line carries the reference
+    out = HEAD + DEEP + QUIET * 8 + long_error
+    stand_in = _cleared_stand_ins([(out, False)])["c0"]
+    assert "LATE-99120" in stand_in.text, stand_in.text
+
+
+def test_identifiers_inside_shown_key_lines_are_not_repeated_as_ids() -> None:
+    out = HEAD + QUIET + QUIET + WARNING_LINE + "\n" + TIMEOUT_LINE + "\n" + DEEP
+    stand_in = _cleared_stand_ins([(out, True)])["c0"]
+    _, keys, ids = _stand_in_parts(stand_in.text)
+    shown = " | ".join(keys)
+    assert [f for f in ids if f in shown] == [], stand_in.text

@@ -923,14 +923,13 @@ class ContextEngine:
         lines = [f'[output shortened from {tokens} tokens; full text: read_context("{snapshot_id}")]', body]
         if bare:
             return self._tool_stand_in(m, lines[0], snapshot_id, shrink=shrink)
-        found = list(dict.fromkeys(line[:120] for line in self._message_key_lines(index)))[:2]
+        found = self._message_key_lines(index)[:2]
         extra_keys = [k for k in found if k not in body]
         if extra_keys:
             lines.append("key lines: " + " | ".join(extra_keys))
-        # facts the head or the key lines already show are not repeated (an error line is a fact too)
-        facts = [
-            f for f in self._message_facts(index)[: cfg.cleared_max_facts] if f not in body and f[:120] not in found
-        ]
+        # facts the head or the key lines already show, whole lines or identifiers in them, are not repeated
+        shown = body + "\n" + "\n".join(extra_keys)
+        facts = [f for f in self._message_facts(index)[: cfg.cleared_max_facts] if f not in shown]
         if facts:
             lines.append("ids: " + " · ".join(facts))
         return self._tool_stand_in(m, "\n".join(lines), snapshot_id, shrink=shrink)
