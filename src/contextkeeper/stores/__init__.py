@@ -117,9 +117,12 @@ def open_store(url: str, **options: Any) -> SessionStore:
         url: ``memory://``, ``sqlite:///path``, ``redis://...``, ``redis+cluster://...`` or ``postgresql://...``.
         **options: Keyword arguments of the backend's constructor (``clock``, ``lock_lease``, ``prefix``...).
 
+    A ``redis+cluster://`` URL already talks to the cluster here: the client reads its slot map.
+
     Raises:
         ConfigError: an unknown scheme or option.
         ImportError: the backend's driver is not installed (the message names the extra).
+        StoreUnavailable: no node of a ``redis+cluster://`` URL answers.
     """
     scheme = _scheme(url)
     if scheme == "memory":
