@@ -41,3 +41,19 @@ def test_rounds_are_tool_rounds() -> None:
     roles = [message.role for message in make_round(3)]
     assert roles == ["user", "assistant", "tool", "assistant"]
     assert make_round(3)[2].tool_call_id == make_round(3)[1].tool_calls[0].call_id
+
+
+def test_postgres_runs_durable_and_in_sqlites_durability_class(postgres_url: str) -> None:
+    result = run_stores_bench(
+        None,
+        ["postgres", "postgres-async-commit"],
+        postgres_url=postgres_url,
+        messages=200,
+        load_size=100,
+        cas_ops=20,
+        repeats=1,
+    )
+    for name in ("postgres", "postgres-async-commit"):
+        figures = result["backends"][name]
+        assert set(figures) == {"append_msgs_per_s", "load_5000_ms", "cas_p99_ms"}, figures
+        assert all(value > 0 for value in figures.values())

@@ -115,9 +115,13 @@ def fidelity(
 
 @bench_app.command("stores")
 def stores(
-    backends: Annotated[str, typer.Option(help="Comma list: memory, sqlite, redis, postgres.")] = (
-        "memory,sqlite,redis,postgres"
-    ),
+    backends: Annotated[
+        str,
+        typer.Option(
+            help="Comma list: memory, sqlite, redis, postgres (durable commits), postgres-async-commit "
+            "(synchronous_commit=off: SQLite's durability class)."
+        ),
+    ] = "memory,sqlite,redis,postgres,postgres-async-commit",
     messages: Annotated[int, typer.Option(min=100, help="Messages appended per backend.")] = 10_000,
     redis_url: Annotated[str, typer.Option(help="Redis server.")] = "redis://127.0.0.1:6379/0",
     postgres_url: Annotated[str, typer.Option(help="Postgres server.")] = "postgresql://postgres@127.0.0.1:5432/test",
@@ -134,18 +138,29 @@ def stores(
     for col in ("backend", "append msg/s", "load 5000 ms", "CAS p99 ms", "note"):
         table.add_column(col, justify="left" if col in ("backend", "note") else "right")
 
+    sqlite: dict[str, Any] = {}
+
     def report(name: str, figures: dict[str, Any]) -> None:
         err.print(f"  {name}: done")
         if "error" in figures:
             table.add_row(name, "-", "-", "-", str(figures["error"])[:80])
-        else:
-            table.add_row(
-                name,
-                f"{figures['append_msgs_per_s']:,.0f}",
-                f"{figures['load_5000_ms']:.1f}",
-                f"{figures['cas_p99_ms']:.2f}",
-                "",
+            return
+        if name == "sqlite":
+            sqlite.update(figures)
+        note = ""
+        if sqlite and name not in ("sqlite", "memory"):  # the yardstick: within 3x of SQLite
+            note = (
+                f"vs sqlite: append {sqlite['append_msgs_per_s'] / figures['append_msgs_per_s']:.1f}x slower, "
+                f"load {figures['load_5000_ms'] / sqlite['load_5000_ms']:.1f}x, "
+                f"CAS {figures['cas_p99_ms'] / sqlite['cas_p99_ms']:.1f}x"
             )
+        table.add_row(
+            name,
+            f"{figures['append_msgs_per_s']:,.0f}",
+            f"{figures['load_5000_ms']:.1f}",
+            f"{figures['cas_p99_ms']:.2f}",
+            note,
+        )
 
     with err.status("benchmarking the stores…"):
         result = run_stores_bench(

@@ -37,7 +37,10 @@ from .base import BaseStore
 
 __all__ = ["BACKENDS", "DEFAULT_POSTGRES_URL", "DEFAULT_REDIS_URL", "main", "run_stores_bench"]
 
-BACKENDS = ("memory", "sqlite", "redis", "postgres")
+BACKENDS = ("memory", "sqlite", "redis", "postgres", "postgres-async-commit")
+"""``postgres-async-commit`` is Postgres with ``synchronous_commit=off``: the durability class of the
+SQLite store (WAL, ``synchronous=NORMAL``), so the two compare like for like; ``postgres`` keeps
+the server's durable default and waits for a disk flush at every commit."""
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 ROUND_SIZE = 4
@@ -125,13 +128,15 @@ def _open(name: str, *, redis_url: str, postgres_url: str, synchronous_commit: b
                 pass  # best effort: the server is gone, and so are its keys for this run
             finally:
                 client.close()
-    elif name == "postgres":
+    elif name in ("postgres", "postgres-async-commit"):
         import psycopg
 
         from .postgres import PostgresStore, _split_url
 
         schema = f"ck_bench_{tag}"
         try:
+            if name == "postgres-async-commit":
+                synchronous_commit = False
             with PostgresStore.from_url(
                 postgres_url, schema=schema, synchronous_commit=synchronous_commit, timeout=5
             ) as store:
