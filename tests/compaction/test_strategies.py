@@ -369,3 +369,14 @@ def test_delegation_over_real_http() -> None:
         assert len(server.requests) == 2
     assert reply.message.text == "Fixing tests/test_api.py."
     assert any(m.role == "tool" and m.text == "3 tests fail: tests/test_api.py." for m in s.transcript)
+
+
+def test_stream_delegates_first_too() -> None:
+    s = full_session()
+    s.mark_delegable("List the failing tests.", "CI run 88123 failed.")
+    model = TestModel(["tests/test_api.py::test_login fails.", "Fixing test_login."])
+    events = list(s.stream(model))
+    assert events[-1].kind == "done"
+    assert s.pending_delegations == ()
+    assert s.transcript[-1].text == "Fixing test_login."
+    assert any(m.role == "tool" and m.text == "tests/test_api.py::test_login fails." for m in s.transcript)
