@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -14,16 +15,10 @@ from contextkeeper.messages import Message
 from contextkeeper.session import Session
 
 from ._helpers import COUNTER, check_view, make_text, session, tool_round
+from .test_clearing import CLEAR_ONLY as CLEARING_ONLY
 
-CLEAR_ONLY = CompactionConfig(
-    high_water=0.9,
-    low_water=0.2,
-    reactive_low_water=0.2,
-    min_low_water=0.1,
-    layers=("clear",),
-    keep_recent_rounds=1,
-    clear_after_rounds=2,
-)
+# clearing alone, by age (the same configuration as test_clearing's, without its size-and-use limit)
+CLEAR_ONLY = replace(CLEARING_ONLY, tool_result_min_tokens=CompactionConfig().tool_result_min_tokens)
 
 # --- stand-ins: each fact once ----------------------------------------------------------------
 
