@@ -529,6 +529,7 @@ class Session(_BaseSession):
     def _reload(self) -> None:
         """Rebuild the engine from the store (transcript and view state)."""
         self.engine = self._new_engine()
+        self._converted = None  # the new engine counts view generations from 0 again
         self._wire_summarizer()
         self.engine.add(self.store.load_messages(self.session_id))
         state, self._state_version = self.store.load_state(self.session_id)
@@ -738,6 +739,7 @@ class AsyncSession(_BaseSession):
     async def _reload(self) -> None:
         """Rebuild the engine from the store (transcript and view state)."""
         self.engine = self._new_engine()
+        self._converted = None  # the new engine counts view generations from 0 again
         self._wire_summarizer()
         self.engine.add(await self.store.load_messages(self.session_id))
         state, self._state_version = await self.store.load_state(self.session_id)

@@ -39,10 +39,6 @@ UNKNOWN_SNAPSHOT = "snap_" + "0" * 24
 OUTPUT_CHARS = 2500
 CONFIG = CompactionConfig(keep_recent_rounds=1, clear_after_rounds=2)
 """Clears outputs older than two rounds first (stand-ins with snapshots), then evicts rounds."""
-RELOAD_CACHE_BUG = (
-    "bug: Session._reload/AsyncSession._reload keep the _converted cache while the new engine's view_generation "
-    "restarts at 0, so after a reload PreparedView.messages can differ from PreparedView.view"
-)
 OPTIONS: dict[str, Any] = {
     "window": 3000,
     "reserved_output": 0,
@@ -329,7 +325,6 @@ def test_sync_sessions_racing_on_one_stored_session_lose_nothing(sync_backend: B
         assert m.snapshot_id in listed
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=RELOAD_CACHE_BUG)
 def test_sync_prepared_messages_stay_the_view_across_reloads(sync_backend: Backend) -> None:
     a = Session(SID, store=sync_backend.make(), **OPTIONS)
     a.add(opening())
@@ -626,7 +621,6 @@ def test_async_sessions_racing_on_one_stored_session_lose_nothing(
     portal.call(scenario)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=RELOAD_CACHE_BUG)
 def test_async_prepared_messages_stay_the_view_across_reloads(async_backend: Backend, portal: BlockingPortal) -> None:
     store, other = async_store(async_backend), async_store(async_backend)
 
