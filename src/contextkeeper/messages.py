@@ -155,8 +155,12 @@ class Message:
 
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
-        """The tool calls this message makes (assistant messages only)."""
-        return tuple(p for p in self.parts if isinstance(p, ToolCall))
+        """The tool calls this message makes (assistant messages only); cached on the instance."""
+        cached: tuple[ToolCall, ...] | None = self.__dict__.get("_tool_calls")
+        if cached is None:
+            cached = tuple(p for p in self.parts if isinstance(p, ToolCall))
+            object.__setattr__(self, "_tool_calls", cached)
+        return cached
 
     @property
     def content_hash(self) -> str:
@@ -229,6 +233,16 @@ def check_message(message: Message, *, index: int | None = None) -> Message:
         MessageError: an unknown role, non-text content, a lone surrogate, a tool result
             without ``tool_call_id``, or tool-call arguments that are not valid JSON.
     """
+    parts = message.parts
+    if (  # the common message, one ASCII text in a known role, checked without the general walk
+        len(parts) == 1
+        and parts[0].__class__ is TextPart
+        and parts[0].text.__class__ is str
+        and parts[0].text.isascii()
+        and message.role in ROLES
+        and (message.role != "tool" or message.tool_call_id)
+    ):
+        return message
     where = f"message {index}" if index is not None else "message"
     if message.role not in ROLES:
         raise MessageError(
