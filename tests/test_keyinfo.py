@@ -162,17 +162,17 @@ def test_phrases_and_commands_are_not_identifiers_but_error_messages_are() -> No
     assert fact_rank("LedgerImbalanceError: debit 1791.50 != credit 1791.00") == 1
 
 
-# The specification the fast pattern must keep: a token that does not follow a token character,
-# taken when it holds a digit, "_" or "/", starts a code, is camelCase, names a file or an
-# exception; plus URLs and amounts. This is the straightforward form (slower: it tries every
-# alternative at every position); the shipped one adds a look-behind and a possessive pre-filter.
+# The specification the fast pattern must keep: at a position that does not follow a token
+# character, a URL, an amount with thousands separators, or a token that holds a digit, "_" or
+# "/", starts a code, is camelCase, names a file or an exception. This is the straightforward form
+# (it tries every alternative at every token start); the shipped one adds a possessive pre-filter.
 _SPEC_TOKEN = r"""[^\s"'`()\[\]{}<>,;=|]"""
 _SPEC_EXT = r"(?:py|js|ts|tsx|go|rs|java|rb|c|h|cpp|md|json|yaml|yml|toml|txt|sql|sh|cfg|ini|log|csv)"
 _SPEC_RE = re.compile(
-    r"https?://[^\s\"'<>)\]]+"
+    rf"(?<!{_SPEC_TOKEN})(?:https?://[^\s\"'<>)\]]+"
     r"|[$€£]?\b\d{1,3}(?:,\d{3})+(?:\.\d+)?\b"
-    rf"|(?<!{_SPEC_TOKEN})(?=[A-Z][A-Z0-9]{{2}}|{_SPEC_TOKEN}*?(?:[\d_/]|[a-z][A-Z]|\.{_SPEC_EXT}\b"
-    rf"|Error\b|Exception\b|Warning\b)){_SPEC_TOKEN}+"
+    rf"|(?=[A-Z][A-Z0-9]{{2}}|{_SPEC_TOKEN}*?(?:[\d_/]|[a-z][A-Z]|\.{_SPEC_EXT}\b"
+    rf"|Error\b|Exception\b|Warning\b)){_SPEC_TOKEN}+)"
 )
 _IDENTISH = st.lists(
     st.sampled_from(

@@ -26,17 +26,18 @@ __all__ = [
 ]
 
 # One pass, shaped so that the regex engine does O(1) work at most positions: one look-behind
-# rejects every position inside a token, a possessive scan rejects plain words (no digit, "_", "/",
-# capital or dot) at C speed, and only then one look-ahead decides whether the token is worth
-# taking: a digit, underscore or slash in it (ids, dates, amounts, paths, snake_case), a code (SEA,
-# HXDUBJ), camelCase, a file extension, or an exception name.
+# rejects every position inside a token (an identifier starts where a token starts), a possessive
+# scan rejects plain words (no digit, "_", "/", capital or dot) at C speed, and only then one
+# look-ahead decides whether the token is worth taking: a digit, underscore or slash in it (ids,
+# dates, amounts, paths, snake_case), a code (SEA, HXDUBJ), camelCase, a file extension, or an
+# exception name. URLs and amounts with thousands separators ($1,234.56) may run past a token.
 _TOKEN = r"""[^\s"'`()\[\]{}<>,;=|]"""
 _PLAIN = r"""[^\s"'`()\[\]{}<>,;=|\d_/A-Z.]"""
 _EXT = r"(?:py|js|ts|tsx|go|rs|java|rb|c|h|cpp|md|json|yaml|yml|toml|txt|sql|sh|cfg|ini|log|csv)"
 _IDENT_RE = re.compile(
     rf"(?<!{_TOKEN})(?:"
     r"https?://[^\s\"'<>)\]]+"
-    r"|[$€£]?\b\d{1,3}(?:,\d{3})+(?:\.\d+)?\b"  # amounts with thousands separators: $1,234.56
+    r"|[$€£]?\b\d{1,3}(?:,\d{3})+(?:\.\d+)?\b"
     rf"|(?={_PLAIN}*+[\d_/A-Z.])"
     rf"(?=[A-Z][A-Z0-9]{{2}}|{_TOKEN}*?(?:[\d_/]|[a-z][A-Z]|\.{_EXT}\b|Error\b|Exception\b|Warning\b))"
     rf"{_TOKEN}+)"

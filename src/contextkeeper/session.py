@@ -413,8 +413,8 @@ class _BaseSession:
     def _finish(self, result: tuple[list[Message], ViewStatus], format: OutputFormat | None) -> PreparedView:
         view, status = result
         fmt = format or self.format
-        if fmt == "internal":
-            return PreparedView(messages=list(view), view=view, status=status)
+        if fmt == "internal":  # the engine's copy already: the caller may change it freely
+            return PreparedView(messages=view, view=view, status=status)
         return PreparedView(messages=self._convert(view, fmt), view=view, status=status)
 
     def _convert(self, view: list[Message], fmt: Format) -> list[Any]:
@@ -505,7 +505,8 @@ class Session(_BaseSession):
         compare-and-set; a writer that lost the race reloads the winner's state.
         """
         if self.store is None or not self.engine.needs_compaction():
-            return self._finish(self._drive(self._flow(False)), format)
+            appended = self.engine.prepare_appended()
+            return self._finish(appended or self._drive(self._flow(False)), format)
         with self.store.lock(self.session_id):
             return self._finish(self._persisted(self._flow(False)), format)
 
@@ -713,7 +714,8 @@ class AsyncSession(_BaseSession):
         """
         await self.flush()
         if self.store is None or not self.engine.needs_compaction():
-            return self._finish(await self._drive(self._flow(False)), format)
+            appended = self.engine.prepare_appended()
+            return self._finish(appended or await self._drive(self._flow(False)), format)
         return self._finish(await self._compact_saved(reactive=False), format)
 
     async def on_context_overflow(self, *, format: OutputFormat | None = None) -> PreparedView:

@@ -54,7 +54,7 @@ RoundState = Literal["full", "cleared", "evicted"]
 CONTEXT_HEADER = "[contextkeeper] Earlier conversation was compacted"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Round:
     ordinal: int
     kind: RoundKind
@@ -267,8 +267,9 @@ class ContextEngine:
 
     def _append(self, m: Message) -> None:
         index = len(self.transcript)
-        # tool outputs and replies rarely recur: count them without hashing for the shared cache
-        n = self.accountant.count_message(m, shared=m.role in ("system", "developer", "user"))
+        # only instructions recur (the same system prompt in many sessions): the rest is counted
+        # without hashing it for the shared cache
+        n = self.accountant.count_message(m, shared=m.role in ("system", "developer"))
         self.transcript.append(m)
         self.counts.append(n)
         self._ids.add(m.message_id)
@@ -414,10 +415,31 @@ class ContextEngine:
                 self._compaction_fixed_ms = 0.7 * self._compaction_fixed_ms + 0.3 * max(0.0, fixed)
             self._last_compaction_turn = self.turn
         else:
-            grown = self._rounds_total - self._last_rounds_total
-            if grown > 0:
-                self._turn_tokens = 0.8 * self._turn_tokens + 0.2 * grown if self._turn_tokens else float(grown)
-            self._maybe_prepare_ahead(high)
+            self._track_growth(high)
+        return self._turn_result(layer)
+
+    def prepare_appended(self) -> tuple[list[Message], ViewStatus] | None:
+        """The view when it only appended since the last call; None when `prepare_flow` must run.
+
+        The common turn, without the generator `prepare_flow` needs for summary requests.
+        """
+        if self._dirty:
+            return None
+        effective = self.budget.effective
+        high = self.config.high_water * effective
+        if self._view_tokens > max(high, self._gate_floor * effective):
+            return None
+        self.turn += 1
+        self._track_growth(high)
+        return self._turn_result(None)
+
+    def _track_growth(self, high: float) -> None:
+        grown = self._rounds_total - self._last_rounds_total
+        if grown > 0:
+            self._turn_tokens = 0.8 * self._turn_tokens + 0.2 * grown if self._turn_tokens else float(grown)
+        self._maybe_prepare_ahead(high)
+
+    def _turn_result(self, layer: str | None) -> tuple[list[Message], ViewStatus]:
         self._last_rounds_total = self._rounds_total
         status = self.status(layer)
         if self.events.listening:
