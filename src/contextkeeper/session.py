@@ -266,12 +266,16 @@ class _BaseSession:
             MessageError: a malformed message (index, field and fix named); the session is unchanged.
             ToolPairError: a result for an unknown call, or a second result for a call.
         """
-        if isinstance(items, Message | Mapping) or not isinstance(items, Sequence):
-            items = [items]
-        if all(isinstance(m, Message) for m in items):
-            messages: list[Message] = list(items)
+        messages: list[Message]
+        if items.__class__ is list and all(m.__class__ is Message for m in items):
+            messages = items  # the common call, without the generic checks below (engine.check copies)
         else:
-            messages = to_messages(items, format=format or self.format)
+            if isinstance(items, Message | Mapping) or not isinstance(items, Sequence):
+                items = [items]
+            if all(isinstance(m, Message) for m in items):
+                messages = list(items)
+            else:
+                messages = to_messages(items, format=format or self.format)
         fresh = self.engine.check(messages)
         self._persist_messages(fresh)
         self.engine.commit(fresh)
