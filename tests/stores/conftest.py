@@ -117,10 +117,14 @@ def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
 
 
 def drop_cluster_prefix(url: str, prefix: str) -> None:
-    client = cluster_client(url)
+    # scan_iter walks every master; delete splits the keys by slot
+    drop_keys(cluster_client(url), prefix)
+
+
+def drop_keys(client: Any, prefix: str) -> None:
+    """Delete every key of a test's prefix (hash-tagged or not), then close the client."""
     try:
         for pattern in (f"{{{prefix}:*", f"{prefix}:*"):
-            # scan_iter walks every master; delete splits the keys by slot.
             keys = list(client.scan_iter(match=pattern, count=1000))
             if keys:
                 client.delete(*keys)
@@ -145,14 +149,7 @@ def postgres_url() -> str:
 
 
 def drop_redis_prefix(url: str, prefix: str) -> None:
-    client = redis.Redis.from_url(url)
-    try:
-        for pattern in (f"{{{prefix}:*", f"{prefix}:*"):
-            keys = list(client.scan_iter(match=pattern, count=1000))
-            if keys:
-                client.delete(*keys)
-    finally:
-        client.close()
+    drop_keys(redis.Redis.from_url(url), prefix)
 
 
 @pytest.fixture
