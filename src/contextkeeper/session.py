@@ -153,17 +153,19 @@ class _BaseSession:
             else:
                 snapshots = MemorySnapshotStore()
         self.snapshots: SnapshotStore = snapshots
-        self.engine = self._new_engine()
+        self._converted: tuple[int, str, list[Any]] | None = None
+        self._converted_upto = 0
+        self._reset_engine()
         self.monitor = PressureMonitor(budget=self.budget)
         self.model = model
         self.usage = SessionUsage()
         """Tokens the provider reported over this session's `complete()` calls."""
-        self._converted: tuple[int, str, list[Any]] | None = None
-        self._converted_upto = 0
         self._delegable: list[DelegableTask] = []
 
-    def _new_engine(self) -> ContextEngine:
-        return ContextEngine(
+    def _reset_engine(self) -> None:
+        """A fresh, empty engine; conversions cached for the old one go with it (its view
+        generations start from 0 again, so they could be mistaken for the new engine's)."""
+        self.engine = ContextEngine(
             session_id=self.session_id,
             accountant=self.accountant,
             budget=self.budget,
@@ -171,6 +173,7 @@ class _BaseSession:
             snapshots=self.snapshots,
             events=self.events,
         )
+        self._converted = None
 
     # --- delegation (the cascade's last strategy) -------------------------------------------
     def mark_delegable(
@@ -533,8 +536,7 @@ class Session(_BaseSession):
 
     def _reload(self) -> None:
         """Rebuild the engine from the store (transcript and view state)."""
-        self.engine = self._new_engine()
-        self._converted = None  # the new engine counts view generations from 0 again
+        self._reset_engine()
         self._wire_summarizer()
         self.engine.add(self.store.load_messages(self.session_id))
         state, self._state_version = self.store.load_state(self.session_id)
@@ -744,8 +746,7 @@ class AsyncSession(_BaseSession):
 
     async def _reload(self) -> None:
         """Rebuild the engine from the store (transcript and view state)."""
-        self.engine = self._new_engine()
-        self._converted = None  # the new engine counts view generations from 0 again
+        self._reset_engine()
         self._wire_summarizer()
         self.engine.add(await self.store.load_messages(self.session_id))
         state, self._state_version = await self.store.load_state(self.session_id)

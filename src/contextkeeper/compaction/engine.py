@@ -498,7 +498,7 @@ class ContextEngine:
         that requires. Turns far from a compaction pay nothing; where compactions are cheap (small
         windows compact often and little) no turn prepares at all.
         """
-        newest_clearable = len(self.rounds) - 1 - self.config.clear_after_rounds
+        newest_clearable = self._newest_clearable()
         pending_ms = self._pending_rounds() * self._prep_cost * 1000
         excess = pending_ms + self._compaction_fixed_ms - self.config.compaction_budget_ms
         if excess <= 0:
@@ -511,9 +511,13 @@ class ContextEngine:
             return
         self._prepare_ahead(min(slice_ms, max(1.0, excess / max(1.0, turns_left - 0.5))), newest_clearable)
 
+    def _newest_clearable(self) -> int:
+        """Ordinal of the newest round old enough to be cleared."""
+        return len(self.rounds) - 1 - self.config.clear_after_rounds
+
     def _pending_rounds(self) -> int:
         """Rounds old enough to be cleared that are not prepared yet."""
-        return max(0, len(self.rounds) - 1 - self.config.clear_after_rounds - self._prep_cursor)
+        return max(0, self._newest_clearable() - self._prep_cursor)
 
     def _prepare_ahead(self, slice_ms: float, newest_clearable: int) -> None:
         """Build stand-ins, snapshots and ledger entries for waiting rounds, for ``slice_ms``.
@@ -585,7 +589,7 @@ class ContextEngine:
         if "evict" in self.config.layers and self._open("progressive", trigger) and self._total() > target:
             layer = self._run_layer("evict", trigger, target, lambda: self._evict(protected, target))
         self._merge_ready_summary()
-        if "summarize" in self.config.layers and self._open("conversation", trigger) and self._summary_due(trigger):
+        if "summarize" in self.config.layers and self._open("conversation", trigger) and self._summary_due():
             before = self._total()
             started = time.perf_counter()
             self.events.emit(
@@ -1041,7 +1045,7 @@ class ContextEngine:
     def _unsummarized(self) -> list[_Round]:
         return [r for r in self.rounds if r.state == "evicted" and r.ordinal > self._summarized_upto]
 
-    def _summary_due(self, trigger: Trigger) -> bool:
+    def _summary_due(self) -> bool:
         """L3 runs when a summarizer is set, its breaker allows, and evicted rounds are not yet folded in."""
         if not self.summarizer_enabled or not self._n_evicted:
             return False

@@ -107,11 +107,11 @@ names, error messages. Never round, abbreviate or translate them.
 
 
 class _Timeout(Exception):
-    pass
+    """The summary's deadline passed before the model answered."""
 
 
 class _Unfit(Exception):
-    pass
+    """The text to summarize cannot be fitted into the summarizer model's window within its limits."""
 
 
 @dataclass(frozen=True)
