@@ -21,7 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import psycopg
@@ -48,7 +48,7 @@ REQUIRE_SERVICES = os.environ.get("CONTEXTKEEPER_REQUIRE_SERVICES") == "1"
 BACKENDS = ("memory", "sqlite", "redis", "redis-cluster", "postgres")
 
 
-def service_missing(what: str, variable: str, error: BaseException, *, problem: str = "is not reachable") -> None:
+def service_missing(what: str, variable: str, error: BaseException, *, problem: str = "is not reachable") -> NoReturn:
     """Skip (or, with CONTEXTKEEPER_REQUIRE_SERVICES=1, fail) a test whose server is unreachable."""
     message = (
         f"{what} {problem} ({type(error).__name__}: {error}); start it, or point {variable} at one. "

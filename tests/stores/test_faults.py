@@ -24,7 +24,7 @@ from contextkeeper.stores import open_store
 from contextkeeper.stores.redis import RedisStore
 
 from . import _writer
-from .conftest import REQUIRE_SERVICES, service_missing
+from .conftest import service_missing
 
 KILLS = 50
 ROUNDS = 40
@@ -208,10 +208,12 @@ class _RedisServer:
 def redis_server(tmp_path: Path) -> Iterator[_RedisServer]:
     binary = shutil.which("redis-server")
     if binary is None:
-        message = "redis-server is not installed (Debian: apt-get install redis-server)"
-        if REQUIRE_SERVICES:
-            pytest.fail(message)
-        pytest.skip(message)
+        service_missing(
+            "A private redis-server",
+            "PATH",
+            FileNotFoundError("redis-server is not on PATH"),
+            problem="cannot be started here: install redis-server (Debian: apt-get install redis-server)",
+        )
     server = _RedisServer(binary, tmp_path)
     try:
         server.start()
