@@ -22,6 +22,7 @@ from ..compaction.summarizer import Summarizer
 from ..exceptions import ConfigError
 from ..messages import Message
 from ..session import Session
+from ..summarize.fidelity import readable_text as view_text  # what a model reads: probes are looked up there
 from ..tokens import TokenCounter, get_counter
 from ..toolpairs import validate
 
@@ -50,17 +51,6 @@ def load_traces(path: str | Path) -> list[ProbeTrace]:
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise ConfigError(f"{path}:{n}: not a probe trace ({exc}); expected {{id, messages, probes}}") from None
     return traces
-
-
-def view_text(view: Sequence[Message]) -> str:
-    """Everything a model reads in a view: contents and tool-call arguments."""
-    chunks: list[str] = []
-    for m in view:
-        chunks.append(m.text)
-        for c in m.tool_calls:
-            chunks.append(c.name)
-            chunks.append(c.arguments)
-    return "\n".join(chunks)
 
 
 def _harness_tokens(view: Sequence[Message], counter: TokenCounter) -> int:
