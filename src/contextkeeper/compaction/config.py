@@ -124,6 +124,9 @@ class CompactionConfig:
     """Largest share of the budget the progress ledger may take."""
     ledger_max_tokens: int = 1000
     """Absolute cap on the rendered ledger."""
+    working_set_share: float = 0.7
+    """Largest share of the context block the working set (files, commands, errors the agent acted
+    on) may take; the ledger gets what it leaves. 0 turns the working set off."""
     ledger_max_entries: int = 200
     """Entries kept in the ledger; older ones roll up into counts per status and tool."""
     summary_max_tokens: int = 1500

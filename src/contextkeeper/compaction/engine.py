@@ -40,6 +40,7 @@ from ..notes import Notes
 from ..snapshots import SnapshotStore, encode_snapshot, make_snapshot_id
 from ..summarize.extractive import fit_summary
 from ..tokens.accountant import TokenAccountant
+from ..workingset import WorkingSet
 from .breaker import CircuitBreaker
 from .config import CompactionConfig, Strategy
 from .policies import Candidate, order_for_eviction
@@ -135,6 +136,8 @@ class ContextEngine:
         self.ledger = Ledger(max_entries=config.ledger_max_entries)
         self.notes = Notes()
         """Structured notes (decisions, finished subtasks, lessons, open items), shown in the context block."""
+        self.working_set = WorkingSet()
+        """Files, commands, errors and symbols the agent acted on, ranked; shown in the context block."""
         self.breaker = CircuitBreaker(max_failures=config.max_summarizer_failures, cooldown_s=config.breaker_cooldown_s)
         self.transcript: list[Message] = []
         self.counts: list[int] = []
@@ -194,6 +197,8 @@ class ContextEngine:
         self._last_compaction_turn: int | None = None
         self._thrash_streak = 0
         self._deepen = 0.0
+        self._work_need = 0
+        """Tokens the working set needs in the context block, measured when a compaction starts."""
         self.hook_errors = 0
 
     # --- adding ---------------------------------------------------------------------------
@@ -584,6 +589,7 @@ class ContextEngine:
         floor = sum(self.rounds[o].view_tokens for o in hard) + self.accountant.framing.reply_priming
         self._floor = floor
         self._tight = floor + min(self._ledger_cap(), effective // 10) > target
+        self._work_need = self._working_set_need()
         if "clear" in self.config.layers and self._open("tool-results", trigger) and self._total() > target:
             layer = self._run_layer("clear", trigger, target, lambda: self._clear(protected, target))
         if "evict" in self.config.layers and self._open("progressive", trigger) and self._total() > target:
@@ -715,7 +721,20 @@ class ContextEngine:
         expected = min(max(self._ledger_cap(), self._context_tokens), base + 24 * max(0, grown))
         if self._tight:
             expected = max(expected, min(self._ledger_cap(), self.budget.effective // 4))
-        return expected
+        # the working set is kept ahead of the newest rounds' bulk: a large recent output shrinks first
+        return max(expected, self._work_need)
+
+    def _working_set_cap(self) -> int:
+        return int(self._ledger_cap() * self.config.working_set_share)
+
+    def _working_set_need(self) -> int:
+        """Tokens the context block needs to show the working set (with its header), within its cap."""
+        cap = self._working_set_cap()
+        if cap <= 0:
+            return 0
+        self.working_set.catch_up(self.transcript)
+        text = self.working_set.render(max_tokens=cap, count=self.accountant.count_text)
+        return self.accountant.count_text(text) + 48 if text else 0
 
     def _protected(self, keep_rounds: int) -> set[int]:
         """Ordinals of rounds no layer may touch: system, pinned, current request, in flight, newest."""
@@ -1220,6 +1239,13 @@ class ContextEngine:
             notes_text = self.notes.render(max_tokens=max(0, room // 4), counter=self.accountant.count_text)
             if notes_text:
                 parts.append(notes_text)
+        # what the agent acted on outranks what merely appeared in outputs: it comes before the ledger
+        self.working_set.catch_up(self.transcript)
+        work_text = self.working_set.render(
+            max_tokens=min(self._working_set_cap(), room - 48), count=self.accountant.count_text
+        )
+        if work_text:
+            parts.append(work_text)
         fixed = self.accountant.count_message(Message.user("\n".join(parts)))
         source_ids = span or ()
         ledger_room = room - fixed - 2
@@ -1331,6 +1357,7 @@ class ContextEngine:
             "cleared": [r.ordinal for r in self.rounds if r.state == "cleared"],
             "ledger": self.ledger.to_dict(),
             "notes": self.notes.to_dict(),
+            "working_set": self.working_set.to_dict(),
             "summary": self.summary,
             "summary_span": list(self.summary_span) if self.summary_span else None,
             "summarized_upto": self._summarized_upto,
@@ -1368,6 +1395,7 @@ class ContextEngine:
                 self._attach(r)
         self.ledger = Ledger.from_dict(state.get("ledger", {}))
         self.notes = Notes.from_dict(state["notes"]) if "notes" in state else Notes()
+        self.working_set = WorkingSet.from_dict(state.get("working_set") or {})
         for entry in self.ledger.entries:
             r = by_ordinal.get(entry.step)
             if r is not None:
