@@ -125,9 +125,7 @@ class _BaseSession:
         ctx_window = window if window is not None else info.context_window  # type: ignore[union-attr]
         if reserved_output is None:
             reserved_output = min(info.max_output, ctx_window // 4) if info is not None else 0
-        if isinstance(config, Mapping):
-            config = CompactionConfig.from_dict(config)
-        self.config = config or CompactionConfig()
+        self.config = CompactionConfig.coerce(config)
         if counter is None:
             counter = counter_for_model(model) if model is not None else get_counter("heuristic")
         elif isinstance(counter, str):

@@ -22,6 +22,7 @@ from ..session import Session
 from ..settings import Settings, load_settings
 from ..snapshots import SnapshotStore
 from ..stores import SessionStore
+from ..tokens import Framing, TokenCounter, counter_for_model, framing_for_provider, get_counter
 
 __all__ = [
     "CLIError",
@@ -35,6 +36,7 @@ __all__ = [
     "out",
     "print_json",
     "render_transcript",
+    "token_counting",
 ]
 
 out = Console(highlight=False)
@@ -295,11 +297,13 @@ def build_session(
             ctx_window_opt = lookup_model(model or "").context_window
         ctx_window = ctx_window_opt
         reserved = settings.reserved_output_for(model, ctx_window)
+    provider = "openai"
     if model is not None:
         from ..models import lookup_model
 
-        lookup_model(model, window=ctx_window)  # raises UnknownModelError before anything else runs
-    counter = settings.tokenizer
+        # raises UnknownModelError before anything else runs
+        provider = lookup_model(model, window=ctx_window).provider
+    counter, framing = token_counting(settings, model, provider)
     effective_guess = max(1, ctx_window - reserved)
     config = settings.compaction_config(effective=effective_guess)
     kwargs: dict[str, Any] = {}
@@ -314,6 +318,7 @@ def build_session(
         reserved_output=reserved,
         tools=tools,
         counter=counter,
+        framing=framing,
         config=config,
         summarizer=summarizer,
         format=format,
@@ -321,6 +326,20 @@ def build_session(
         **kwargs,
     )
     return session
+
+
+DEFAULT_COUNT_MODEL = "gpt-4o"
+"""Whose tokenizer counts a transcript when neither ``--model`` nor ``model``/``tokenizer`` is configured."""
+
+
+def token_counting(settings: Settings, model: str | None, provider: str = "openai") -> tuple[TokenCounter, Framing]:
+    """The token counter and framing of ``model``: the same for ``count`` and ``compact``, so their totals agree.
+
+    The counter is the ``tokenizer`` setting, else the model's (`DEFAULT_COUNT_MODEL`'s without a
+    model); the framing (per-message overhead) is the provider's.
+    """
+    counter = get_counter(settings.tokenizer) if settings.tokenizer else counter_for_model(model or DEFAULT_COUNT_MODEL)
+    return counter, framing_for_provider(provider)
 
 
 def exit_code_for(exc: BaseException) -> int:
@@ -336,11 +355,11 @@ def exit_code_for(exc: BaseException) -> int:
 
 @contextlib.contextmanager
 def progress_bar(description: str, total: int | None, *, enabled: bool = True) -> Iterator[Any]:
-    """A rich progress bar on stderr; yields ``advance(n=1)`` (a no-op when disabled)."""
+    """A rich progress bar on stderr; yields ``advance(n=1, description=None)`` (a no-op when disabled)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     if not enabled:
-        yield lambda n=1: None
+        yield lambda n=1, description=None: None
         return
     with Progress(
         TextColumn("{task.description}"),
@@ -351,4 +370,4 @@ def progress_bar(description: str, total: int | None, *, enabled: bool = True) -
         transient=True,
     ) as progress:
         task = progress.add_task(description, total=total)
-        yield lambda n=1: progress.advance(task, n)
+        yield lambda n=1, description=None: progress.update(task, advance=n, description=description)

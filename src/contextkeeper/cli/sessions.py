@@ -14,8 +14,9 @@ import typer
 from rich.panel import Panel
 from rich.table import Table
 
+from .._store_url import check_store_url, sqlite_file
 from ..exceptions import SessionNotFound
-from ..settings import Settings, user_dir
+from ..settings import Settings
 from ..stores import SessionInfo, SessionStore, open_store
 from ._common import CLIError, atomic_write, build_session, err, get_settings, out, print_json
 
@@ -28,17 +29,23 @@ sessions_app = typer.Typer(help="List, show, export, import and delete stored se
 
 StoreOpt = Annotated[
     str | None,
-    typer.Option("--store", "-s", help="Session store URL (default: [store] url, else SQLite in the user dir)."),
+    typer.Option("--store", "-s", help="Session store URL (default: \\[store] url, else SQLite in the user dir)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
 @contextlib.contextmanager
 def open_cli_store(settings: Settings) -> Iterator[SessionStore]:
-    """Open the store of the settings (creating the user directory for the default SQLite file)."""
+    """Open the store of the settings (creating the directory of a SQLite file, the user dir by default).
+
+    Raises:
+        ConfigError: the URL is invalid (checked before anything is created or connected).
+    """
     url = settings.store_url
-    if url.startswith("sqlite:///") and settings.store.url is None:
-        user_dir().mkdir(parents=True, exist_ok=True)
+    check_store_url(url)
+    database = sqlite_file(url)
+    if database is not None:  # the directory of the database file (the user dir by default)
+        database.parent.mkdir(parents=True, exist_ok=True)
     store = open_store(url)
     try:
         yield store
