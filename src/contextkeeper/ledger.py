@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from ._json import BadJSON, loads
 from .keyinfo import extract_identifiers, fact_rank, json_facts, key_lines, salient_facts
 from .messages import Message
 
@@ -54,8 +55,8 @@ def _short(value: Any, limit: int) -> str:
 def describe_call(name: str, arguments: str, *, limit: int = 240) -> str:
     """``name(k=v, ...)`` with long values shortened; falls back to the raw text for non-JSON."""
     try:
-        parsed = json.loads(arguments) if arguments else {}
-    except json.JSONDecodeError:
+        parsed = loads(arguments) if arguments else {}
+    except BadJSON:
         return f"{name}({_short(arguments, limit)})"
     if isinstance(parsed, dict):
         inner = ", ".join(f"{k}={_short(v, 80)}" for k, v in parsed.items())

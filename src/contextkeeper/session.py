@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from ._json import tool_arguments, whole_number
 from .adapters import Format, from_messages, to_messages
 from .budget import Budget, PressureMonitor, Thresholds
 from .compaction.config import CompactionConfig
@@ -60,6 +61,9 @@ def _is_async_store(store: Any) -> bool:
 
     return inspect.iscoroutinefunction(getattr(store, "append_messages", None))
 
+
+_MAX_REF_CHARS = 512
+"""Longest `read_context` reference (a span of two message ids fits many times over)."""
 
 _EPHEMERAL_EVENTS = frozenset({"context.status"})
 """Events not written to the persisted audit log (one per turn; the metrics carry them)."""
@@ -316,8 +320,13 @@ class _BaseSession:
         """Handle the `read_context` tool: a page of a snapshot, a ledger step (``#12``) or a span.
 
         Raises:
-            SnapshotError: the reference is malformed, unknown or outside this session.
+            SnapshotError: the reference is malformed, unknown or outside this session, or the
+                page is not a positive integer.
         """
+        if not isinstance(ref, str):
+            raise SnapshotError(f"read_context needs the reference as a string, got {type(ref).__name__}.")
+        if not isinstance(page, int) or isinstance(page, bool) or page < 1:
+            raise SnapshotError(f"page must be a positive integer, got {page!r:.40}.")
         ref = ref.strip()
         if ref.startswith("#"):
             ref = self._step_ref(ref)
@@ -331,35 +340,44 @@ class _BaseSession:
 
     def _step_ref(self, ref: str) -> str:
         """``#<step>`` → the step's transcript span (steps are numbered by round)."""
-        try:
-            step = int(ref[1:])
-            r = self.engine.rounds[step]
-        except (ValueError, IndexError):
-            raise SnapshotError(
-                f"unknown step reference {ref!r}; steps are '#<number>' as listed in the progress ledger "
-                f"(0..{len(self.engine.rounds) - 1})."
-            ) from None
-        first = self.engine.transcript[r.indices[0]].message_id
-        last = self.engine.transcript[r.indices[-1]].message_id
-        return f"{first}..{last}"
+        number = ref[1:].strip()
+        if number.isascii() and number.isdigit() and len(number) <= 12 and int(number) < len(self.engine.rounds):
+            r = self.engine.rounds[int(number)]
+            first = self.engine.transcript[r.indices[0]].message_id
+            last = self.engine.transcript[r.indices[-1]].message_id
+            return f"{first}..{last}"
+        raise SnapshotError(
+            f"unknown step reference {ref!r:.40}; steps are '#<number>' as listed in the progress ledger "
+            f"(0..{len(self.engine.rounds) - 1})."
+        )
 
     def handle_tool_call(self, name: str, arguments: str | Mapping[str, Any]) -> str | None:
-        """Answer contextkeeper's own tools (``read_context``, ``notes``); None for other tools."""
+        """Answer contextkeeper's own tools (``read_context``, ``notes``); None for other tools.
+
+        The answer is always a text for the model: arguments it got wrong (not JSON, too large or
+        too deep, a page that is not a whole number from 1, an unknown reference) give
+        ``error: ...`` with what to send instead.
+        """
         if name == NOTES_TOOL["function"]["name"]:
             return self.engine.notes.handle_tool_call(arguments, turn=self.engine.turn)
         if name != READ_CONTEXT_TOOL["function"]["name"]:
             return None
+        example = '{"ref": "#12" | "snap_…" | "msg_a..msg_b", "page": 1}'
+        args = tool_arguments(arguments, example=example)
+        if isinstance(args, str):
+            return args
+        ref, page = args.get("ref"), args.get("page", 1)
+        if not isinstance(ref, str) or not ref.strip() or len(ref) > _MAX_REF_CHARS:
+            return (
+                f"error: ref must be a reference of up to {_MAX_REF_CHARS} characters, got {ref!r:.60}; send {example}."
+            )
+        number = whole_number(page)
+        if number is None:
+            return f"error: page must be a whole number from 1, got {page!r:.40}; send {example}."
         try:
-            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
-            if not isinstance(args, dict):
-                raise TypeError("arguments must be a JSON object")
-            ref, page = str(args.get("ref", "")), int(args.get("page", 1))
-        except (ValueError, TypeError) as exc:
-            raise SnapshotError(
-                f"read_context arguments {str(arguments)[:120]!r} are invalid ({exc}); "
-                'expected {"ref": "#12" | "snap_…" | "msg_a..msg_b", "page": 1}.'
-            ) from None
-        return self.read_context(ref, page=page)
+            return self.read_context(ref, page=number)
+        except SnapshotError as exc:
+            return f"error: {exc}"
 
     # --- hooks for agent loops --------------------------------------------------------------
     def on_turn_start(self) -> ViewStatus:

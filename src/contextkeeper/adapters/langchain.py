@@ -125,6 +125,7 @@ def _parse(item: Any, i: int, lc: Any) -> Message:
     role = _role(item, i)
     cls = type(item).__name__
     src = {**item.model_dump(), "__class__": cls}
+    c.check_depth(src, i)
     hints: c.JSONDict = {}
     if cls != _DEFAULT_CLASS[role]:
         hints["cls"] = cls
