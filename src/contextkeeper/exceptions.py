@@ -15,7 +15,8 @@ Every error derives from one root so that ``except ContextKeeperError`` catches 
     ├── StoreError                  a session store failed
     │   ├── StoreUnavailable        the store's server cannot be reached
     │   ├── VersionConflict         a compare-and-set lost against a newer write
-    │   ├── SessionNotFound         no session with that id
+    │   ├── SessionNotFound         no session with that id (for that tenant)
+    │   │   └── SessionLost         a live session's store no longer has it (restarted empty, deleted)
     │   ├── SessionExists           an import would overwrite an existing session
     │   ├── MessageNotFound         no message with that id in the session
     │   ├── LockTimeout             the session lock was not acquired in time
@@ -44,6 +45,7 @@ __all__ = [
     "MessageNotFound",
     "SchemaError",
     "SessionExists",
+    "SessionLost",
     "SessionNotFound",
     "SnapshotError",
     "StoreError",
@@ -164,7 +166,15 @@ class VersionConflict(StoreError):
 
 
 class SessionNotFound(StoreError):
-    """No session with that id exists in the store."""
+    """No session with that id exists in the store (or none that belongs to the tenant asked for)."""
+
+
+class SessionLost(SessionNotFound):
+    """A live `Session`'s store no longer has the session: it restarted empty, expired it or deleted it.
+
+    The session's transcript and view are still in the process's memory; `Session.restore_to_store`
+    writes them back.
+    """
 
 
 class SchemaError(StoreError):
@@ -186,9 +196,24 @@ class MessageNotFound(StoreError):
 class LockTimeout(StoreError):
     """The session lock was not acquired within the timeout; another worker holds it."""
 
-    def __init__(self, message: str, *, session_id: str | None = None, timeout: float) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        timeout: float,
+        holder: str | None = None,
+        since: float | None = None,
+        expires_in: float | None = None,
+    ) -> None:
         super().__init__(message, session_id=session_id)
         self.timeout = timeout
+        self.holder = holder
+        """Who holds the lock (``host pid N``, or a Postgres backend), when the store knows."""
+        self.since = since
+        """Unix time the holder took the lock, when the store knows."""
+        self.expires_in = expires_in
+        """Seconds until the holder's lease ends unless it renews it (a live holder does), when known."""
 
 
 class AgentStateError(UsageError):

@@ -96,9 +96,74 @@ def test_create_is_idempotent_and_returns_the_existing_session(store: Any, clock
         message_count=0,
     )
     clock.advance(5)
-    again = store.create_session("s1", tenant="other", model="x", metadata={"new": True})
+    again = store.create_session("s1", tenant="acme", model="x", metadata={"new": True})
     assert again == first
     assert store.get_session("s1") == first
+
+
+# --- tenants -------------------------------------------------------------------------------------
+
+
+def _tenant_calls(store: Any, session_id: str, tenant: str) -> dict[str, Any]:
+    """Every store call that names a session, made for ``tenant``."""
+    return {
+        "get_session": lambda: store.get_session(session_id, tenant=tenant),
+        "touch": lambda: store.touch(session_id, tenant=tenant),
+        "append_messages": lambda: store.append_messages(session_id, rounds(1, prefix="evil"), tenant=tenant),
+        "load_messages": lambda: store.load_messages(session_id, tenant=tenant),
+        "count_messages": lambda: store.count_messages(session_id, tenant=tenant),
+        "get_message": lambda: store.get_message(session_id, "m-0", tenant=tenant),
+        "load_state": lambda: store.load_state(session_id, tenant=tenant),
+        "save_state": lambda: store.save_state(session_id, {"evil": True}, expected_version=1, tenant=tenant),
+        "put_snapshot": lambda: store.put_snapshot(session_id, "snap", b"evil", tenant=tenant),
+        "get_snapshot": lambda: store.get_snapshot(session_id, "snap", tenant=tenant),
+        "list_snapshots": lambda: store.list_snapshots(session_id, tenant=tenant),
+        "append_audit": lambda: store.append_audit(session_id, {"evil": True}, tenant=tenant),
+        "read_audit": lambda: store.read_audit(session_id, tenant=tenant),
+        "export_session": lambda: list(store.export_session(session_id, tenant=tenant)),
+        "lock": lambda: store.lock(session_id, timeout=0.2, tenant=tenant).__enter__(),
+        "archive": lambda: store.archive(session_id, tenant=tenant),
+        "delete_session": lambda: store.delete_session(session_id, tenant=tenant),
+    }
+
+
+def test_another_tenants_session_fails_exactly_like_a_missing_one(store: Any) -> None:
+    store.create_session("shared", tenant="acme", metadata={"owner": "acme"})
+    store.append_messages("shared", rounds(3), tenant="acme")
+    store.save_state("shared", {"v": 1}, expected_version=0, tenant="acme")
+    store.put_snapshot("shared", "snap", b"acme's", tenant="acme")
+    store.append_audit("shared", {"n": 1}, tenant="acme")
+    before = list(store.export_session("shared"))
+
+    for name, call in _tenant_calls(store, "shared", "evil").items():
+        with pytest.raises(SessionNotFound) as foreign:
+            call()
+        with pytest.raises(SessionNotFound) as missing:
+            _tenant_calls(store, "nowhere", "evil")[name]()
+        # the same error: a tenant cannot even tell the other tenant's session exists
+        assert str(foreign.value).replace("'shared'", "ID") == str(missing.value).replace("'nowhere'", "ID"), name
+        assert foreign.value.session_id == "shared"
+    with pytest.raises(SessionNotFound, match="another tenant"):
+        store.create_session("shared", tenant="evil")
+    assert store.list_sessions(tenant="evil") == ([], None)
+
+    # nothing of acme's changed, and acme's own calls (naming acme, or no tenant) still work
+    assert list(store.export_session("shared", tenant="acme")) == before
+    assert store.get_session("shared", tenant="acme").metadata == {"owner": "acme"}
+    assert store.count_messages("shared", tenant="acme") == 3
+    with store.lock("shared", timeout=1.0, tenant="acme"):  # the failed lock call took nothing
+        pass
+    assert store.append_messages("shared", rounds(4), tenant="acme") == 1
+    store.delete_session("shared", tenant="acme")
+    with pytest.raises(SessionNotFound):
+        store.get_session("shared")
+
+
+def test_an_invalid_tenant_is_a_usage_error(store: Any) -> None:
+    store.create_session("s")
+    for bad in ("", "a\nb", 7):
+        with pytest.raises(UsageError, match="tenant"):
+            store.load_messages("s", tenant=bad)
 
 
 def test_missing_session_raises_session_not_found(store: Any) -> None:

@@ -144,19 +144,20 @@ def test_a_namespace_from_a_newer_release_is_refused(redis_url: str, redis_prefi
     assert "upgrade contextkeeper" in str(info.value)
 
 
-def test_lock_lease_runs_on_the_server_clock(redis_url: str, redis_prefix: str) -> None:
+def test_a_dead_holders_lease_runs_out_on_the_server_clock(redis_url: str, redis_prefix: str) -> None:
     with (
-        RedisStore.from_url(redis_url, prefix=redis_prefix, lock_lease=0.3) as holder,
+        RedisStore.from_url(redis_url, prefix=redis_prefix) as holder,
         RedisStore.from_url(redis_url, prefix=redis_prefix) as other,
     ):
         holder.create_session("s")
-        held = holder.lock("s")
-        held.__enter__()  # the holder stalls past its lease
-        with pytest.raises(LockTimeout):
+        # A holder that died right after taking the lock: nobody renews its 0.3 s lease.
+        dead = "f00d|other-host|4242|1750000000.000"
+        assert holder._run(holder._ops.try_lock("s", dead, lease=0.3, now=0.0), write=True)
+        with pytest.raises(LockTimeout, match="held by other-host pid 4242 since .*lease expires in 0"):
             with other.lock("s", timeout=0.05):
                 pass
         with other.lock("s", timeout=2):
-            held.__exit__(None, None, None)  # the late release must not free the new owner's lock
+            holder._run(holder._ops.unlock("s", dead), write=True)  # a late release must not free the new owner's
             with pytest.raises(LockTimeout):
                 with holder.lock("s", timeout=0.05):
                     pass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import anyio
@@ -154,19 +155,21 @@ def test_a_writer_stuck_behind_another_process_gets_store_unavailable(tmp_path: 
 
 
 def test_a_dead_holders_lock_is_taken_over_after_the_lease(tmp_path: Path) -> None:
-    clock = FakeClock()
-    holder = SqliteStore.connect(tmp_path / "ck.db", clock=clock, lock_lease=30)
-    other = SqliteStore.connect(tmp_path / "ck.db", clock=clock, lock_lease=30)
+    holder = SqliteStore.connect(tmp_path / "ck.db", clock=FakeClock())
+    other = SqliteStore.connect(tmp_path / "ck.db", clock=FakeClock())
     holder.create_session("s")
-    held = holder.lock("s")
-    held.__enter__()  # the holder "dies" without releasing
-    with pytest.raises(LockTimeout):
+    # A holder that died right after taking the lock: nobody renews its 0.3 s lease. Leases run
+    # on the wall clock every process shares, not on the stores' (fake) clock.
+    dead = "f00d|other-host|4242|1750000000.000"
+    assert holder._run(holder._ops.try_lock("s", dead, lease=0.3, now=time.time()), write=True)
+    with pytest.raises(LockTimeout, match="held by other-host pid 4242 since .*lease expires in 0"):
         with other.lock("s", timeout=0.05):
             pass
-    clock.advance(31)
-    with other.lock("s", timeout=0.05):
+    started = time.monotonic()
+    with other.lock("s", timeout=2):
+        assert time.monotonic() - started < 1
         # The stale holder wakes up and releases: that must not free the new owner's lock.
-        held.__exit__(None, None, None)
+        holder._run(holder._ops.unlock("s", dead), write=True)
         with pytest.raises(LockTimeout):
             with holder.lock("s", timeout=0.05):
                 pass
