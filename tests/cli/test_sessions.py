@@ -135,3 +135,22 @@ def test_inspect_resumes_the_stored_view(runner: CliRunner, store_url: str) -> N
         assert len(store.read_audit("s1")) == audit_before, "inspect writes nothing"
     table = invoke(runner, "inspect", "s1", "--store", store_url)
     assert "progress ledger" in table.stdout and "audit log" in table.stdout
+
+
+def test_errors_name_the_flag_or_argument_not_the_parameter(runner: CliRunner, store_url: str, tmp_path: Path) -> None:
+    export = tmp_path / "s1.jsonl"
+    assert invoke(runner, "sessions", "export", "s1", "--store", store_url, "--out", str(export)).exit_code == 0
+    empty = invoke(runner, "sessions", "import", str(export), "--store", store_url, "--id", "")
+    assert empty.exit_code == 2 and "`--id` is empty" in empty.stderr and "session_id" not in empty.stderr
+    taken = invoke(runner, "sessions", "import", str(export), "--store", store_url)
+    assert "already exists" in taken.stderr and "another `--id`" in taken.stderr
+    long_id = invoke(runner, "inspect", "x" * 300, "--store", store_url)
+    assert long_id.exit_code == 2 and "the SESSION_ID argument" in long_id.stderr
+    assert "session_id" not in long_id.stderr
+
+
+def test_store_help_shows_the_config_section_name(runner: CliRunner) -> None:
+    for command in (["sessions", "list"], ["inspect"], ["demo"]):
+        result = runner.invoke(app, [*command, "--help"])
+        text = " ".join(result.stdout.replace("│", " ").split())
+        assert "(default: [store] url" in text, result.stdout  # rich markup would swallow it unescaped

@@ -184,7 +184,7 @@ def _check_fields(config: CompactionConfig) -> None:
     weights = config.hybrid_weights
     if isinstance(weights, Mapping):
         names = tuple(f.name for f in dataclasses.fields(HybridWeights))
-        _check_table("hybrid_weights", weights, names, lambda k, v: None, "weight = number")
+        _check_table("hybrid_weights", weights, names, lambda k, v: None, "weight = number >= 0")
         weights = HybridWeights(**weights)
         object.__setattr__(config, "hybrid_weights", weights)
     if not isinstance(weights, HybridWeights):
