@@ -883,6 +883,19 @@ class _ImportPlan:
     archived_at: float | None = None
 
 
+def _validation_problem(exc: ValidationError | ValueError | TypeError | KeyError) -> str:
+    """The first problem pydantic found, with the field it found it in (``parts.0.text: ...``)."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        path = [str(part) for part in first["loc"]]
+        if path and path[0].isdigit():  # the position in the one-item list being validated
+            path = path[1:]
+        return f"`{'.'.join(path) or 'message'}`: {first['msg']}"
+    if isinstance(exc, KeyError):
+        return f"no `{exc.args[0]}` field"
+    return str(exc).splitlines()[0]
+
+
 def _bad_export(number: int, problem: str, session_id: str | None) -> SchemaError:
     return SchemaError(f"line {number} of the export: {problem}; nothing was imported.", session_id=session_id)
 
@@ -947,7 +960,7 @@ class _StoreCommon:
             except (ValidationError, ValueError) as exc:
                 raise SchemaError(
                     f"Session {session_id!r}: the stored {what} is corrupted or in an unknown format "
-                    f"({str(exc).splitlines()[0]}); if a newer contextkeeper wrote it, upgrade; otherwise "
+                    f"({_validation_problem(exc)}); if a newer contextkeeper wrote it, upgrade; otherwise "
                     f"{_RESTORE_HINT}.",
                     session_id=session_id,
                 ) from None
@@ -1303,7 +1316,7 @@ class _StoreCommon:
             message = Message.from_dict(record["message"])
         except (KeyError, TypeError, ValueError, ValidationError) as exc:
             raise _bad_export(
-                number, f"the message cannot be decoded ({str(exc).splitlines()[0]})", session_id
+                number, f"the message cannot be decoded ({_validation_problem(exc)})", session_id
             ) from None
         try:
             return check_message(message)
@@ -1433,7 +1446,8 @@ class BaseStore(_StoreCommon):
         check_id(session_id)
         op = self._ops.load_state(session_id, self._check_slot(slot), tenant=_check_tenant(tenant))
         body, version = self._run(op, write=False)
-        return self._decode_state(session_id, slot, body), version
+        stored = stored_int(version, session_id=session_id, what=f"version of state {slot!r}")
+        return self._decode_state(session_id, slot, body), stored
 
     def save_state(
         self,
@@ -1710,7 +1724,8 @@ class BaseAsyncStore(_StoreCommon):
         check_id(session_id)
         op = self._ops.load_state(session_id, self._check_slot(slot), tenant=_check_tenant(tenant))
         body, version = await self._run(op, write=False)
-        return self._decode_state(session_id, slot, body), version
+        stored = stored_int(version, session_id=session_id, what=f"version of state {slot!r}")
+        return self._decode_state(session_id, slot, body), stored
 
     async def save_state(
         self,

@@ -378,26 +378,31 @@ class RedisOps:
 
     @staticmethod
     def _info(session_id: str, meta: dict[str, bytes], count: int) -> SessionInfo:
-        try:
-            archived = meta.get("archived_at")
-            return session_info(
-                session_id,
-                tenant=_text(meta["tenant"]),
-                created_at=_text(meta["created_at"]),
-                last_active=_text(meta["last_active"]),
-                model=json.loads(meta["model"]),
-                window=json.loads(meta["window"]),
-                metadata=_text(meta["metadata"]),
-                archived_at=None if archived is None else _text(archived),
-                message_count=count,
-                fmt=_text(meta["format"]),
-            )
-        except (KeyError, ValueError) as exc:
-            raise SchemaError(
-                f"Session {session_id!r}: its Redis metadata hash is corrupted ({type(exc).__name__}: {exc}); restore "
-                "the session from an export with `import_session`, or delete it.",
-                session_id=session_id,
-            ) from None
+        def field(name: str) -> bytes:
+            try:
+                return meta[name]
+            except KeyError:
+                raise corrupted(session_id, "Redis metadata hash", f"it has no `{name}` field") from None
+
+        def decoded(name: str) -> Any:
+            try:
+                return json.loads(field(name))
+            except ValueError as exc:
+                raise corrupted(session_id, f"session `{name}`", f"not JSON: {exc}") from None
+
+        archived = meta.get("archived_at")
+        return session_info(
+            session_id,
+            tenant=_text(field("tenant")),
+            created_at=_text(field("created_at")),
+            last_active=_text(field("last_active")),
+            model=decoded("model"),
+            window=decoded("window"),
+            metadata=_text(field("metadata")),
+            archived_at=None if archived is None else _text(archived),
+            message_count=count,
+            fmt=_text(field("format")),
+        )
 
     # schema
     def setup(self) -> Op[int]:
