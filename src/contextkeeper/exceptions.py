@@ -23,7 +23,9 @@ Every error derives from one root so that ``except ContextKeeperError`` catches 
     │   └── SchemaError             a corrupted row or an unknown schema version
     ├── SnapshotError               a snapshot reference that is invalid or missing
     └── UpstreamError               the model server failed (url, status)
+        ├── StreamInterrupted       a streamed reply ended before its end marker (or sent nothing)
         └── ContextOverflowError    the provider says the prompt is too long
+            └── OverflowUnresolved  emergency compaction could not shrink the view any further
 
 Runtime conditions (``BudgetExceeded``, ``StoreError``, ``UpstreamError``) are kept apart from
 developer mistakes (``UsageError``), so an agent loop can retry the former and fix the latter.
@@ -43,6 +45,7 @@ __all__ = [
     "LockTimeout",
     "MessageError",
     "MessageNotFound",
+    "OverflowUnresolved",
     "SchemaError",
     "SessionExists",
     "SessionLost",
@@ -50,6 +53,7 @@ __all__ = [
     "SnapshotError",
     "StoreError",
     "StoreUnavailable",
+    "StreamInterrupted",
     "SummaryRejected",
     "ToolPairError",
     "UnknownModelError",
@@ -254,3 +258,33 @@ class ContextOverflowError(UpstreamError):
         """The window (or input limit) the provider reported, in tokens, when it said so."""
         self.requested = requested
         """The tokens the request needed according to the provider, when it said so."""
+
+
+class StreamInterrupted(UpstreamError):
+    """A streamed reply ended before the provider's end marker, or the server sent no event at all.
+
+    Some servers answer a prompt that is too long for their window with HTTP 200 and an empty
+    event stream (llama-cpp-python's server does); `Session.stream` then asks once more without
+    streaming to learn the real error.
+    """
+
+
+class OverflowUnresolved(ContextOverflowError):
+    """The provider said the prompt is too long and emergency compaction could not shrink the view.
+
+    Raised instead of sending the same view again; ``view_tokens`` is the view's size as counted.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        status_code: int | None = None,
+        limit: int | None = None,
+        requested: int | None = None,
+        view_tokens: int,
+    ) -> None:
+        super().__init__(message, url=url, status_code=status_code, limit=limit, requested=requested)
+        self.view_tokens = view_tokens
+        """Tokens of the view that could not be made smaller (the library's count, calibrated)."""

@@ -14,17 +14,27 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 from ._json import tool_arguments, whole_number
+from ._replies import overflow_unresolved, repair_reply, replay_events
 from .adapters import Format, from_messages, to_messages
 from .budget import Budget, PressureMonitor, Thresholds
 from .compaction.config import CompactionConfig
 from .compaction.engine import ContextEngine, ViewStatus
 from .compaction.summarizer import AsyncSummarizer, Summarizer, SummaryReply, SummaryRequest
 from .events import Alert, DelegationFinished, Event, EventBus
-from .exceptions import ConfigError, ContextOverflowError, SnapshotError, SummaryRejected, UsageError
+from .exceptions import (
+    ConfigError,
+    ContextOverflowError,
+    OverflowUnresolved,
+    SnapshotError,
+    StreamInterrupted,
+    SummaryRejected,
+    UsageError,
+)
 from .ledger import Ledger, StepStatus
+from .llm.base import ResponseDone
 from .messages import Message, ToolCall
 from .models import lookup_model
 from .notes import NOTES_TOOL, Notes
@@ -64,6 +74,10 @@ def _is_async_store(store: Any) -> bool:
 
 _MAX_REF_CHARS = 512
 """Longest `read_context` reference (a span of two message ids fits many times over)."""
+
+def _positive_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
 
 _EPHEMERAL_EVENTS = frozenset({"context.status"})
 """Events not written to the persisted audit log (one per turn; the metrics carry them)."""
@@ -121,8 +135,17 @@ class _BaseSession:
         tenant: str = "default",
         data_dir: str | os.PathLike[str] | None = None,
         thresholds: Thresholds | None = None,
+        max_tokens: int | Literal["reserved"] | None = "reserved",
     ) -> None:
         self.session_id = session_id or "ses_" + uuid.uuid4().hex
+        if not (max_tokens is None or max_tokens == "reserved" or _positive_int(max_tokens)):
+            raise ConfigError(
+                f"max_tokens={max_tokens!r}: use 'reserved' (send the reserved output), a positive int, or None "
+                "(send no limit).",
+                key="max_tokens",
+            )
+        self.max_tokens: int | Literal["reserved"] | None = max_tokens
+        """The reply limit `complete()`/`stream()` send when the call gives none (see `Session`)."""
         if window is None and model is None:
             raise ConfigError("Session needs `model=` (looked up in the registry) or `window=` (tokens).", key="window")
         info = lookup_model(model, window=window) if model is not None else None
@@ -136,12 +159,17 @@ class _BaseSession:
             counter = get_counter(counter)
         self.accountant = TokenAccountant(counter, framing=framing)
         self.tools = [*tools, READ_CONTEXT_TOOL] if include_read_tool else list(tools)
-        self.budget = Budget(
+        self.configured_budget = Budget(
             window=ctx_window,
             reserved_output=reserved_output,
             tool_schemas=self.accountant.count_tools(self.tools) if self.tools else 0,
             thresholds=thresholds if thresholds is not None else Thresholds(),
         )
+        """The budget as configured; `budget` adds calibration and the window the server serves."""
+        self._budget_key: tuple[float, int | None] = (1.0, None)
+        self._budget = self.configured_budget
+        self._largest_answered = 0
+        """Counted tokens of the largest view a model answered (an empty stream past it may be an overflow)."""
         self.format: Format = format
         self.events = EventBus()
         self.store = store
@@ -158,7 +186,7 @@ class _BaseSession:
         self._converted: tuple[int, str, list[Any]] | None = None
         self._converted_upto = 0
         self._reset_engine()
-        self.monitor = PressureMonitor(budget=self.budget)
+        self.monitor = PressureMonitor(budget=self._current_budget())
         self.model = model
         self.usage = SessionUsage()
         """Tokens the provider reported over this session's `complete()` calls."""
@@ -170,12 +198,101 @@ class _BaseSession:
         self.engine = ContextEngine(
             session_id=self.session_id,
             accountant=self.accountant,
-            budget=self.budget,
+            budget=self._current_budget,
             config=self.config,
             snapshots=self.snapshots,
             events=self.events,
         )
         self._converted = None
+
+    # --- budget: calibration and the served window -------------------------------------------
+    @property
+    def budget(self) -> Budget:
+        """The budget the view is held to: the configured one, with the calibration factor applied
+        (once ``min_samples`` usage reports agree on it) and the server's window when a
+        context-length error reported a smaller one. Its counts are the counter's (`Budget.scale`)."""
+        return self._current_budget()
+
+    def _current_budget(self) -> Budget:
+        calibration = self.accountant.calibration
+        key = (calibration.applied, calibration.served_window)
+        if key != self._budget_key:
+            try:
+                self._budget = self.configured_budget.adapted(scale=key[0], served_window=key[1])
+            except ConfigError:
+                # a factor or window that leaves no room (tools changed since it was learned): the
+                # window alone, then neither, rather than a budget that cannot hold a message
+                try:
+                    self._budget = self.configured_budget.adapted(served_window=key[1])
+                except ConfigError:
+                    self._budget = self.configured_budget
+            self._budget_key = key
+        return self._budget
+
+    def _reply_limit(self, max_tokens: int | None) -> int | None:
+        """The ``max_tokens`` to send: the call's own, else the session's setting."""
+        if max_tokens is not None:
+            return max_tokens
+        if self.max_tokens == "reserved":
+            return self.budget.reserved_output or None
+        return self.max_tokens
+
+    def _adopt_served_window(self, error: ContextOverflowError) -> None:
+        """A context-length error named a window smaller than the budget's: adopt it and say so.
+
+        Raises:
+            OverflowUnresolved: the served window cannot hold the tool schemas and a reply.
+        """
+        limit = error.limit
+        current = self.budget
+        if limit is None or limit >= current.window:
+            return
+        try:
+            adopted = self.configured_budget.adapted(scale=current.scale, served_window=limit)
+        except ConfigError as exc:
+            raise OverflowUnresolved(
+                f"session {self.session_id!r}: {error.url or 'the model server'} serves a context window of {limit} "
+                f"tokens, too small for this session's tool schemas ({current.tool_schemas} tokens) and a reply "
+                f"({exc}); send fewer tools, or raise the server's window (llama.cpp `--ctx-size`, Ollama "
+                "`num_ctx`, vLLM `--max-model-len`).",
+                url=error.url,
+                status_code=error.status_code,
+                limit=limit,
+                requested=error.requested,
+                view_tokens=self.engine.status().used,
+            ) from None
+        self.accountant.calibration.adopt_window(limit)
+        detail = (
+            f"{error.url or 'the model server'} serves a context window of {limit} tokens, not the configured "
+            f"{self.configured_budget.window}: the budget now uses {limit} (reserved output "
+            f"{adopted.reserved_output}, effective {adopted.calibrated_effective})"
+        )
+        logger.warning("session %s: %s", self.session_id, detail)
+        self.events.emit(Alert(session_id=self.session_id, alert="served-window", detail=detail))
+
+    def _check_progress(
+        self, error: ContextOverflowError, sent_tokens: int, sent_limit: int | None, limit: int | None
+    ) -> None:
+        """Refuse to resend a request emergency compaction did not make smaller.
+
+        Raises:
+            OverflowUnresolved: the view has as many counted tokens as the one the server refused,
+                and the reply limit did not shrink either.
+        """
+        status = self.engine.status()
+        smaller_reply = limit is not None and (sent_limit is None or limit < sent_limit)
+        if status.used_raw >= sent_tokens and not smaller_reply:
+            raise overflow_unresolved(self.session_id, error, status.used)
+
+    def _may_be_overflow(self) -> bool:
+        """An empty or cut stream before the first event may be a prompt too long for the server.
+
+        Some servers (llama-cpp-python's) answer a streamed request that does not fit their
+        window with HTTP 200 and no events. Likely when the view is larger than any view a model
+        answered in this session, or near the budget.
+        """
+        status = self.engine.status()
+        return status.used_raw > self._largest_answered or status.ratio >= 0.9
 
     # --- delegation (the cascade's last strategy) -------------------------------------------
     def mark_delegable(
@@ -394,16 +511,18 @@ class _BaseSession:
         """Call after each model call with the provider's usage; calibrates counting, records a step.
 
         ``usage`` is a `RequestUsage` or a provider usage dict (``prompt_tokens``/``input_tokens``).
+        Usage the provider did not report (``RequestUsage.reported`` False, or no usage at all)
+        is counted in ``session.usage.unreported`` and teaches the calibration nothing.
         """
         reported: object = None
         if isinstance(usage, RequestUsage):
             self.usage.incr(usage)
-            reported = usage.input_tokens
+            reported = usage.input_tokens if usage.reported else None
         elif usage:
             reported = usage.get("prompt_tokens", usage.get("input_tokens"))
-        if isinstance(reported, int) and reported > 0:
-            # the provider counts the tool schemas too: compare like with like
-            estimated = self.engine.status().used + self.budget.tool_schemas
+        if _positive_int(reported):
+            # the provider counts the tool schemas too: compare like with like (the counter's tokens)
+            estimated = self.engine.status().used_raw + self.budget.tool_schemas
             self.accountant.calibration.record(estimated, reported)
         if step:
             self.engine.ledger.note(step, status=status)
@@ -414,10 +533,25 @@ class _BaseSession:
         text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
         return self.add([Message.tool_result(call_id, text, name=name, is_error=is_error)])
 
-    def _accept(self, response: ModelResponse) -> None:
-        """Record a reply from `complete()`/`stream()`: usage, calibration, the reply itself."""
-        self.on_turn_end(response.usage)
-        self.add([response.message])
+    def _accept(self, response: ModelResponse) -> ModelResponse:
+        """Record a reply from `complete()`/`stream()`: usage, calibration, the reply itself.
+
+        A tool call whose arguments are not valid JSON does not lose the reply: it is appended
+        with ``{}`` arguments (the raw text kept in ``extra``) and answered with an error result.
+
+        Returns:
+            The reply as appended (``invalid_tool_calls`` lists the calls answered that way).
+        """
+        kept, messages = repair_reply(response)
+        self._largest_answered = max(self._largest_answered, self.engine.status().used_raw)
+        self.on_turn_end(kept.usage)
+        self.add(messages)
+        if kept.invalid_tool_calls:
+            names = ", ".join(f"{c.name} ({c.error})" for c in kept.invalid_tool_calls)
+            logger.warning(
+                "session %s: tool calls with invalid JSON arguments answered with an error: %s", self.session_id, names
+            )
+        return kept
 
     def _all_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> list[Mapping[str, Any]] | None:
         merged = [*self.tools, *(tools or ())]
@@ -425,7 +559,8 @@ class _BaseSession:
 
     def _record_pressure(self) -> None:
         try:
-            report = self.monitor.record_turn(self.engine.status().used)
+            self.monitor.budget = self.budget  # counts and limits in the counter's tokens, like the engine's
+            report = self.monitor.record_turn(self.engine.status().used_raw)
         except Exception:  # a monitoring bug must never stop the agent
             self.engine.hook_errors += 1
             logger.exception("pressure monitor failed for session %s", self.session_id)
@@ -600,22 +735,34 @@ class Session(_BaseSession):
         On a provider context-length error the view is compacted deeper (L4) and the call is
         retried ``config.reactive_retries`` times (once by default) before the error is raised.
         Sub-tasks marked delegable run first when the view is at the ``delegation`` utilization.
+
+        A context-length error that names a window smaller than the budget's makes the session
+        adopt it (an ``alert`` event, ``status().served_window``). A view the emergency
+        compaction could not shrink is not sent again: `OverflowUnresolved` is raised instead.
+        Without ``max_tokens``, the session's own ``max_tokens`` setting is sent (by default the
+        reserved output). A tool call whose arguments are not valid JSON is kept and answered
+        with an error result (see `ModelResponse.invalid_tool_calls`).
+
+        Returns:
+            The reply as appended to the transcript.
         """
         if self.delegation_due():
             self.delegate_pending(model)
         view = self.prepare(format="internal").view
+        limit = self._reply_limit(max_tokens)
         for attempt in range(self.config.reactive_retries + 1):
+            sent = self.engine.status().used_raw
             try:
-                response = model.request(
-                    view, tools=self._all_tools(tools), max_tokens=max_tokens, temperature=temperature
-                )
+                response = model.request(view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature)
                 break
-            except ContextOverflowError:
+            except ContextOverflowError as exc:
                 if attempt >= self.config.reactive_retries:
                     raise
+                self._adopt_served_window(exc)
                 view = self.on_context_overflow(format="internal").view
-        self._accept(response)
-        return response
+                sent_limit, limit = limit, self._reply_limit(max_tokens)
+                self._check_progress(exc, sent, sent_limit, limit)
+        return self._accept(response)
 
     def stream(
         self,
@@ -628,25 +775,51 @@ class Session(_BaseSession):
         """`complete()` as a stream: yields the model's events; the reply is appended when it is done.
 
         A context-length error before the first event triggers L4 and a retry, as in `complete()`.
+        A stream that ends before its first event while the view is larger than any view answered
+        so far (or near the budget) may be a server's way of refusing a prompt too long for it
+        (llama-cpp-python's server answers so): the request is sent once more without streaming,
+        to get the real error (then L4 and a retry) or the reply (then replayed as events).
+        The last event's `ResponseDone.response` is the reply as appended.
         """
         if self.delegation_due():
             self.delegate_pending(model)
         view = self.prepare(format="internal").view
+        limit = self._reply_limit(max_tokens)
         for attempt in range(self.config.reactive_retries + 1):
+            sent = self.engine.status().used_raw
             started = False
+            overflow: ContextOverflowError
             try:
                 for event in model.stream(
-                    view, tools=self._all_tools(tools), max_tokens=max_tokens, temperature=temperature
+                    view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
                 ):
                     started = True
-                    if event.kind == "done":
-                        self._accept(event.response)
+                    if isinstance(event, ResponseDone):
+                        event = ResponseDone(response=self._accept(event.response))
                     yield event
                 return
-            except ContextOverflowError:
-                if started or attempt >= self.config.reactive_retries:
+            except ContextOverflowError as exc:
+                if started:
                     raise
-                view = self.on_context_overflow(format="internal").view
+                overflow = exc
+            except StreamInterrupted:
+                if started or not self._may_be_overflow():
+                    raise
+                try:
+                    response = model.request(
+                        view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
+                    )
+                except ContextOverflowError as exc:
+                    overflow = exc
+                else:
+                    yield from replay_events(self._accept(response))
+                    return
+            if attempt >= self.config.reactive_retries:
+                raise overflow
+            self._adopt_served_window(overflow)
+            view = self.on_context_overflow(format="internal").view
+            sent_limit, limit = limit, self._reply_limit(max_tokens)
+            self._check_progress(overflow, sent, sent_limit, limit)
 
     def delegate_pending(self, model: Model) -> list[DelegationResult]:
         """Run every sub-task marked delegable now, each in its own session with ``model``; add their results."""
@@ -660,15 +833,22 @@ class Session(_BaseSession):
         return results
 
     def call_with_retry(self, call: Callable[[list[Any]], Any], *, format: OutputFormat | None = None) -> Any:
-        """Prepare, call ``call(view)``; on ContextOverflowError compact (L4) and retry as configured."""
+        """Prepare, call ``call(view)``; on ContextOverflowError compact (L4) and retry as configured.
+
+        A smaller window named by the error is adopted, and a view compaction could not shrink
+        raises `OverflowUnresolved` instead of being sent again (as in `complete()`).
+        """
         view = self.prepare(format=format)
         for attempt in range(self.config.reactive_retries + 1):
+            sent = self.engine.status().used_raw
             try:
                 return call(view.messages)
-            except ContextOverflowError:
+            except ContextOverflowError as exc:
                 if attempt >= self.config.reactive_retries:
                     raise
+                self._adopt_served_window(exc)
                 view = self.on_context_overflow(format=format)
+                self._check_progress(exc, sent, None, None)
         raise UsageError("unreachable: reactive retry loop ended without a result")  # pragma: no cover
 
 
@@ -825,18 +1005,22 @@ class AsyncSession(_BaseSession):
         if self.delegation_due():
             await self.delegate_pending(model)
         view = (await self.prepare(format="internal")).view
+        limit = self._reply_limit(max_tokens)
         for attempt in range(self.config.reactive_retries + 1):
+            sent = self.engine.status().used_raw
             try:
                 response = await model.request(
-                    view, tools=self._all_tools(tools), max_tokens=max_tokens, temperature=temperature
+                    view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
                 )
                 break
-            except ContextOverflowError:
+            except ContextOverflowError as exc:
                 if attempt >= self.config.reactive_retries:
                     raise
+                self._adopt_served_window(exc)
                 view = (await self.on_context_overflow(format="internal")).view
-        self._accept(response)
-        return response
+                sent_limit, limit = limit, self._reply_limit(max_tokens)
+                self._check_progress(exc, sent, sent_limit, limit)
+        return self._accept(response)
 
     async def stream(
         self,
@@ -850,21 +1034,43 @@ class AsyncSession(_BaseSession):
         if self.delegation_due():
             await self.delegate_pending(model)
         view = (await self.prepare(format="internal")).view
+        limit = self._reply_limit(max_tokens)
         for attempt in range(self.config.reactive_retries + 1):
+            sent = self.engine.status().used_raw
             started = False
+            overflow: ContextOverflowError
             try:
                 async for event in model.stream(
-                    view, tools=self._all_tools(tools), max_tokens=max_tokens, temperature=temperature
+                    view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
                 ):
                     started = True
-                    if event.kind == "done":
-                        self._accept(event.response)
+                    if isinstance(event, ResponseDone):
+                        event = ResponseDone(response=self._accept(event.response))
                     yield event
                 return
-            except ContextOverflowError:
-                if started or attempt >= self.config.reactive_retries:
+            except ContextOverflowError as exc:
+                if started:
                     raise
-                view = (await self.on_context_overflow(format="internal")).view
+                overflow = exc
+            except StreamInterrupted:
+                if started or not self._may_be_overflow():
+                    raise
+                try:
+                    response = await model.request(
+                        view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
+                    )
+                except ContextOverflowError as exc:
+                    overflow = exc
+                else:
+                    for replayed in replay_events(self._accept(response)):
+                        yield replayed
+                    return
+            if attempt >= self.config.reactive_retries:
+                raise overflow
+            self._adopt_served_window(overflow)
+            view = (await self.on_context_overflow(format="internal")).view
+            sent_limit, limit = limit, self._reply_limit(max_tokens)
+            self._check_progress(overflow, sent, sent_limit, limit)
 
     async def delegate_pending(self, model: AsyncModel) -> list[DelegationResult]:
         """Async twin of `Session.delegate_pending`."""
@@ -881,10 +1087,13 @@ class AsyncSession(_BaseSession):
         """Prepare, await ``call(view)``; on ContextOverflowError compact (L4) and retry as configured."""
         view = await self.prepare(format=format)
         for attempt in range(self.config.reactive_retries + 1):
+            sent = self.engine.status().used_raw
             try:
                 return await call(view.messages)
-            except ContextOverflowError:
+            except ContextOverflowError as exc:
                 if attempt >= self.config.reactive_retries:
                     raise
+                self._adopt_served_window(exc)
                 view = await self.on_context_overflow(format=format)
+                self._check_progress(exc, sent, None, None)
         raise UsageError("unreachable: reactive retry loop ended without a result")  # pragma: no cover

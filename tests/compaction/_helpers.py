@@ -145,13 +145,14 @@ def pending_tail(transcript: Sequence[Message]) -> tuple[Message | None, list[Me
 def check_view(s: Session, pv: PreparedView, added: Sequence[Message]) -> None:
     """Every invariant of a prepared view (see the issue): fits, pairs, protected set, transcript."""
     view, status = pv.view, pv.status
-    budget = s.budget.effective
+    budget = s.budget.effective  # in the counter's tokens: calibration lowers it, never the counts
     # fits, by the session's own accountant, recounted from scratch
-    assert status.budget == budget
-    assert status.used <= budget, (status.used, budget)
+    assert status.budget == s.budget.calibrated_effective and status.calibration == s.budget.scale
+    assert status.used == s.budget.calibrated(status.used_raw)
+    assert status.used_raw <= budget, (status.used_raw, budget)
     recount = TokenAccountant(s.accountant.counter, framing=s.accountant.framing).count_messages(view)
     assert recount <= budget, (recount, budget)
-    assert recount == status.used, f"status.used={status.used} but the view counts {recount} tokens"
+    assert recount == status.used_raw, f"status.used_raw={status.used_raw} but the view counts {recount} tokens"
     # tool pairs intact (a pending tail allowed)
     assert toolpairs.validate(view) == [], toolpairs.validate(view)
     # the transcript is exactly what was added: same objects, same order

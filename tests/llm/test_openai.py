@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from contextkeeper.exceptions import ContextOverflowError, UpstreamError, UsageError
+from contextkeeper.exceptions import ContextOverflowError, StreamInterrupted, UpstreamError, UsageError
 from contextkeeper.llm import (
     AsyncOpenAIChatModel,
     ModelResponse,
@@ -302,7 +302,7 @@ async def test_connection_dropped_mid_stream(make_model: Callable[..., Any], ser
     server.push(ScriptedReply(text="one two three four five six", disconnect_after=3), "next")
     model = make_model()
     events, error = await model.stream_until_error([Message.user("go")])
-    assert isinstance(error, UpstreamError) and not isinstance(error, ContextOverflowError)
+    assert isinstance(error, StreamInterrupted) and not isinstance(error, ContextOverflowError)
     assert "closed the connection" in str(error)
     assert [e.text for e in events if isinstance(e, TextDelta)] == ["one ", "two "]
     # The client is still usable afterwards.

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -94,7 +94,12 @@ class _Round:
 
 @dataclass(frozen=True, kw_only=True)
 class ViewStatus:
-    """Accounting of one prepared view."""
+    """Accounting of one prepared view.
+
+    ``used`` and ``budget`` are in the provider's tokens: the counter's count times the applied
+    calibration (``calibration``, 1.0 until enough usage was reported); ``used_raw`` is the
+    counter's own count and ``breakdown`` is in the counter's tokens too.
+    """
 
     used: int
     budget: int
@@ -112,6 +117,14 @@ class ViewStatus:
     breaker: str
     subscriber_errors: int = 0
     hook_errors: int = 0
+    used_raw: int = 0
+    """The view's tokens as the counter counts them (before calibration)."""
+    calibration: float = 1.0
+    """The calibration factor applied to the counts (provider tokens per counted token)."""
+    window: int = 0
+    """The context window the budget uses: the configured one, or the smaller one the server serves."""
+    served_window: int | None = None
+    """The window a context-length error reported, when the session adopted it (smaller than configured)."""
 
 
 class ContextEngine:
@@ -122,14 +135,16 @@ class ContextEngine:
         *,
         session_id: str,
         accountant: TokenAccountant,
-        budget: Budget,
+        budget: Budget | Callable[[], Budget],
         config: CompactionConfig,
         snapshots: SnapshotStore,
         events: EventBus,
     ) -> None:
         self.session_id = session_id
         self.accountant = accountant
-        self.budget = budget
+        # a session passes a function: its budget follows calibration and the window the server serves
+        self._budget_source = budget if callable(budget) else None
+        self._budget = budget if isinstance(budget, Budget) else budget()
         self.config = config
         self.snapshots = snapshots
         self.events = events
@@ -200,6 +215,12 @@ class ContextEngine:
         self._work_need = 0
         """Tokens the working set needs in the context block, measured when a compaction starts."""
         self.hook_errors = 0
+
+    @property
+    def budget(self) -> Budget:
+        """The budget the view is held to, in the counter's tokens (see `Budget.scale`)."""
+        source = self._budget_source
+        return self._budget if source is None else source()
 
     # --- adding ---------------------------------------------------------------------------
     def add(self, messages: Sequence[Message]) -> int:
@@ -456,15 +477,20 @@ class ContextEngine:
 
     def status(self, layer: str | None = None) -> ViewStatus:
         """Accounting of the current view (constant time: totals are kept as messages arrive)."""
-        effective = self.budget.effective
+        budget = self.budget
+        effective = budget.effective
         # the running totals, not the cached list: right even before the first prepare
         used = self._rounds_total + self._context_tokens + self.accountant.framing.reply_priming
         history = used - self._system_total - self._context_tokens - self._tool_total
         return ViewStatus(
-            used=used,
-            budget=effective,
+            used=budget.calibrated(used),
+            used_raw=used,
+            budget=budget.calibrated_effective,
+            calibration=budget.scale,
+            window=budget.window,
+            served_window=self.accountant.calibration.served_window,
             ratio=round(used / effective, 4) if effective else 0.0,
-            state=self.budget.state(used),
+            state=budget.state(used),
             layer=layer,
             breakdown={
                 "system": self._system_total,
@@ -665,8 +691,8 @@ class ContextEngine:
             self.events.emit(
                 ContextStatus(
                     session_id=self.session_id,
-                    used=after,
-                    budget=effective,
+                    used=self.budget.calibrated(after),
+                    budget=self.budget.calibrated_effective,
                     ratio=round(after / effective, 4) if effective else 0.0,
                     state=self.budget.state(after),
                     compact_layer=name,

@@ -54,15 +54,18 @@ def check_allowed(url: str) -> None:
         )
 
 
-def transport_failure(exc: httpx.TransportError, url: str) -> UpstreamError:
-    """The library error for a request that got no (complete) HTTP reply."""
+def transport_failure(exc: httpx.TransportError, url: str, *, stream: bool = False) -> UpstreamError:
+    """The library error for a request that got no (complete) HTTP reply.
+
+    ``stream``: the failure cut a streamed reply (a disconnect is then a `StreamInterrupted`).
+    """
     detail = str(exc) or type(exc).__name__
     if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
         return transport_error(url, "connect", detail)
     if isinstance(exc, httpx.TimeoutException):
         timeout = exc.request.extensions.get("timeout", {}).get("read") if _has_request(exc) else None
         return transport_error(url, "timeout", detail or "timed out", timeout=timeout)
-    return transport_error(url, "disconnect", detail)
+    return transport_error(url, "disconnect", detail, stream=stream)
 
 
 def _has_request(exc: httpx.TransportError) -> bool:
@@ -305,7 +308,7 @@ def iter_sse_sync(response: httpx.Response, url: str) -> Generator[SSEEvent, Non
         if last is not None:
             yield last
     except httpx.TransportError as exc:
-        raise transport_failure(exc, url) from exc
+        raise transport_failure(exc, url, stream=True) from exc
     finally:
         response.close()
 
@@ -322,14 +325,19 @@ async def iter_sse_async(response: httpx.Response, url: str) -> AsyncGenerator[S
         if last is not None:
             yield last
     except httpx.TransportError as exc:
-        raise transport_failure(exc, url) from exc
+        raise transport_failure(exc, url, stream=True) from exc
     finally:
         await response.aclose()
 
 
-def incomplete_stream(url: str) -> UpstreamError:
-    """The error for a stream that ended without the provider's end marker."""
-    return transport_error(url, "disconnect", "the stream ended before its end marker")
+def incomplete_stream(url: str, *, empty: bool = False) -> UpstreamError:
+    """The error (a `StreamInterrupted`) for a stream that ended without the provider's end marker.
+
+    ``empty``: the server sent no event at all (some servers answer a prompt too long for their
+    window this way).
+    """
+    detail = "the stream ended before any event" if empty else "the stream ended before its end marker"
+    return transport_error(url, "disconnect", detail, stream=True)
 
 
 def base_headers(extra: Mapping[str, str]) -> dict[str, str]:
