@@ -34,7 +34,7 @@ META_KEY = "contextkeeper"
 
 def _arguments_problem(arguments: str) -> str | None:
     """Why tool-call arguments cannot be used, or None when they are a JSON object (or empty)."""
-    if not arguments.strip():
+    if not arguments:
         return None
     try:
         value = json.loads(arguments)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import socket
 import threading
 import time
 from typing import Any
@@ -578,3 +580,39 @@ def test_lock_serializes_read_modify_write(backend: Backend) -> None:
         thread.join()
     assert conflicts == []
     assert stores[0].load_state("s") == ({"count": 15}, 15)
+
+
+def test_a_live_holder_keeps_its_lock_past_its_lease_and_the_timeout_says_who(backend: Backend) -> None:
+    """The holder's heartbeat renews its short lease, so a slow holder is never mistaken for a dead one."""
+    holder = backend.make(lock_lease=0.3)
+    other = backend.make(lock_lease=0.3)
+    holder.create_session("s")
+    with holder.lock("s", timeout=1.0):
+        deadline = time.monotonic() + 1.2  # four leases
+        while time.monotonic() < deadline:
+            with pytest.raises(LockTimeout) as info, other.lock("s", timeout=0.1):
+                pass
+        text = str(info.value)
+        assert "compacting" not in text  # only what is known
+        if backend.name == "postgres":
+            assert "held by Postgres backend pid" in text and "connected since" in text
+            assert info.value.expires_in is None
+        else:
+            assert f"held by {socket.gethostname()} pid {os.getpid()} since " in text
+            assert "lease expires in" in text
+            assert info.value.holder == f"{socket.gethostname()} pid {os.getpid()}"
+            assert info.value.since is not None and abs(info.value.since - time.time()) < 5
+            assert info.value.expires_in is not None and 0 <= info.value.expires_in <= 0.3
+    with other.lock("s", timeout=1.0):
+        pass
+
+
+def test_the_lock_block_s_own_error_comes_out_unchanged(backend: Backend) -> None:
+    store = backend.make()
+    store.create_session("s")
+    with pytest.raises(VersionConflict):
+        with store.lock("s", timeout=1.0):
+            store.save_state("s", {}, expected_version=0)
+            store.save_state("s", {}, expected_version=0)
+    with store.lock("s", timeout=1.0):  # released
+        pass

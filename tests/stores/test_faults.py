@@ -1,4 +1,5 @@
-"""Faults: writers killed mid-append, concurrent writers and compactors, a Redis server that dies."""
+"""Faults: writers killed mid-append, lock holders killed, concurrent writers and compactors, a Redis
+server that dies."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from typing import Any
 import pytest
 import redis
 
-from contextkeeper.exceptions import StoreUnavailable
+from contextkeeper.exceptions import LockTimeout, StoreUnavailable
 from contextkeeper.messages import Message
-from contextkeeper.stores import open_store
+from contextkeeper.stores import DEFAULT_LOCK_LEASE, open_store
 from contextkeeper.stores.redis import RedisStore
 
 from . import _writer
@@ -107,6 +108,43 @@ def test_writers_killed_mid_append_leave_no_partial_batch(
     # Each writer's batches are a gap-free prefix: nothing after a lost batch was kept.
     assert all(sorted(numbers) == list(range(len(numbers))) for numbers in by_worker.values())
     assert len(by_worker) == KILLS
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("name", ["sqlite", "redis", "redis-cluster", "postgres"])
+def test_a_killed_lock_holder_frees_the_lock_within_5_seconds(
+    name: str, mode: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A compactor SIGKILLed while it holds the session lock delays the next compaction by at most one lease.
+
+    The holder's heartbeat stops with it, so its short lease runs out (SQLite, Redis); Postgres
+    drops the advisory lock with the dead holder's connection.
+    """
+    url, options = _location(name, request, tmp_path)
+    with open_store(url, **options) as store:
+        store.create_session("s")
+    ready = tmp_path / "locked"
+    process = _context().Process(
+        target=_writer.hold_lock_until_killed, args=(url, options, "s", mode, str(ready)), daemon=True
+    )
+    process.start()
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        assert process.is_alive(), f"the holder died by itself (exit code {process.exitcode})"
+        assert time.monotonic() < deadline, "the holder did not take the lock in 30 s"
+        time.sleep(0.01)
+    with open_store(url, **options) as store:
+        with pytest.raises(LockTimeout, match=f"pid {process.pid}|Postgres backend pid"):
+            with store.lock("s", timeout=0.3):
+                pass
+        process.kill()
+        process.join(10)
+        assert process.exitcode == -signal.SIGKILL
+        started = time.monotonic()
+        with store.lock("s", timeout=10):
+            waited = time.monotonic() - started
+    assert waited < 5.0, f"the next compaction waited {waited:.1f} s for a dead holder's lock"
+    assert waited < DEFAULT_LOCK_LEASE + 0.5
 
 
 @pytest.mark.parametrize("name", ["sqlite", "redis", "redis-cluster", "postgres"])
