@@ -154,3 +154,15 @@ def test_store_help_shows_the_config_section_name(runner: CliRunner) -> None:
         result = runner.invoke(app, [*command, "--help"])
         text = " ".join(result.stdout.replace("│", " ").split())
         assert "(default: [store] url" in text, result.stdout  # rich markup would swallow it unescaped
+
+
+def test_stored_text_that_looks_like_markup_is_shown_as_is(runner: CliRunner, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    with open_store(url) as store:
+        session = Session("[b]odd[/b]", window=8000, counter="heuristic", store=store)
+        session.add([{"role": "user", "content": "why does [/red] break the [bold] log?"}])
+    shown = invoke(runner, "sessions", "show", "[b]odd[/b]", "--store", url)
+    assert shown.exit_code == 0, shown.stderr
+    assert "[b]odd[/b]" in shown.stdout and "[/red]" in shown.stdout
+    listed = invoke(runner, "sessions", "list", "--store", url)
+    assert "[b]odd[/b]" in listed.stdout

@@ -338,3 +338,11 @@ def test_an_unknown_model_error_names_the_flag(runner: CliRunner, chat_file: Pat
         line = _one_error_line(runner.invoke(app, [command, str(chat_file), "--model", "acme-llm-7"]))
         assert "`--window`" in line and "window=" not in line
         assert "max_output=" not in line and "register_model" not in line and "[models." in line
+
+
+def test_a_file_name_with_brackets_is_printed_as_is(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "run[b]1.json"
+    path.write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    result = runner.invoke(app, ["count", str(path)])
+    assert result.exit_code == 0, result.stderr
+    assert "run[b]1.json" in result.stdout

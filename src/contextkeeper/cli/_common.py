@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import typer
 from rich.console import Console
+from rich.markup import escape as plain
 
 from ..adapters import FORMATS, Format, anthropic as anthropic_adapter, detect_format, from_messages, to_messages
 from ..compaction.summarizer import Summarizer
@@ -34,6 +35,7 @@ __all__ = [
     "get_settings",
     "load_transcript",
     "out",
+    "plain",
     "print_json",
     "render_transcript",
     "token_counting",

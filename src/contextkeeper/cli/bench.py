@@ -19,7 +19,7 @@ import typer
 from rich.table import Table
 
 from ..benchmarks.probes import run_probes
-from ._common import CLIError, err, out, progress_bar
+from ._common import CLIError, err, out, plain, progress_bar
 
 __all__ = ["bench_app", "fidelity_table", "repo_root"]
 
@@ -83,7 +83,7 @@ def probes(
 
         result = run_probes(data, values, progress=progress, summarizer_factory=factory)
         result["summarizer"] = summarizer
-    table = Table(title=f"probes: {data.name}")
+    table = Table(title=f"probes: {plain(data.name)}")
     for col in ("budget", "retention", "found/total", "all fit", "pairs ok", "seconds"):
         table.add_column(col)
     for budget, row in result["budgets"].items():
@@ -115,7 +115,9 @@ def fidelity(
     phases = 2 * len(values) + (3 if llm else 0)  # extractive and running per budget, three LLM scripts
     with progress_bar(f"fidelity {data.name}", phases) as advance:
         result = run_fidelity(data, budgets=values, llm=llm, progress=lambda done: advance(1, f"fidelity: {done}"))
-    out.print(fidelity_table(result, title=f"fidelity: {data.name} ({result['traces']} traces, {result['counter']})"))
+    out.print(
+        fidelity_table(result, title=f"fidelity: {plain(data.name)} ({result['traces']} traces, {result['counter']})")
+    )
     _write_json(json_out, result)
 
 
@@ -186,7 +188,7 @@ def stores(
     def report(name: str, figures: dict[str, Any]) -> None:
         err.print(f"  {name}: done")
         if "error" in figures:
-            table.add_row(name, "-", "-", "-", str(figures["error"])[:80])
+            table.add_row(name, "-", "-", "-", plain(str(figures["error"])[:80]))
             return
         if name == "sqlite":
             sqlite.update(figures)
@@ -232,7 +234,7 @@ def repo_root() -> Path:
 def _run(args: list[str], root: Path) -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
-    err.print(f"running: {' '.join(args)}", soft_wrap=True)
+    err.print(f"running: {plain(' '.join(args))}", soft_wrap=True)
     return subprocess.call(args, cwd=root, env=env)
 
 

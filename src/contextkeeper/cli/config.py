@@ -19,7 +19,7 @@ from ..settings import (
     user_dir,
     validate_config_file,
 )
-from ._common import CLIError, get_settings, out, print_json, state
+from ._common import CLIError, get_settings, out, plain, print_json, state
 from .sessions import open_cli_store
 
 __all__ = ["config_app"]
@@ -68,11 +68,11 @@ def show_command(
     if json_out:
         print_json(result)
         return
-    out.print(f"config file: {result['config_file'] or '(none)'}")
-    out.print(f"user dir:    {result['user_dir']}")
-    out.print(f"environment: {', '.join(env_keys) or '(no CONTEXTKEEPER_* variables)'}")
-    out.print(f"store:       {settings.store_url}")
-    out.print(f"summarizer:  {settings.summarizer.model}")
+    out.print(f"config file: {plain(result['config_file'] or '(none)')}")
+    out.print(f"user dir:    {plain(result['user_dir'])}")
+    out.print(f"environment: {plain(', '.join(env_keys) or '(no CONTEXTKEEPER_* variables)')}")
+    out.print(f"store:       {plain(settings.store_url)}")
+    out.print(f"summarizer:  {plain(settings.summarizer.model)}")
     if "model" in derived:
         m = derived["model"]
         out.print(
@@ -87,14 +87,14 @@ def show_command(
     table.add_column("set by")
     explicit = settings.compaction_options()
     for key, value in derived["compaction"].items():
-        table.add_row(key, str(value), "config" if key in explicit else "default")
+        table.add_row(key, plain(str(value)), "config" if key in explicit else "default")
     out.print(table)
     if settings.models:
         overrides = Table(title="\\[models] overrides")
         for col in ("model", "context_length", "max_output"):
             overrides.add_column(col)
         for name, o in settings.models.items():
-            overrides.add_row(name, str(o.context_length or "-"), str(o.max_output or "-"))
+            overrides.add_row(plain(name), str(o.context_length or "-"), str(o.max_output or "-"))
         out.print(overrides)
 
 

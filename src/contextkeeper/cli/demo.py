@@ -145,7 +145,7 @@ def _final_table(r: DemoResult, report: Path) -> Table:
         ("report", str(report)),
     ]
     for k, v in rows:
-        table.add_row(k, v)
+        table.add_row(k, Text(v))  # paths and URLs as they are (a "[" in them is not markup)
     return table
 
 

@@ -27,6 +27,7 @@ from ._common import (
     get_settings,
     load_transcript,
     out,
+    plain,
     print_json,
     progress_bar,
     render_transcript,
@@ -126,7 +127,7 @@ def compact_command(
     tool_note = f", plus {schemas:,} in tool schemas" if schemas else ""
     layers = ", ".join(f"{k}×{v}" for k, v in sorted(status.compactions.items())) or "none needed"
     snaps = len(session.snapshots.list_snapshots(session.session_id))
-    where = f" in {snapshots}" if snapshots is not None else " (pass --snapshots DIR to keep them)"
+    where = f" in {plain(str(snapshots))}" if snapshots is not None else " (pass --snapshots DIR to keep them)"
     err.print(
         f"compacted {len(messages)} messages ({before:,} tokens) → {len(prepared.view)} messages "
         f"({status.used:,} tokens){tool_note}; budget {status.budget:,} ({status.ratio:.0%}, {status.state}); "
@@ -226,7 +227,10 @@ def count_command(
     if json_out:
         print_json(result)
         return
-    roles = Table(title=f"{file.name}: {len(loaded.messages)} messages ({loaded.format}), {info.name} / {counter.name}")
+    roles = Table(
+        title=f"{plain(file.name)}: {len(loaded.messages)} messages ({loaded.format}), {plain(info.name)} / "
+        f"{plain(counter.name)}"
+    )
     roles.add_column("role")
     roles.add_column("messages", justify="right")
     roles.add_column("tokens", justify="right")
