@@ -6,11 +6,16 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from contextkeeper._store_url import check_store_url, expand_store_url
 from contextkeeper.exceptions import ConfigError
+from contextkeeper.messages import Message
+from contextkeeper.session import Session
 from contextkeeper.settings import (
     MAX_CONFIG_BYTES,
     MAX_YAML_ALIASES,
@@ -248,3 +253,94 @@ def test_validate_reports_a_placeholder_in_the_store_url(tmp_path: Path) -> None
     [problem] = validate_config_file(path, environment=False)
     assert problem.key == "store.url" and problem.line == 3 and "placeholder" in problem.message
     assert "sqlite:///~/path.db" in problem.allowed
+
+
+# --- any config file: settings that work, or ConfigError ----------------------------------------
+
+_SECTION_KEYS = {
+    "agent_context": [
+        "max_context_tokens",
+        "reserved_tokens",
+        "warning_threshold",
+        "error_threshold",
+        "critical_threshold",
+        "min_keep_recent_rounds",
+        "max_observation_age_rounds",
+        "truncated_observation_max_chars",
+        "min_keep_tokens",
+        "max_compact_failures",
+    ],
+    "compaction": [
+        "profile",
+        "low_water",
+        "high_water",
+        "keep_recent_rounds",
+        "clear_after_rounds",
+        "layers",
+        "cascade",
+        "hybrid_weights",
+        "source_weights",
+        "type_ttl",
+        "thrash_deepen_by",
+        "ledger_max_entries",
+    ],
+    "budgets": ["shares", "soft_ratio"],
+    "store": ["url"],
+    "summarizer": ["model"],
+    "models": ["gpt-4o", "my-llama"],
+}
+_LEAVES = st.one_of(
+    st.integers(-5, 200_000),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(0.0, 1.0),
+    st.booleans(),
+    st.none(),
+    st.sampled_from(["extractive", "none", "seed", "fifo", "memory://", "sqlite:///ck.db", "<user dir>", ""]),
+    st.text(max_size=6),
+)
+_ANY = st.recursive(
+    _LEAVES,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    max_leaves=6,
+)
+
+
+@st.composite
+def config_documents(draw: st.DrawFn) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for section in draw(st.lists(st.sampled_from(sorted(_SECTION_KEYS)), max_size=4, unique=True)):
+        keys = draw(st.lists(st.sampled_from(_SECTION_KEYS[section]), max_size=4, unique=True))
+        doc[section] = {k: draw(st.one_of(_LEAVES, _LEAVES, _ANY)) for k in keys}
+        if draw(st.integers(0, 9)) == 0:
+            doc[section] = draw(_ANY)  # a section that is not a table
+    if draw(st.integers(0, 5)) == 0:
+        doc[draw(st.sampled_from(["model", "tokenizer", "colour"]))] = draw(_LEAVES)
+    return doc
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(doc=config_documents())
+def test_any_config_file_loads_into_working_settings_or_raises_config_error(
+    doc: dict[str, Any], tmp_path: Path
+) -> None:
+    path = tmp_path / "any.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    problems = validate_config_file(path, environment=False)  # never raises: it lists problems
+    try:
+        loaded = load_settings(path)
+        loaded.check()
+    except ConfigError:
+        assert problems, "load_settings refused a file that config validate passed"
+        return
+    assert problems == [], [p.render() for p in problems]  # validate and load agree
+    try:
+        config = loaded.compaction_config(effective=3000)  # min_keep_tokens depends on the budget
+    except ConfigError:
+        return
+    session = Session(window=3000, counter="heuristic", config=config, thresholds=loaded.thresholds())
+    for i in range(12):
+        session.add([Message.user(f"step {i}: look up ORD-{i}"), Message.assistant("ok " + "details " * 60)])
+        prepared = session.prepare(format="internal")
+        assert prepared.status.used <= prepared.status.budget
