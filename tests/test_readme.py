@@ -91,3 +91,32 @@ def test_readme_block_runs_as_written(
         check=False,
     )
     assert result.returncode == 0, f"README block at line {line} ({heading}) failed:\n{result.stderr[-3000:]}"
+
+
+def _cli_rows(text: str) -> list[tuple[list[str], list[str]]]:
+    """(command words, flags) of every `contextkeeper ...` row of the README's command table."""
+    rows = []
+    for cell in re.findall(r"^\| `(contextkeeper [^`]+)`", text, re.M):
+        words = cell.split()[1:]
+        command = []
+        for word in words:
+            if not re.fullmatch(r"[a-z][a-z-]*", word):
+                break
+            command.append(word)
+        rows.append((command, sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", cell)))))
+    return rows
+
+
+CLI_ROWS = _cli_rows(README.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(("command", "flags"), CLI_ROWS, ids=[" ".join(r[0]) for r in CLI_ROWS])
+def test_readme_command_table_matches_the_cli(command: list[str], flags: list[str]) -> None:
+    from typer.testing import CliRunner
+
+    from contextkeeper.cli import app
+
+    result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, (command, result.output)
+    for flag in flags:
+        assert flag in result.output, f"`contextkeeper {' '.join(command)}` has no {flag} (README command table)"
