@@ -10,7 +10,15 @@ import anyio
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from contextkeeper import ContextOverflowError, Message, OverflowUnresolved, StreamInterrupted, ToolCall, toolpairs
+from contextkeeper import (
+    BudgetExceeded,
+    ContextOverflowError,
+    Message,
+    OverflowUnresolved,
+    StreamInterrupted,
+    ToolCall,
+    toolpairs,
+)
 from contextkeeper._replies import repair_reply
 from contextkeeper.adapters import to_messages
 from contextkeeper.events import Alert
@@ -330,3 +338,28 @@ def test_repaired_replies_are_valid_messages_that_keep_what_the_model_wrote(argu
             assert repaired == original and json.loads(original.arguments or "{}").__class__ is dict
     assert [c.call_id for c in kept.tool_calls] == [c.call_id for c in calls if c.call_id not in invalid]
     assert messages[0].text == response.message.text
+
+
+def test_async_complete_adopts_the_served_window_and_refuses_to_resend() -> None:
+    s = AsyncSession("big", window=8192, reserved_output=1024, counter=COUNTER)
+    s.add(big_session().transcript)
+    stuck = AsyncSession("stuck", window=4000, reserved_output=0, counter=COUNTER)
+    stuck.add([Message.system("You are a test agent."), Message.user("review: " + "a long pasted file " * 500)])
+    tiny = AsyncSession("tiny", window=8192, reserved_output=0, counter=COUNTER)
+    tiny.add([Message.system("You are a test agent."), Message.user("review: " + "a long pasted file " * 500)])
+
+    async def run(url: str, session: AsyncSession) -> Any:
+        async with AsyncOpenAIChatModel("m", base_url=url, max_retries=0) as model:
+            return await session.complete(model)
+
+    with ScriptedOpenAIServer.llama_cpp_python(n_ctx=2048, count_tokens=server_counter(1.0), default="ok") as server:
+        assert anyio.run(run, server.base_url, s).text == "ok"
+        assert len(server.requests) == 2 and s.status().window == 2048 == s.status().served_window
+        # the part compaction may not touch does not fit the served window: said at once, not resent
+        with pytest.raises(BudgetExceeded, match="protected part"):
+            anyio.run(run, server.base_url, tiny)
+        assert len(server.requests) == 3
+    with ScriptedOpenAIServer([ScriptedError.context_length_exceeded(limit=4000)] * 2) as server:
+        with pytest.raises(OverflowUnresolved):
+            anyio.run(run, server.base_url, stuck)
+        assert len(server.requests) == 1
