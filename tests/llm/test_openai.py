@@ -441,3 +441,12 @@ async def test_servers_that_send_decoded_arguments_and_no_call_ids(
     (call,) = response.tool_calls
     assert call.name == "ls" and json.loads(call.arguments) == {"path": "/tmp"}
     assert call.call_id.startswith("call_")
+
+
+def test_the_reply_limit_goes_in_the_field_the_server_expects(server: ScriptedOpenAIServer) -> None:
+    # api.openai.com's reasoning models reject `max_tokens`; other servers expect it
+    messages = [Message.user("go")]
+    with OpenAIChatModel("o3") as remote, OpenAIChatModel("m", base_url=server.base_url) as local:
+        for model, field in ((remote, "max_completion_tokens"), (local, "max_tokens")):
+            body = model._body(messages, tools=None, max_tokens=64, temperature=None, stream=False)
+            assert body[field] == 64 and len({"max_tokens", "max_completion_tokens"} & set(body)) == 1

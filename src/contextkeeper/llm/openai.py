@@ -256,7 +256,7 @@ class _BaseOpenAIChatModel(HTTPModelBase[ClientT], Generic[ClientT]):
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
         max_tokens: int | None = None,
-        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = None,
         stream_usage: bool = True,
         extra_body: Mapping[str, Any] | None = None,
         http_client: ClientT | None = None,
@@ -272,8 +272,9 @@ class _BaseOpenAIChatModel(HTTPModelBase[ClientT], Generic[ClientT]):
             retry: How failed requests are retried (default `RetryPolicy()`).
             headers: Extra headers sent with every request.
             max_tokens: Default reply limit when a request gives none.
-            max_tokens_field: ``"max_completion_tokens"`` for OpenAI's reasoning models, which
-                reject ``max_tokens``; other servers expect ``"max_tokens"``.
+            max_tokens_field: The request field of the reply limit. Default: ``"max_completion_tokens"``
+                at api.openai.com (its reasoning models reject ``max_tokens``; every current OpenAI
+                model takes the new name), ``"max_tokens"`` elsewhere (what other servers expect).
             stream_usage: Ask for usage in streams (``stream_options.include_usage``); turn off
                 for servers that reject the option.
             extra_body: Extra request fields sent with every request (``top_p``, ``seed``, ...).
@@ -290,7 +291,10 @@ class _BaseOpenAIChatModel(HTTPModelBase[ClientT], Generic[ClientT]):
         self._model = model
         self._api_key = api_key
         self._max_tokens = max_tokens
-        self._max_tokens_field = max_tokens_field
+        if max_tokens_field is None:
+            openai = httpx.URL(self.base_url).host == "api.openai.com"
+            max_tokens_field = "max_completion_tokens" if openai else "max_tokens"
+        self._max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = max_tokens_field
         self._stream_usage = stream_usage
         self._extra_body = dict(extra_body or {})
 
