@@ -363,3 +363,12 @@ def test_async_complete_adopts_the_served_window_and_refuses_to_resend() -> None
         with pytest.raises(OverflowUnresolved):
             anyio.run(run, server.base_url, stuck)
         assert len(server.requests) == 1
+
+
+def test_a_loop_of_its_own_passes_the_error_to_on_context_overflow() -> None:
+    s = big_session()
+    seen = alerts(s)
+    error = ContextOverflowError("too long", limit=2048, requested=3300)
+    view = s.on_context_overflow(format="internal", error=error)
+    assert s.status().window == 2048 and [a.alert for a in seen] == ["served-window"]
+    assert view.status.used + s.budget.reserved_output <= 2048

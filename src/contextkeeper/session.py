@@ -694,8 +694,16 @@ class Session(_BaseSession):
         if state is not None:
             self.engine.import_state(state)
 
-    def on_context_overflow(self, *, format: OutputFormat | None = None) -> PreparedView:
-        """The provider said the prompt is too long: compact deeper now and return the view to retry with."""
+    def on_context_overflow(
+        self, *, format: OutputFormat | None = None, error: ContextOverflowError | None = None
+    ) -> PreparedView:
+        """The provider said the prompt is too long: compact deeper now and return the view to retry with.
+
+        Pass the provider's ``error``: a window it names that is smaller than the budget's is
+        adopted first (as `complete()` does), so the compaction cuts to fit the served window.
+        """
+        if error is not None:
+            self._adopt_served_window(error)
         if self.store is None:
             return self._finish(self._drive(self._flow(True)), format)
         with self.store.lock(self.session_id):  # saved like any compaction: a restart resumes this view
@@ -920,8 +928,15 @@ class AsyncSession(_BaseSession):
             return self._finish(appended or await self._drive(self._flow(False)), format)
         return self._finish(await self._compact_saved(reactive=False), format)
 
-    async def on_context_overflow(self, *, format: OutputFormat | None = None) -> PreparedView:
-        """The provider said the prompt is too long: compact deeper now and return the view to retry with."""
+    async def on_context_overflow(
+        self, *, format: OutputFormat | None = None, error: ContextOverflowError | None = None
+    ) -> PreparedView:
+        """The provider said the prompt is too long: compact deeper now and return the view to retry with.
+
+        Pass the provider's ``error`` to adopt a smaller window it names (see `Session.on_context_overflow`).
+        """
+        if error is not None:
+            self._adopt_served_window(error)
         if self.store is None:
             return self._finish(await self._drive(self._flow(True)), format)
         await self.flush()

@@ -1366,7 +1366,9 @@ class ContextEngine:
         return BudgetExceeded(
             f"session {self.session_id!r}: the protected part of the view needs {self._view_tokens} tokens "
             f"but the effective budget is {effective} (window {self.budget.window} − reserved output "
-            f"{self.budget.reserved_output} − tool schemas {self.budget.tool_schemas}); breakdown {s.breakdown}. "
+            f"{self.budget.reserved_output} − tool schemas {self.budget.tool_schemas}"
+            f"{f', counted tokens at calibration scale {self.budget.scale:g}' if self.budget.scale != 1 else ''}"
+            f"); breakdown {s.breakdown}. "
             "Raise the window, lower the reserved output, shorten the system prompt or unpin messages.",
             budget=effective,
             used=self._view_tokens,
