@@ -127,6 +127,12 @@ def is_context_block(m: Message) -> bool:
     return m.role == "user" and (extra.get("contextkeeper") == "context" or m.message_id.startswith("ck_context_"))
 
 
+def is_abandoned_stand_in(m: Message) -> bool:
+    """The stand-in result a view shows for a call abandoned without its result."""
+    extra = m.extra if isinstance(m.extra, dict) else {}
+    return m.role == "tool" and extra.get("contextkeeper") == "abandoned"
+
+
 def pending_tail(transcript: Sequence[Message]) -> tuple[Message | None, list[Message]]:
     """The last assistant message whose calls are not all answered, and the results it has so far."""
     for i in range(len(transcript) - 1, -1, -1):
@@ -162,11 +168,25 @@ def check_view(s: Session, pv: PreparedView, added: Sequence[Message]) -> None:
     # no duplicates; originals in transcript order (stand-ins at their original's place)
     assert len({m.message_id for m in view}) == len(view)
     ids = transcript_index(transcript)
-    order = [source_of(m, ids) for m in view]
-    for m, idx in zip(view, order, strict=True):
+    # Tool results sit in their call's round (toolpairs checked that above), after it: a result that
+    # came late (after later messages) is ordered by its call, then by its own place; the stand-in
+    # result of an abandoned call comes last in its round.
+    keys: list[tuple[int, float]] = []
+    call_at = -1
+    for m in view:
+        idx = source_of(m, ids)
+        if is_abandoned_stand_in(m):
+            keys.append((call_at, float("inf")))
+            continue
         assert idx is not None or is_context_block(m), f"view message {m.message_id} comes from nowhere"
-    known = [i for i in order if i is not None]
-    assert known == sorted(known), "view messages out of transcript order"
+        if idx is None:
+            continue
+        if m.role == "tool":
+            keys.append((call_at, float(idx)))
+        else:
+            call_at = idx
+            keys.append((idx, -1.0))
+    assert keys == sorted(keys), "view messages out of transcript order"
     # starts with the leading system message(s), and every system/developer message is kept as is
     lead = []
     for m in transcript:

@@ -32,15 +32,17 @@ from ..events import (
     SnapshotWritten,
     Trigger,
 )
-from ..exceptions import BudgetExceeded, MessageError, SchemaError, SummaryRejected, ToolPairError
+from ..exceptions import BudgetExceeded, MessageError, SchemaError, SummaryRejected
 from ..keyinfo import fact_rank, is_error_line, key_lines, preview, rank_facts, salient_facts
 from ..ledger import Ledger, LedgerEntry, entry_for_round, request_facts
-from ..messages import Message, TextPart, ThinkingPart, check_message
+from ..messages import Message, TextPart, ThinkingPart
 from ..notes import Notes
 from ..snapshots import SnapshotStore, encode_snapshot, make_snapshot_id
 from ..summarize.extractive import fit_summary
 from ..tokens.accountant import TokenAccountant
 from ..workingset import WorkingSet
+from ._intake import abandon_open_calls, check_batch, take_late_result
+from ._resume import check_state, context_id, export_view, import_view, saved_stand_ins
 from .breaker import CircuitBreaker
 from .config import CompactionConfig, Strategy
 from .policies import Candidate, order_for_eviction
@@ -78,18 +80,21 @@ class _Round:
     """Ledger entry prepared ahead, appended when the round leaves the view."""
     prepared: bool = False
     snapshot_written: bool = False
+    fillers: list[Message] | None = None
+    """Stand-in results of abandoned calls, shown after the round's other results (see `_intake`)."""
+    filler_tokens: int = 0
 
     @property
     def view_tokens(self) -> int:
         if self.state == "evicted":
             return 0
-        return self.shown_tokens if self.shown is not None else self.tokens
+        return (self.shown_tokens if self.shown is not None else self.tokens) + self.filler_tokens
 
     @property
     def view_tool_tokens(self) -> int:
         if self.state == "evicted":
             return 0
-        return self.shown_tool_tokens if self.shown is not None else self.tool_tokens
+        return (self.shown_tool_tokens if self.shown is not None else self.tool_tokens) + self.filler_tokens
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,7 +162,12 @@ class ContextEngine:
         self.transcript: list[Message] = []
         self.counts: list[int] = []
         self.rounds: list[_Round] = []
-        self._ids: set[str] = set()
+        self._ids: dict[str, int] = {}
+        """Transcript index by message id."""
+        self._abandoned: dict[str, _Round] = {}
+        """Calls a later message abandoned before their result came, by call id (see `_intake`)."""
+        self._replies = 0
+        """Assistant messages in the transcript: the turns thrashing is measured in (derived on replay)."""
         self._open_calls: dict[str, _Round] = {}
         """Calls without a result yet, by call id (ids may be reused once answered, as real traces do)."""
         self._answered: set[str] = set()
@@ -209,7 +219,7 @@ class ContextEngine:
         """Every round before this ordinal is evicted or a system round: loops start here."""
         self.turn = 0
         self.compactions: dict[str, int] = {}
-        self._last_compaction_turn: int | None = None
+        self._last_compaction_reply: int | None = None
         self._thrash_streak = 0
         self._deepen = 0.0
         self._work_need = 0
@@ -237,54 +247,9 @@ class ContextEngine:
 
         Raises:
             MessageError: a malformed message (index, field and fix named).
-            ToolPairError: a result for an unknown call, a second result, a call id still pending.
+            ToolPairError: a result for an unknown call, a second result, one call id twice in a message.
         """
-        batch_calls: set[str] = set()
-        batch_answered: set[str] = set()
-        batch_ids: set[str] = set()
-        fresh: list[Message] = []
-        for i, m in enumerate(messages):
-            if not isinstance(m, Message):
-                raise MessageError(
-                    f"message {i}: expected a contextkeeper Message, got {type(m).__name__}; "
-                    "convert provider dicts with contextkeeper.adapters.to_messages().",
-                    index=i,
-                )
-            check_message(m, index=i)
-            if m.message_id in self._ids or m.message_id in batch_ids:
-                continue
-            batch_ids.add(m.message_id)
-            if m.role == "tool":
-                cid = m.tool_call_id or ""
-                is_open = (cid in self._open_calls and cid not in batch_answered) or cid in batch_calls
-                if not is_open:
-                    if cid in self._answered or cid in batch_answered:
-                        raise ToolPairError(
-                            f"message {i}: a second result for call {cid!r}; send one result per call "
-                            "(merge the outputs into one message).",
-                            index=i,
-                            call_id=cid,
-                        )
-                    raise ToolPairError(
-                        f"message {i}: tool result for unknown call {cid!r}; add the assistant message "
-                        "that makes this call first.",
-                        index=i,
-                        call_id=cid,
-                    )
-                batch_calls.discard(cid)
-                batch_answered.add(cid)
-            for call in m.tool_calls:
-                cid = call.call_id
-                if cid in batch_calls or (cid in self._open_calls and cid not in batch_answered):
-                    raise ToolPairError(
-                        f"message {i}: tool call id {cid!r} is already waiting for its result; "
-                        "a call id may be reused only after its result was added.",
-                        index=i,
-                        call_id=cid,
-                    )
-                batch_calls.add(cid)
-            fresh.append(m)
-        return fresh
+        return check_batch(self, messages)
 
     def commit(self, fresh: Sequence[Message]) -> None:
         """Append messages that `check` returned (a store write may sit between the two)."""
@@ -298,12 +263,15 @@ class ContextEngine:
         n = self.accountant.count_message(m, shared=m.role in ("system", "developer"))
         self.transcript.append(m)
         self.counts.append(n)
-        self._ids.add(m.message_id)
+        self._ids[m.message_id] = index
         if m.role == "assistant":
             self._last_assistant_index = index  # outputs before it have been used
+            self._replies += 1
+        if m.role != "tool" and self._open_calls:
+            abandon_open_calls(self)
         last = self.rounds[-1] if self.rounds else None
         if m.role == "tool":
-            r = self._open_calls.pop(m.tool_call_id or "")
+            r = self._open_calls.pop(m.tool_call_id or "", None) or take_late_result(self, m.tool_call_id or "")
             self._detach(r)
             r.indices.append(index)
             r.tokens += n
@@ -344,6 +312,7 @@ class ContextEngine:
                 for c in m.tool_calls:
                     self._open_calls[c.call_id] = r
                     self._answered.discard(c.call_id)
+                    self._abandoned.pop(c.call_id, None)  # the id belongs to the newer call now
             if kind == "user":
                 self._last_user_round = r
             self.rounds.append(r)
@@ -439,7 +408,7 @@ class ContextEngine:
                 # what the compaction costs besides the rounds nobody prepared (render, eviction...)
                 fixed = (time.perf_counter() - started) * 1000 - unprepared * self._prep_cost * 1000
                 self._compaction_fixed_ms = 0.7 * self._compaction_fixed_ms + 0.3 * max(0.0, fixed)
-            self._last_compaction_turn = self.turn
+            self._last_compaction_reply = self._replies
         else:
             self._track_growth(high)
         return self._turn_result(layer)
@@ -583,8 +552,8 @@ class ContextEngine:
             self._prep_cost = 0.7 * self._prep_cost + 0.3 * per_round
 
     def _check_thrashing(self) -> None:
-        last = self._last_compaction_turn
-        if last is not None and self.turn - last <= self.config.thrash_window_turns:
+        last = self._last_compaction_reply
+        if last is not None and self._replies - last <= self.config.thrash_window_turns:
             self._thrash_streak += 1
             if self._thrash_streak >= self.config.thrash_repeats:
                 self._deepen = min(self._deepen + self.config.thrash_deepen_by, self.config.low_water)
@@ -1282,10 +1251,11 @@ class ContextEngine:
                 exact=False,
                 exclude="\n".join(parts[1:]),  # facts the summary shows are not listed twice
             )
+            text = "\n".join([*parts, ledger_text] if ledger_text else parts)
             msg = Message(
                 role="user",
-                parts=(TextPart(text="\n".join([*parts, ledger_text] if ledger_text else parts)),),
-                message_id=f"ck_context_{self.turn}",
+                parts=(TextPart(text=text),),
+                message_id=context_id(text),
                 source_ids=source_ids,
                 extra={"contextkeeper": "context"},
             )
@@ -1345,6 +1315,8 @@ class ContextEngine:
             if r.kind == "tool-call" and r.shown is None and len(r.indices) > 1:
                 # a result may have arrived late: render results right after their call
                 msgs = sorted(msgs, key=lambda m: 0 if m.role != "tool" else 1)
+            if r.fillers:
+                msgs = [*msgs, *r.fillers]
             tokens += r.view_tokens
             if r.kind == "system" and not kept_started:
                 head.extend(msgs)
@@ -1378,7 +1350,7 @@ class ContextEngine:
     # --- persistence ------------------------------------------------------------------------
     def export_state(self) -> dict[str, Any]:
         """The view state as JSON: what compaction decided, not the transcript (stored apart)."""
-        return {
+        state: dict[str, Any] = {
             "format": 1,
             "transcript_messages": len(self.transcript),
             "evicted": [r.ordinal for r in self.rounds if r.state == "evicted"],
@@ -1395,6 +1367,7 @@ class ContextEngine:
             "breaker": {"failures": self.breaker.failures, "total_failures": self.breaker.total_failures},
             "calibration": self.accountant.calibration.to_dict(),
         }
+        return export_view(self, state)
 
     def import_state(self, state: Mapping[str, Any]) -> None:
         """Restore what `export_state` saved onto a transcript that was replayed with `add`.
@@ -1408,11 +1381,13 @@ class ContextEngine:
                 "version of contextkeeper; upgrade contextkeeper or run `contextkeeper db migrate`.",
                 session_id=self.session_id,
             )
+        check_state(self.session_id, state)
         by_ordinal = {r.ordinal: r for r in self.rounds}
+        saved = saved_stand_ins(self, state)
         for ordinal in state.get("cleared", []):
             r = by_ordinal.get(int(ordinal))
             if r is not None and r.state == "full":
-                shown = self._build_stand_ins(r, force=False)
+                shown = saved.get(r.ordinal) or self._build_stand_ins(r, force=False)
                 if shown is not None:
                     self._set_shown(r, shown)
         for ordinal in state.get("evicted", []):
@@ -1421,8 +1396,8 @@ class ContextEngine:
                 self._detach(r)
                 r.state = "evicted"
                 self._attach(r)
-        self.ledger = Ledger.from_dict(state.get("ledger", {}))
-        self.notes = Notes.from_dict(state["notes"]) if "notes" in state else Notes()
+        self.ledger = Ledger.from_dict(state.get("ledger", {}), session_id=self.session_id)
+        self.notes = Notes.from_dict(state["notes"], session_id=self.session_id) if "notes" in state else Notes()
         self.working_set = WorkingSet.from_dict(state.get("working_set") or {})
         for entry in self.ledger.entries:
             r = by_ordinal.get(entry.step)
@@ -1440,7 +1415,8 @@ class ContextEngine:
         self.breaker.total_failures = int(breaker.get("total_failures", 0))
         if "calibration" in state:
             self.accountant.calibration = type(self.accountant.calibration).from_dict(state["calibration"])
-        self._render_context(self.budget.effective)
+        if not import_view(self, state):
+            self._render_context(self.budget.effective)
         self._rebuild()
 
     # --- reactive (L4) --------------------------------------------------------------------
