@@ -12,10 +12,11 @@ import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
+from ._binding import AsyncStoreLink, StoreLink
 from ._json import tool_arguments, whole_number
 from ._replies import overflow_unresolved, repair_reply, replay_events
 from .adapters import Format, from_messages, to_messages
@@ -28,10 +29,13 @@ from .exceptions import (
     ConfigError,
     ContextOverflowError,
     OverflowUnresolved,
+    SessionNotFound,
     SnapshotError,
+    StoreUnavailable,
     StreamInterrupted,
     SummaryRejected,
     UsageError,
+    VersionConflict,
 )
 from .ledger import Ledger, StepStatus
 from .llm.base import ResponseDone
@@ -75,12 +79,13 @@ def _is_async_store(store: Any) -> bool:
 _MAX_REF_CHARS = 512
 """Longest `read_context` reference (a span of two message ids fits many times over)."""
 
+
 def _positive_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-_EPHEMERAL_EVENTS = frozenset({"context.status"})
-"""Events not written to the persisted audit log (one per turn; the metrics carry them)."""
+_SAVE_ATTEMPTS = 3
+"""Compactions of one prepare that may lose a compare-and-set (a holder whose lock lease ran out)."""
 
 
 class _Rebuilding:
@@ -175,9 +180,13 @@ class _BaseSession:
         self.store = store
         """A session store (`contextkeeper.stores.open_store`) the transcript and view state persist in."""
         self.tenant = tenant
+        """The tenant the session belongs to in its store; another tenant's session of this id is never opened."""
+        self._link: StoreLink | None = None
+        if store is not None and not _is_async_store(store):
+            self._link = StoreLink(store, self.session_id, tenant, self.events, snapshots_in_store=snapshots is None)
         if snapshots is None:
-            if store is not None and not _is_async_store(store):
-                snapshots = store  # Redis/Postgres deployments then need no shared disk
+            if self._link is not None and self._link.snapshots is not None:
+                snapshots = self._link.snapshots  # Redis/Postgres deployments then need no shared disk
             elif data_dir is not None:
                 snapshots = FileSnapshotStore(Path(data_dir) / "snapshots")
             else:
@@ -417,8 +426,15 @@ class _BaseSession:
         return self.engine.ledger
 
     def status(self) -> ViewStatus:
-        """Accounting of the current view."""
-        return self.engine.status()
+        """Accounting of the current view (``degraded`` says when the store does not have it yet)."""
+        return self._with_store(self.engine.status())
+
+    def _store_problem(self) -> str | None:
+        return None if self._link is None else self._link.problem
+
+    def _with_store(self, status: ViewStatus) -> ViewStatus:
+        problem = self._store_problem()
+        return status if problem is None else replace(status, degraded=problem)
 
     def subscribe(self, callback: Callable[[Event], object]) -> Callable[[], None]:
         """Call ``callback(event)`` for every event; returns the unsubscribe function."""
@@ -569,7 +585,7 @@ class _BaseSession:
             self.events.emit(Alert(session_id=self.session_id, alert="spike", detail=f"turn cost spike: {report}"))
 
     def _finish(self, result: tuple[list[Message], ViewStatus], format: OutputFormat | None) -> PreparedView:
-        view, status = result
+        view, status = result[0], self._with_store(result[1])
         fmt = format or self.format
         if fmt == "internal":  # the engine's copy already: the caller may change it freely
             return PreparedView(messages=view, view=view, status=status)
@@ -620,7 +636,12 @@ class Session(_BaseSession):
             ``data_dir/snapshots`` when given, else memory).
         store: A session store (`contextkeeper.stores.open_store`): the transcript is written
             through, the view state saved with compare-and-set after each compaction, and an
-            existing session with this id is resumed.
+            existing session with this id is resumed. While the store cannot be reached, a due
+            compaction runs in memory and is saved once it is back (``status().degraded``, an
+            ``alert`` event); a store that lost the session raises `SessionLost` on `add`, and
+            `restore_to_store` writes the session back.
+        tenant: The session's owner in the store; a session of this id that belongs to another
+            tenant is never opened (`SessionNotFound`, as for a missing one).
         data_dir: Directory for snapshot files when there is no store.
         thresholds: Pressure states (warning 0.70, error 0.90, critical 0.95, overflow 1.0 by default).
         format: Format of `prepare()` output and of `add()` input by default.
@@ -637,62 +658,131 @@ class Session(_BaseSession):
             self._resume()
 
     def _resume(self) -> None:
-        """Load (or create) the stored session: replay its transcript, restore its view state."""
-        store = self.store
-        store.create_session(self.session_id, tenant=self.tenant, model=self.model, window=self.budget.window)
-        stored = store.load_messages(self.session_id)
+        """Load (or create) the stored session: replay its transcript, restore its view state.
+
+        Raises:
+            SessionNotFound: the id belongs to another tenant's session.
+        """
+        assert self._link is not None
+        stored, state, self._state_version = self._link.open(model=self.model, window=self.budget.window)
         if stored:
             self.engine.add(stored)
-        state, self._state_version = store.load_state(self.session_id)
         if state is not None:
             self.engine.import_state(state)
-        self.events.sinks.append(self._audit)
-
-    def _audit(self, record: Mapping[str, Any]) -> None:
-        if record.get("kind") not in _EPHEMERAL_EVENTS:
-            self.store.append_audit(self.session_id, record)
+        self.events.sinks.append(self._link.audit)
 
     def _persist_messages(self, fresh: Sequence[Message]) -> None:
-        if self.store is not None and fresh:
-            self.store.append_messages(self.session_id, fresh)
+        if self._link is not None and fresh:
+            self._link.append(fresh, transcript_messages=len(self.engine.transcript))
 
     def prepare(self, *, format: OutputFormat | None = None) -> PreparedView:
         """The view for the next model call, compacting first when it passed the high-water mark.
 
         With a store, a compaction runs under the session's lock and its view state is saved with
-        compare-and-set; a writer that lost the race reloads the winner's state.
+        compare-and-set; a writer that lost the race reloads the winner's state. While the store
+        fails, a due compaction runs in memory (the view still fits) and is saved by a later
+        prepare once the store works again.
         """
-        if self.store is None or not self.engine.needs_compaction():
+        link = self._link
+        if link is not None and link.problem is not None:
+            self._resync()
+        if link is None or not self.engine.needs_compaction():
             appended = self.engine.prepare_appended()
             return self._finish(appended or self._drive(self._flow(False)), format)
-        with self.store.lock(self.session_id):
-            return self._finish(self._persisted(self._flow(False)), format)
+        if link.problem is not None:  # the store fails: compact in memory; a later prepare saves the view
+            link.unsaved = True
+            return self._finish(self._drive(self._flow(False)), format)
+        return self._finish(self._compact_saved(reactive=False), format)
 
-    def _persisted(
-        self,
-        flow: Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]],
-        *,
-        reactive: bool = False,
-    ) -> tuple[list[Message], ViewStatus]:
-        _, stored_version = self.store.load_state(self.session_id)
-        if stored_version != self._state_version:  # another process compacted meanwhile: start from its state
-            flow.close()
-            self._reload()
-            flow = self._flow(reactive)
-        result = self._drive(flow)
-        self._state_version = self.store.save_state(
-            self.session_id, self.engine.export_state(), expected_version=self._state_version
-        )
+    def _compact_saved(self, *, reactive: bool) -> tuple[list[Message], ViewStatus]:
+        """Compact under the session's lock and save the view state (CAS); in memory while the store fails."""
+        assert self._link is not None
+        result: tuple[list[Message], ViewStatus] | None = None
+        try:
+            with self._link.lock():
+                for attempt in range(_SAVE_ATTEMPTS):
+                    if self._link.version() != self._state_version:  # another process compacted: start from its state
+                        self._reload()
+                    result = self._drive(self._flow(reactive))
+                    try:
+                        self._state_version = self._link.save(
+                            self.engine.export_state(), expected_version=self._state_version
+                        )
+                        break
+                    except VersionConflict:  # our lease ran out while we compacted and another writer saved
+                        if attempt == _SAVE_ATTEMPTS - 1:
+                            raise
+        except (StoreUnavailable, SessionNotFound) as exc:
+            self._link.fail(exc)
+            if result is None:  # the store failed before the compaction ran: run it in memory
+                result = self._drive(self._flow(reactive))
+            self._link.unsaved = True
+        assert result is not None
         return result
 
+    def _resync(self) -> None:
+        """After a store failure: save the view compacted in memory, or learn the store works again."""
+        link = self._link
+        assert link is not None
+        if link.problem == "store-lost":
+            return  # only restore_to_store() writes it back: the store's transcript would have a gap
+        try:
+            if not link.unsaved:
+                link.probe()
+                link.flush()
+            else:
+                with link.lock():
+                    if link.version() != self._state_version:
+                        self._reload()  # another process compacted meanwhile: its view wins
+                    else:
+                        self._state_version = link.save(
+                            self.engine.export_state(), expected_version=self._state_version
+                        )
+                    link.flush()
+            link.recovered()
+        except (StoreUnavailable, SessionNotFound):
+            pass  # still failing (the link noted how): the view stays in memory
+
     def _reload(self) -> None:
-        """Rebuild the engine from the store (transcript and view state)."""
+        """Rebuild the engine from the store (transcript and view state).
+
+        The store is read first, so a store failing meanwhile leaves the session as it was.
+        """
+        assert self._link is not None
+        messages, state, version = self._link.load()
         self._reset_engine()
         self._wire_summarizer()
-        self.engine.add(self.store.load_messages(self.session_id))
-        state, self._state_version = self.store.load_state(self.session_id)
+        self.engine.add(messages)
+        self._state_version = version
         if state is not None:
             self.engine.import_state(state)
+
+    def restore_to_store(self) -> None:
+        """Write this session back into a store that lost it (restarted empty, expired or deleted it).
+
+        The store gets the session again under its id and tenant, the whole transcript this
+        process holds (messages it has are skipped) and the current view state, so `add` works
+        again and a restarted process resumes the same view. When another process restored the
+        session first, its view state wins and this session reloads it (its messages are added).
+        Snapshots are written again as compaction needs them; `read_context` rebuilds older ones
+        from the transcript. Safe to call when nothing was lost.
+
+        Raises:
+            SessionNotFound: the id now belongs to another tenant's session.
+            StoreUnavailable: the store cannot be reached (try again later).
+        """
+        link = self._link
+        if link is None:
+            raise UsageError(f"Session {self.session_id!r} has no store to restore to; pass `store=` when creating it.")
+        link.restore(self.engine.transcript, model=self.model, window=self.budget.window)
+        with link.lock():
+            version = link.version()
+            if version == 0:
+                self._state_version = link.save(self.engine.export_state(), expected_version=0)
+            elif version != self._state_version:
+                self._reload()
+            link.flush()
+        link.recovered()
 
     def on_context_overflow(
         self, *, format: OutputFormat | None = None, error: ContextOverflowError | None = None
@@ -704,10 +794,16 @@ class Session(_BaseSession):
         """
         if error is not None:
             self._adopt_served_window(error)
-        if self.store is None:
+        link = self._link
+        if link is None:
             return self._finish(self._drive(self._flow(True)), format)
-        with self.store.lock(self.session_id):  # saved like any compaction: a restart resumes this view
-            return self._finish(self._persisted(self._flow(True), reactive=True), format)
+        if link.problem is not None:
+            self._resync()
+        if link.problem is not None:
+            link.unsaved = True
+            return self._finish(self._drive(self._flow(True)), format)
+        # saved like any compaction: a restart resumes this view
+        return self._finish(self._compact_saved(reactive=True), format)
 
     def _drive(
         self, flow: Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]
@@ -878,24 +974,29 @@ class AsyncSession(_BaseSession):
         self._unsaved: list[Message] = []
         self._loaded = store is None
         self._stored_snapshots: set[str] = set()
+        self._alink = None if store is None else AsyncStoreLink(store, self.session_id, self.tenant, self.events)
+
+    def _store_problem(self) -> str | None:
+        return None if self._alink is None else self._alink.problem
 
     @classmethod
     async def open(cls, session_id: str, *, store: Any, **kwargs: Any) -> AsyncSession:
-        """A session bound to an async store: created there if new, resumed (transcript and view state) if not."""
+        """A session bound to an async store: created there if new, resumed (transcript and view state) if not.
+
+        Raises:
+            SessionNotFound: the id belongs to another tenant's session.
+        """
         session = cls(session_id, store=store, **kwargs)
         await session.load()
         return session
 
     async def load(self) -> None:
         """Load the stored transcript and view state (done by `open`; idempotent)."""
-        if self._loaded:
+        if self._loaded or self._alink is None:
             return
-        store = self.store
-        await store.create_session(self.session_id, tenant=self.tenant, model=self.model, window=self.budget.window)
-        stored = await store.load_messages(self.session_id)
+        stored, state, self._state_version = await self._alink.open(model=self.model, window=self.budget.window)
         if stored:
             self.engine.add(stored)
-        state, self._state_version = await store.load_state(self.session_id)
         if state is not None:
             self.engine.import_state(state)
         self._loaded = True
@@ -905,13 +1006,18 @@ class AsyncSession(_BaseSession):
             self._unsaved.extend(fresh)  # written by the next prepare() or flush()
 
     async def flush(self) -> None:
-        """Write messages added since the last prepare to the store (idempotent by message id)."""
-        if self.store is not None and self._unsaved:
+        """Write messages added since the last prepare to the store (idempotent by message id).
+
+        Raises:
+            SessionLost: the store no longer has the session (`restore_to_store` writes it back).
+            StoreUnavailable: the store cannot be reached; the messages stay for the next try.
+        """
+        if self._alink is not None and self._unsaved:
             if not self._loaded:
                 raise UsageError("AsyncSession with a store must be loaded first: use `await AsyncSession.open(...)`.")
             batch, self._unsaved = self._unsaved, []
             try:
-                await self.store.append_messages(self.session_id, batch)
+                await self._alink.append(batch, transcript_messages=len(self.engine.transcript))
             except BaseException:
                 self._unsaved[:0] = batch  # keep them for the next try
                 raise
@@ -920,12 +1026,18 @@ class AsyncSession(_BaseSession):
         """The view for the next model call, compacting first when it passed the high-water mark.
 
         With a store, pending messages are written first; a compaction runs under the session's
-        lock and saves the view state with compare-and-set.
+        lock and saves the view state with compare-and-set. While the store fails, messages wait
+        in memory, a due compaction runs in memory, and a later prepare saves both.
         """
-        await self.flush()
-        if self.store is None or not self.engine.needs_compaction():
+        link = self._alink
+        if link is not None:
+            await self._resync()
+        if link is None or not self.engine.needs_compaction():
             appended = self.engine.prepare_appended()
             return self._finish(appended or await self._drive(self._flow(False)), format)
+        if link.problem is not None:  # the store fails: compact in memory; a later prepare saves it all
+            link.unsaved = True
+            return self._finish(await self._drive(self._flow(False)), format)
         return self._finish(await self._compact_saved(reactive=False), format)
 
     async def on_context_overflow(
@@ -937,51 +1049,124 @@ class AsyncSession(_BaseSession):
         """
         if error is not None:
             self._adopt_served_window(error)
-        if self.store is None:
+        link = self._alink
+        if link is None:
             return self._finish(await self._drive(self._flow(True)), format)
-        await self.flush()
+        await self._resync()
+        if link.problem is not None:
+            link.unsaved = True
+            return self._finish(await self._drive(self._flow(True)), format)
         return self._finish(await self._compact_saved(reactive=True), format)
 
+    async def _resync(self) -> None:
+        """Write what waits for the store (messages, a view compacted in memory), or note that it still fails."""
+        link = self._alink
+        assert link is not None
+        if link.problem == "store-lost":
+            return  # only restore_to_store() writes it back: the store's transcript would have a gap
+        try:
+            await self.flush()
+            if link.problem is None:
+                return
+            if link.unsaved:
+                async with link.lock():
+                    if await link.version() != self._state_version:
+                        await self._reload()  # another process compacted meanwhile: its view wins
+                    else:
+                        await self._flush_snapshots()
+                        self._state_version = await link.save(
+                            self.engine.export_state(), expected_version=self._state_version
+                        )
+            else:
+                await link.probe()
+            link.recovered()
+        except (StoreUnavailable, SessionNotFound) as exc:
+            link.fail(exc)
+
     async def _compact_saved(self, *, reactive: bool) -> tuple[list[Message], ViewStatus]:
-        """Compact under the session's lock; save the snapshots it wrote, then the view state (CAS)."""
-        async with self.store.lock(self.session_id):
-            _, stored_version = await self.store.load_state(self.session_id)
-            if stored_version != self._state_version:  # another process compacted meanwhile: start from its state
-                await self._reload()
-            result = await self._drive(self._flow(reactive))
-            await self._flush_snapshots()
-            self._state_version = await self.store.save_state(
-                self.session_id, self.engine.export_state(), expected_version=self._state_version
-            )
+        """Compact under the session's lock; save the snapshots it wrote, then the view state (CAS).
+
+        In memory when the store fails meanwhile; a later prepare saves it.
+        """
+        link = self._alink
+        assert link is not None
+        result: tuple[list[Message], ViewStatus] | None = None
+        try:
+            async with link.lock():
+                for attempt in range(_SAVE_ATTEMPTS):
+                    if await link.version() != self._state_version:  # another process compacted: start from its state
+                        await self._reload()
+                    result = await self._drive(self._flow(reactive))
+                    await self._flush_snapshots()
+                    try:
+                        self._state_version = await link.save(
+                            self.engine.export_state(), expected_version=self._state_version
+                        )
+                        break
+                    except VersionConflict:  # our lease ran out while we compacted and another writer saved
+                        if attempt == _SAVE_ATTEMPTS - 1:
+                            raise
+        except (StoreUnavailable, SessionNotFound) as exc:
+            link.fail(exc)
+            if result is None:
+                result = await self._drive(self._flow(reactive))
+            link.unsaved = True
+        assert result is not None
         return result
 
     async def _reload(self) -> None:
-        """Rebuild the engine from the store (transcript and view state)."""
+        """Rebuild the engine from the store (transcript and view state).
+
+        The store is read first, so a store failing meanwhile leaves the session as it was.
+        """
+        assert self._alink is not None
+        messages, state, version = await self._alink.load()
         self._reset_engine()
         self._wire_summarizer()
-        self.engine.add(await self.store.load_messages(self.session_id))
-        state, self._state_version = await self.store.load_state(self.session_id)
+        self.engine.add(messages)
+        self._state_version = version
         if state is not None:
             self.engine.import_state(state)
 
     async def _flush_snapshots(self) -> None:
         """Copy snapshots compaction wrote (in memory or files) to the async store, so replicas can read them."""
+        assert self._alink is not None
         written = [sid for sid in self.snapshots.list_snapshots(self.session_id) if sid not in self._stored_snapshots]
         for sid in written:
-            await self.store.put_snapshot(self.session_id, sid, self.snapshots.get_snapshot(self.session_id, sid))
+            await self._alink.put_snapshot(sid, self.snapshots.get_snapshot(self.session_id, sid))
             self._stored_snapshots.add(sid)
+
+    async def restore_to_store(self) -> None:
+        """Async twin of `Session.restore_to_store`: write this session back into a store that lost it.
+
+        The messages not written yet go too; the snapshots are copied again.
+        """
+        link = self._alink
+        if link is None:
+            raise UsageError(f"Session {self.session_id!r} has no store to restore to; pass `store=` when creating it.")
+        await link.restore(self.engine.transcript, model=self.model, window=self.budget.window)
+        self._unsaved.clear()
+        self._stored_snapshots.clear()
+        async with link.lock():
+            version = await link.version()
+            if version == 0:
+                await self._flush_snapshots()
+                self._state_version = await link.save(self.engine.export_state(), expected_version=0)
+            elif version != self._state_version:
+                await self._reload()
+        link.recovered()
 
     async def aread_context(self, ref: str, *, page: int = 1) -> str:
         """`read_context` that also reads snapshots from the async store (written by another process)."""
         sid = ref.strip()
-        if self.store is not None and sid.startswith("snap_"):
+        if self._alink is not None and sid.startswith("snap_"):
             try:
                 self.snapshots.get_snapshot(self.session_id, sid)
             except SnapshotError:
                 try:
-                    data = await self.store.get_snapshot(self.session_id, sid)
-                except SnapshotError:
-                    pass  # not stored either: read_context rebuilds it from the transcript or says so
+                    data = await self._alink.get_snapshot(sid)
+                except (SnapshotError, StoreUnavailable, SessionNotFound):
+                    pass  # not in the store (or it fails): read_context rebuilds it from the transcript or says so
                 else:
                     self.snapshots.put_snapshot(self.session_id, sid, data)
                     self._stored_snapshots.add(sid)

@@ -130,6 +130,9 @@ class ViewStatus:
     """The context window the budget uses: the configured one, or the smaller one the server serves."""
     served_window: int | None = None
     """The window a context-length error reported, when the session adopted it (smaller than configured)."""
+    degraded: str | None = None
+    """Why the session's store does not have this view: ``store-unavailable`` (compacted in memory, saved
+    when the store is back) or ``store-lost`` (see `Session.restore_to_store`); None when it has it."""
 
 
 class ContextEngine:
