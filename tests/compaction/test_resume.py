@@ -201,6 +201,8 @@ BROKEN = [
     ("view/context", {"role": "robot"}, "view.context"),
     ("view/stand_ins", [1], "view.stand_ins"),
     ("view/gate_floor", None, "view.gate_floor"),
+    ("calibration", {"factor": "x"}, "calibration"),
+    ("working_set", {"items": [{"kind": "planet"}]}, "working_set"),
 ]
 
 

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._json import storable
-from ..exceptions import SchemaError
+from ..exceptions import ContextKeeperError, SchemaError
 from ..messages import Message
+from ..tokens.calibration import Calibration
+from ..workingset import WorkingSet
 
 if TYPE_CHECKING:
     from .engine import ContextEngine
@@ -74,6 +76,12 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+_LOADERS: tuple[tuple[str, Callable[[Any], object]], ...] = (
+    ("working_set", WorkingSet.from_dict),
+    ("calibration", Calibration.from_dict),
+)
+
+
 def check_state(session_id: str, state: Any) -> None:
     """Raise `SchemaError` (naming the session and the field) when ``state`` is not shaped as saved.
 
@@ -104,6 +112,12 @@ def check_state(session_id: str, state: Any) -> None:
     for key, n in state.get("breaker", {}).items():
         if key in ("failures", "total_failures") and not _is_int(n):
             raise _broken(session_id, f"breaker.{key}", f"must be an integer, got {n!r:.40}")
+    for key, load in _LOADERS:  # parts that load themselves: a failure names the part
+        if state.get(key) is not None:
+            try:
+                load(state[key])
+            except (ContextKeeperError, ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise _broken(session_id, key, f"cannot be loaded ({exc})") from None
     view = state.get("view")
     if view is None:
         return
