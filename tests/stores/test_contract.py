@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import socket
@@ -616,3 +617,37 @@ def test_the_lock_block_s_own_error_comes_out_unchanged(backend: Backend) -> Non
             store.save_state("s", {}, expected_version=0)
     with store.lock("s", timeout=1.0):  # released
         pass
+
+
+def _run_op(store: Any, op: Any) -> Any:
+    """Run one backend operation on a sync store or (through its portal) an async one."""
+    inner = getattr(store, "inner", None)
+    if inner is None:
+        return store._run(op, write=True)
+    return store.portal.call(functools.partial(inner._run, op, write=True))
+
+
+def _ops(store: Any) -> Any:
+    return getattr(store, "inner", store)._ops
+
+
+def test_a_dead_holders_lease_runs_out_and_its_late_release_frees_nothing(backend: Backend) -> None:
+    if backend.name == "postgres":
+        pytest.skip("Postgres's advisory lock ends with its holder's connection (test_faults kills a holder)")
+    holder, other = backend.make(), backend.make()
+    holder.create_session("s")
+    # A holder that died right after taking the lock: nobody renews its 1 s lease. Leases run on
+    # the wall clock every process shares, not on the stores' (fake) clock.
+    dead = "f00d|other-host|4242|1750000000.000"
+    assert _run_op(holder, _ops(holder).try_lock("s", dead, lease=1.0, now=time.time()))
+    with pytest.raises(LockTimeout, match="held by other-host pid 4242 since .*lease expires in 0") as info:
+        with other.lock("s", timeout=0.05):
+            pass
+    assert info.value.holder == "other-host pid 4242" and info.value.since == 1_750_000_000.0
+    started = time.monotonic()
+    with other.lock("s", timeout=10):
+        assert time.monotonic() - started < 3  # one lease, not the old 60 s
+        _run_op(holder, _ops(holder).unlock("s", dead))  # the stale holder wakes up and releases
+        with pytest.raises(LockTimeout):
+            with holder.lock("s", timeout=0.05):
+                pass

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from pathlib import Path
 
 import anyio
 import pytest
 
-from contextkeeper.exceptions import ConfigError, LockTimeout, SchemaError, StoreError, StoreUnavailable
+from contextkeeper.exceptions import ConfigError, SchemaError, StoreError, StoreUnavailable
 from contextkeeper.messages import Message
 from contextkeeper.stores import AsyncSqliteStore, SqliteStore, open_async_store, open_store
 from contextkeeper.stores.sqlite import sqlite_path_from_url
-
-from .conftest import FakeClock
 
 
 def test_wal_busy_timeout_and_migrations_table(tmp_path: Path) -> None:
@@ -152,29 +149,6 @@ def test_a_writer_stuck_behind_another_process_gets_store_unavailable(tmp_path: 
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
-
-
-def test_a_dead_holders_lock_is_taken_over_after_the_lease(tmp_path: Path) -> None:
-    holder = SqliteStore.connect(tmp_path / "ck.db", clock=FakeClock())
-    other = SqliteStore.connect(tmp_path / "ck.db", clock=FakeClock())
-    holder.create_session("s")
-    # A holder that died right after taking the lock: nobody renews its 0.3 s lease. Leases run
-    # on the wall clock every process shares, not on the stores' (fake) clock.
-    dead = "f00d|other-host|4242|1750000000.000"
-    assert holder._run(holder._ops.try_lock("s", dead, lease=0.3, now=time.time()), write=True)
-    with pytest.raises(LockTimeout, match="held by other-host pid 4242 since .*lease expires in 0"):
-        with other.lock("s", timeout=0.05):
-            pass
-    started = time.monotonic()
-    with other.lock("s", timeout=2):
-        assert time.monotonic() - started < 1
-        # The stale holder wakes up and releases: that must not free the new owner's lock.
-        holder._run(holder._ops.unlock("s", dead), write=True)
-        with pytest.raises(LockTimeout):
-            with holder.lock("s", timeout=0.05):
-                pass
-    holder.close()
-    other.close()
 
 
 def test_threads_share_one_store(tmp_path: Path) -> None:
