@@ -850,6 +850,8 @@ class _Heartbeat:
                 op = store._ops.renew_lock(self._session_id, self._owner, lease=lease, now=time.time())
                 held = store._run(op, write=True)
             except Exception as exc:  # the next beat retries; the lease covers three missed ones
+                if self._stopped.is_set():  # released meanwhile (the store may be closed already)
+                    return
                 logger.warning("session %r: renewing its lock failed (%s); retrying", self._session_id, exc)
                 continue
             if not held:
@@ -897,7 +899,9 @@ def _validation_problem(exc: ValidationError | ValueError | TypeError | KeyError
 
 
 def _bad_export(number: int, problem: str, session_id: str | None) -> SchemaError:
-    return SchemaError(f"line {number} of the export: {problem}; nothing was imported.", session_id=session_id)
+    return SchemaError(
+        f"line {number} of the export: {problem.rstrip('.')}; nothing was imported.", session_id=session_id
+    )
 
 
 class _StoreCommon:
@@ -1197,8 +1201,16 @@ class _StoreCommon:
         a live transcript can be in, and stay allowed.
         """
         for problem in toolpairs.validate(messages):
-            if problem.kind in ("orphan-result", "duplicate-result"):
-                raise _bad_export(lines_of[problem.index], f"`tool_call_id` {problem.detail}", session_id)
+            if problem.kind not in ("orphan-result", "duplicate-result"):
+                continue
+            message_id = messages[problem.index].message_id
+            if problem.kind == "orphan-result":
+                what = (
+                    f"its `tool_call_id` {problem.call_id!r} answers no call made before it (a result without its call)"
+                )
+            else:
+                what = f"it is a second result for call {problem.call_id!r} (`tool_call_id`); one result per call"
+            raise _bad_export(lines_of[problem.index], f"message {message_id!r}: {what}", session_id)
         waiting: set[str] = set()
         for index, message in enumerate(messages):
             if message.role == "tool":
