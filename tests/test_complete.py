@@ -372,3 +372,40 @@ def test_a_loop_of_its_own_passes_the_error_to_on_context_overflow() -> None:
     view = s.on_context_overflow(format="internal", error=error)
     assert s.status().window == 2048 and [a.alert for a in seen] == ["served-window"]
     assert view.status.used + s.budget.reserved_output <= 2048
+
+
+def _raw_reply(message: dict[str, Any], finish: str = "tool_calls") -> ScriptedError:
+    body = {"id": "c", "model": "m", "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+    return ScriptedError(status=200, body=json.dumps(body))
+
+
+def test_a_reply_add_would_refuse_is_still_kept() -> None:
+    def call(call_id: str, arguments: str) -> dict[str, Any]:
+        return {"id": call_id, "type": "function", "function": {"name": "ls", "arguments": arguments}}
+
+    deep = "[" * 300 + "]" * 300
+    replies = [
+        # two calls sharing an id: the second gets a fresh one
+        _raw_reply({"role": "assistant", "content": None, "tool_calls": [call("call_1", "{}"), call("call_1", "{}")]}),
+        # an escaped half surrogate in the text and in the arguments, arguments nested 300 deep
+        _raw_reply(
+            {
+                "role": "assistant",
+                "content": "done \ud83d",
+                "tool_calls": [call("call_2", '{"p": "\\ud83d"}'), call("call_3", '{"a": ' + deep + "}")],
+            }
+        ),
+    ]
+    s = _long_session()
+    with ScriptedOpenAIServer(replies) as server, OpenAIChatModel("m", base_url=server.base_url) as model:
+        first = s.complete(model)
+        ids = [c.call_id for c in first.tool_calls]
+        assert len(set(ids)) == 2 and ids[0] == "call_1"
+        assert s.transcript[-1].extra["contextkeeper"]["renamed_call_ids"] == {ids[1]: "call_1"}
+        for c in first.tool_calls:
+            s.on_tool_result("ls", "a.py", call_id=c.call_id)
+        second = s.complete(model)
+    assert second.text == "done \ufffd" and second.tool_calls == ()
+    problems = [c.error for c in second.invalid_tool_calls]
+    assert "lone surrogate" in problems[0] and "deeper than" in problems[1]
+    assert not s.engine.has_open_calls() and toolpairs.validate(s.transcript) == []

@@ -179,3 +179,23 @@ async def test_anthropic_stream_keeps_cut_off_tool_arguments(
     response = (await make_model("anthropic").stream([Message.user("go")]))[-1].response
     (call,) = response.tool_calls
     assert call.arguments == '{"pa' and response.finish_reason == "length"
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("streamed", [False, True], ids=["body", "stream"])
+async def test_a_reply_nested_thousands_deep_is_an_upstream_error(
+    make_model: Callable[..., Any], server: ScriptedOpenAIServer, api: str, streamed: bool
+) -> None:
+    deep = '{"a": ' * 5000 + "1" + "}" * 5000
+    server.push(ScriptedStream(events=[deep], done=False) if streamed else ScriptedError(status=200, body=deep))
+    model = make_model(api)
+    with pytest.raises(UpstreamError, match="deeper than 116 levels"):
+        await (model.stream if streamed else model.request)([Message.user("go")])
+
+
+async def test_an_error_body_nested_thousands_deep_is_read_as_text(
+    make_model: Callable[..., Any], server: ScriptedOpenAIServer
+) -> None:
+    server.push(ScriptedError(status=500, body="[" * 5000 + "]" * 5000))
+    with pytest.raises(UpstreamError, match="HTTP 500"):
+        await make_model().request([Message.user("go")])

@@ -16,6 +16,7 @@ from typing import Any, Generic, Self, TypeVar
 import anyio
 import httpx
 
+from .._json import MAX_DEPTH, BadJSON, loads
 from .._version import __version__
 from ..exceptions import ContextOverflowError, UpstreamError, UsageError
 from .base import RetryPolicy
@@ -234,16 +235,37 @@ async def send_async(
             await anyio.sleep(decision.wait)
 
 
+REPLY_MAX_DEPTH = MAX_DEPTH + 16
+"""Deepest nesting accepted in a reply: the bound on tool arguments plus room for the envelope."""
+
+
+def decode_reply(text: str | bytes, url: str, what: str) -> Any:
+    """A reply body or stream event decoded with bounded depth; ``None`` when it is not JSON.
+
+    Raises:
+        UpstreamError: It nests deeper than `REPLY_MAX_DEPTH` or holds a number Python cannot read.
+    """
+    try:
+        return loads(text, max_depth=REPLY_MAX_DEPTH)
+    except BadJSON as exc:
+        if exc.problem.startswith("is not valid JSON"):
+            return None
+        raise UpstreamError(
+            f"{url} sent {what} that {exc.problem}; no model reply looks like this: check the server (and any"
+            " proxy in front of it).",
+            url=url,
+            status_code=200,
+        ) from None
+
+
 def json_body(response: httpx.Response, url: str) -> dict[str, Any]:
     """The decoded JSON object of a successful reply.
 
     Raises:
-        UpstreamError: The body is not a JSON object (a proxy's HTML page, usually).
+        UpstreamError: The body is not a JSON object (a proxy's HTML page, usually), or nests
+            deeper than `REPLY_MAX_DEPTH`.
     """
-    try:
-        data = response.json()
-    except ValueError:
-        data = None
+    data = decode_reply(response.content, url, f"an HTTP {response.status_code} body")
     if not isinstance(data, dict):
         raise UpstreamError(
             f"{url} answered HTTP {response.status_code} with a body that is not a JSON object "

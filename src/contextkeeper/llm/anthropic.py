@@ -25,6 +25,7 @@ from ._http import (
     SSEEvent,
     SyncLifecycle,
     base_headers,
+    decode_reply,
     incomplete_stream,
     iter_sse_async,
     iter_sse_sync,
@@ -241,14 +242,13 @@ class _StreamAssembler:
         """
         if not event.data.strip():
             return []
-        try:
-            data = json.loads(event.data)
-        except ValueError:
+        data = decode_reply(event.data, self._url, "a stream event")
+        if data is None:
             raise UpstreamError(
                 f"{self._url} sent a stream event that is not JSON ({event.data[:200]!r}); check that the server"
                 " speaks the Anthropic Messages API.",
                 url=self._url,
-            ) from None
+            )
         self.events += 1
         read = self._reader
         if not isinstance(data, dict):

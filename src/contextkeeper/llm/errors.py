@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from .._json import MAX_DEPTH, BadJSON, loads
 from ..exceptions import ContextOverflowError, StreamInterrupted, UpstreamError
 
 __all__ = ["classify_error", "is_context_overflow", "transport_error"]
@@ -100,8 +101,8 @@ _NUMBER_PATTERNS: tuple[re.Pattern[str], ...] = (
 
 def _loads(body: str) -> Any:
     try:
-        return json.loads(body)
-    except ValueError:
+        return loads(body, max_depth=MAX_DEPTH + 16)
+    except BadJSON:  # not JSON, or nested too deep to be an error object: read as text
         return None
 
 

@@ -25,6 +25,7 @@ from ._http import (
     SSEEvent,
     SyncLifecycle,
     base_headers,
+    decode_reply,
     incomplete_stream,
     iter_sse_async,
     iter_sse_sync,
@@ -139,14 +140,13 @@ class _StreamAssembler:
             return []
         if not event.data.strip():
             return []
-        try:
-            chunk = json.loads(event.data)
-        except ValueError:
+        chunk = decode_reply(event.data, self._url, "a stream chunk")
+        if chunk is None:
             raise UpstreamError(
                 f"{self._url} sent a stream chunk that is not JSON ({event.data[:200]!r}); check that the server"
                 " speaks the OpenAI streaming format.",
                 url=self._url,
-            ) from None
+            )
         self.events += 1
         read = self._reader
         if not isinstance(chunk, dict):
