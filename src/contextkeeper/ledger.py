@@ -15,7 +15,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ._json import BadJSON, loads
@@ -489,7 +489,7 @@ class Ledger:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready state (the size calibration included, so a reloaded ledger renders the same text)."""
         return {
-            "entries": [asdict(e) for e in self.entries],
+            "entries": [_entry_dict(e) for e in self.entries],
             "max_entries": self.max_entries,
             "rolled_up": dict(self.rolled_up),
             "next_step": self.next_step,
@@ -523,6 +523,21 @@ class Ledger:
         )
         ledger._scale = min(1.5, max(0.5, scale))
         return ledger
+
+
+def _entry_dict(e: LedgerEntry) -> dict[str, Any]:
+    """`dataclasses.asdict` of an entry, without its generic deep copy (entries are immutable)."""
+    return {
+        "step": e.step,
+        "status": e.status,
+        "intention": e.intention,
+        "kind": e.kind,
+        "facts": e.facts,
+        "snapshot_id": e.snapshot_id,
+        "message_ids": e.message_ids,
+        "tools": e.tools,
+        "turn": e.turn,
+    }
 
 
 def _entry_from_dict(raw: Any, where: str, check: _Shape) -> LedgerEntry:

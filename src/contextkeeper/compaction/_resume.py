@@ -43,12 +43,16 @@ def export_view(engine: ContextEngine, state: dict[str, Any]) -> dict[str, Any]:
     Strings the state derives from outside text (facts, summaries, notes) are scrubbed of lone
     surrogates here if any slipped through: a data problem never makes a session unsaveable.
     """
-    stand_ins: dict[str, Any] = {}  # by the id of the transcript message each stands for
+    # by the id of the transcript message each stands for: "c" for a plain cleared stand-in (made
+    # again exactly from the transcript), the message itself for any other (a shrunk preview)
+    stand_ins: dict[str, Any] = {}
     for r in engine.rounds:
         if r.state == "cleared" and r.shown is not None:
             for m, i in zip(r.shown, r.indices, strict=True):
-                if m is not engine.transcript[i]:
-                    stand_ins[engine.transcript[i].message_id] = m.to_dict()
+                original = engine.transcript[i]
+                if m is not original:
+                    plain = m.message_id == f"{original.message_id}~c"
+                    stand_ins[original.message_id] = "c" if plain else m.to_dict()
     context = engine._context_msg
     state["view"] = {
         "context": context.to_dict() if context is not None else None,
@@ -126,8 +130,8 @@ def check_state(session_id: str, state: Any) -> None:
     if view.get("context") is not None and not isinstance(view["context"], Mapping):
         raise _broken(session_id, "view.context", "must be a message object or null")
     stand_ins = view.get("stand_ins", {})
-    if not isinstance(stand_ins, Mapping) or not all(isinstance(m, Mapping) for m in stand_ins.values()):
-        raise _broken(session_id, "view.stand_ins", "must map message ids to messages")
+    if not isinstance(stand_ins, Mapping) or not all(m == "c" or isinstance(m, Mapping) for m in stand_ins.values()):
+        raise _broken(session_id, "view.stand_ins", 'must map message ids to messages (or "c")')
     if not _is_number(view.get("gate_floor", 0.0)):
         raise _broken(session_id, "view.gate_floor", "must be a finite number")
     if not _is_int(view.get("thrash_streak", 0)):
@@ -160,14 +164,20 @@ def saved_stand_ins(engine: ContextEngine, state: Mapping[str, Any]) -> dict[int
     for ordinal in state.get("cleared", []):
         if not 0 <= ordinal < len(engine.rounds):
             continue  # a round the stored transcript does not have: nothing to show
-        originals = [engine.transcript[i] for i in engine.rounds[ordinal].indices]
-        if any(m.message_id in saved for m in originals):
-            out[ordinal] = [
-                _message(engine.session_id, saved[m.message_id], f"view.stand_ins[{m.message_id!r}]")
-                if m.message_id in saved
-                else m
-                for m in originals
-            ]
+        r = engine.rounds[ordinal]
+        if not any(engine.transcript[i].message_id in saved for i in r.indices):
+            continue
+        shown: list[Message] = []
+        for i in r.indices:
+            m = engine.transcript[i]
+            kept = saved.get(m.message_id)
+            if kept is None:
+                shown.append(m)
+            elif kept == "c":
+                shown.append(engine._stand_in(i, engine._snapshot_id(r), shrink=False))
+            else:
+                shown.append(_message(engine.session_id, kept, f"view.stand_ins[{m.message_id!r}]"))
+        out[ordinal] = shown
     return out
 
 
