@@ -9,7 +9,6 @@ model ride along in ``extra`` so that adapters convert back losslessly.
 from __future__ import annotations
 
 import hashlib
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -92,8 +91,12 @@ class ToolCall:
     kind: Literal["tool-call"] = "tool-call"
 
     def parsed_arguments(self) -> Any:
-        """The arguments decoded from JSON."""
-        return json.loads(self.arguments) if self.arguments else {}
+        """The arguments decoded from JSON (within `contextkeeper._json.MAX_DEPTH` levels).
+
+        Raises:
+            ValueError: the arguments are not JSON or nest too deep (`add()` refuses both).
+        """
+        return _json.loads(self.arguments) if self.arguments else {}
 
 
 Part = Annotated[TextPart | ImagePart | ThinkingPart | ToolCall, Field(discriminator="kind")]
