@@ -224,6 +224,11 @@ class StoreLink(_Link):
             self.keep(record)
             self.fail(exc)
 
+    @property
+    def waiting(self) -> bool:
+        """Whether snapshots or audit events wait to be written."""
+        return bool(self.backlog or (self.snapshots is not None and self.snapshots.pending))
+
     def flush(self) -> None:
         """Write the snapshots and audit events that waited for the store."""
         with self._calls():

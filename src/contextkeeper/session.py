@@ -712,6 +712,8 @@ class Session(_BaseSession):
                     except VersionConflict:  # our lease ran out while we compacted and another writer saved
                         if attempt == _SAVE_ATTEMPTS - 1:
                             raise
+                if self._link.waiting:  # a snapshot the store refused for a moment
+                    self._link.flush()
         except (StoreUnavailable, SessionNotFound) as exc:
             self._link.fail(exc)
             if result is None:  # the store failed before the compaction ran: run it in memory
