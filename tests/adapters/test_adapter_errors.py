@@ -231,3 +231,54 @@ def test_message_objects_in_the_input_are_checked_and_kept():
     with pytest.raises(MessageError) as info:
         to_messages([Message.user(SURROGATE)], format="openai")
     assert info.value.index == 0
+
+
+def _deep_list(levels: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("fmt", ["openai", "responses", "anthropic"])
+@pytest.mark.parametrize("item", [10**5000, _deep_list(5000)], ids=["int-too-long-to-print", "list-5000-deep"])
+def test_an_item_that_cannot_be_printed_gets_a_message_error(fmt, item):
+    # the error message describes the bad item; describing it must not fail in turn
+    with pytest.raises(MessageError) as caught:
+        to_messages([item], format=fmt)
+    assert caught.value.index == 0 and len(str(caught.value)) < 600
+
+
+def test_langchain_objects_forced_past_their_validation_get_a_message_error():
+    lc = pytest.importorskip("langchain_core.messages")
+    bad = [
+        lc.HumanMessage.model_construct(content=False),
+        lc.ChatMessage.model_construct(content="hi", role=["user"]),
+    ]
+    for i, item in enumerate(bad):
+        with pytest.raises(MessageError) as caught:
+            to_messages([item], format="langchain")
+        assert caught.value.index == 0, i
+    # not a dict where the developer-role marker is looked up: an ordinary system message
+    odd = lc.SystemMessage.model_construct(content="hi", additional_kwargs=[1])
+    assert [m.role for m in to_messages([odd], format="langchain")] == ["system"]
+
+
+@pytest.mark.parametrize("fmt", [None, "openai", "responses", "anthropic"])
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"type": [], "role": "user", "content": "x"},
+        {"role": [], "content": "x"},
+        {"role": {"a": 1}, "content": "x"},
+        {"role": 10**5000, "content": "x"},
+        {"role": "user", "content": [{"type": {}, "text": "x"}]},
+    ],
+    ids=["list-type", "list-role", "dict-role", "int-role", "dict-block-type"],
+)
+def test_roles_and_types_of_the_wrong_type_get_a_message_error_or_are_kept(fmt, item):
+    # detection and every format read them without a raw TypeError/ValueError
+    try:
+        to_messages([item], format=fmt)
+    except MessageError as exc:
+        assert exc.index == 0

@@ -32,6 +32,7 @@ indices, so hints stay JSON-serializable and survive a trip through a session st
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -204,10 +205,30 @@ def bad(index: int | None, field: str, problem: str, fix: str) -> MessageError:
     return MessageError(f"{where(index)}: `{field}` {problem}; {fix}.", index=index, field=field)
 
 
+def show(value: Any) -> str:
+    """``repr(value)`` for an error message, short and never failing.
+
+    A value nested thousands deep is shown to a few levels, an integer with more digits than
+    Python prints by its size, an object whose ``repr`` raises by its type.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"<int of about {int(value.bit_length() * 0.30103) + 1:,} digits>"
+    try:
+        text = _SHORT_REPR.repr(value)
+    except Exception:  # a hostile object's __repr__ (or __len__) may raise anything
+        return f"<unprintable {type(value).__name__}>"
+    return f"{text[:60]}{'...' if len(text) > 60 else ''}"
+
+
 def describe(value: Any) -> str:
-    """A short description of a bad value for an error message."""
-    text = repr(value)
-    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
+    """A short description of a bad value for an error message: its type and `show` of it."""
+    return f"{type(value).__name__} {show(value)}"
+
+
+_SHORT_REPR = reprlib.Repr()
+"""Reprs that stop at three levels of nesting: a 5,000-deep list prints without recursing."""
+_SHORT_REPR.maxlevel = 3
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = _SHORT_REPR.maxlong = 80
 
 
 def require_mapping(item: Any, index: int, what: str, example: str) -> Mapping[str, Any]:

@@ -108,15 +108,17 @@ def _role(item: Any, i: int) -> Role:
     cls = type(item).__name__
     if cls in _CLASS_ROLES:
         role = _CLASS_ROLES[cls]
-        if role == "system" and item.additional_kwargs.get("__openai_role__") == "developer":
+        extra = getattr(item, "additional_kwargs", None)
+        if role == "system" and isinstance(extra, Mapping) and extra.get("__openai_role__") == "developer":
             return "developer"
         return cast(Role, role)
     if cls in ("FunctionMessage", "FunctionMessageChunk"):
         raise c.bad(i, "type", "is a legacy FunctionMessage", "send tool results as ToolMessage(tool_call_id=...)")
     if cls in ("ChatMessage", "ChatMessageChunk"):
-        chat_role = _CHAT_ROLES.get(item.role)
+        given = getattr(item, "role", None)
+        chat_role = _CHAT_ROLES.get(given) if isinstance(given, str) else None
         if chat_role is None:
-            raise c.bad(i, "role", f"is unknown ({item.role!r})", f"use one of {sorted(_CHAT_ROLES)}")
+            raise c.bad(i, "role", f"is unknown ({c.describe(given)})", f"use one of {sorted(_CHAT_ROLES)}")
         return cast(Role, chat_role)
     raise c.bad(i, "type", f"is an unsupported message class {cls}", "use System/Human/AI/ToolMessage")
 
@@ -124,7 +126,12 @@ def _role(item: Any, i: int) -> Role:
 def _parse(item: Any, i: int, lc: Any) -> Message:
     role = _role(item, i)
     cls = type(item).__name__
-    src = {**item.model_dump(), "__class__": cls}
+    try:  # an object made with model_construct may hold anything: no warnings, a typed error
+        src = {**item.model_dump(warnings=False), "__class__": cls}
+    except Exception as exc:
+        raise c.bad(
+            i, "(item)", f"cannot be read as a {cls} ({type(exc).__name__})", "build it with its constructor"
+        ) from None
     c.check_depth(src, i)
     hints: c.JSONDict = {}
     if cls != _DEFAULT_CLASS[role]:
