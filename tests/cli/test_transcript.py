@@ -346,3 +346,24 @@ def test_a_file_name_with_brackets_is_printed_as_is(runner: CliRunner, tmp_path:
     result = runner.invoke(app, ["count", str(path)])
     assert result.exit_code == 0, result.stderr
     assert "run[b]1.json" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("deep.json", "[" * 5000 + "]" * 5000),
+        ("unclosed.json", "[" * 5000),
+        ("deep.jsonl", '{"role": "user", "content": "hi"}\n' + '{"a":' * 5000 + "1" + "}" * 5000 + "\n"),
+        ("huge-number.json", '[{"role": "user", "content": "hi", "n": ' + "9" * 5000 + "}]"),
+    ],
+)
+@pytest.mark.parametrize("command", ["count", "compact"])
+def test_a_transcript_nested_too_deep_or_with_a_huge_number_is_one_error_line(
+    runner: CliRunner, tmp_path: Path, command: str, name: str, text: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    result = runner.invoke(app, [command, str(path), "--model", "gpt-4o"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith(f"error: {path}") and "unexpected" not in result.stderr
+    assert len(result.stderr.splitlines()) == 1

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape as plain
 
+from .. import _json
 from ..adapters import FORMATS, Format, anthropic as anthropic_adapter, detect_format, from_messages, to_messages
 from ..compaction.summarizer import Summarizer
 from ..exceptions import ConfigError, MessageError, UsageError
@@ -126,6 +127,25 @@ def _json_error(path: Path, exc: json.JSONDecodeError, *, line_offset: int = 0) 
     return CLIError(f"{path}: invalid JSON at line {line}, column {exc.colno}: {exc.msg}.")
 
 
+def _loads(path: Path, text: str, *, line: int = 1) -> Any:
+    """``json.loads`` within `contextkeeper._json.MAX_DEPTH` levels; `json.JSONDecodeError` for invalid JSON.
+
+    Raises:
+        CLIError: JSON nested deeper than a transcript ever is, or a number Python cannot hold.
+    """
+    if _json.too_deep(text, _json.MAX_DEPTH):
+        raise CLIError(
+            f"{path}: the JSON from line {line} on nests deeper than {_json.MAX_DEPTH} levels; a transcript is a "
+            "list of messages a few levels deep."
+        )
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except (ValueError, RecursionError) as exc:  # an integer of more than 4,300 digits; an unclosed deep list
+        raise CLIError(f"{path}: the JSON from line {line} on cannot be read ({exc}).") from None
+
+
 def _parse_document(path: Path, text: str) -> tuple[Any, bool]:
     """(document, is_jsonl): one JSON document, or JSONL (one JSON value per line)."""
     stripped = text.strip()
@@ -134,11 +154,11 @@ def _parse_document(path: Path, text: str) -> tuple[Any, bool]:
     jsonl = path.suffix.lower() == ".jsonl"
     if not jsonl:
         try:
-            return json.loads(stripped), False
+            return _loads(path, stripped), False
         except json.JSONDecodeError as exc:
             first = stripped.splitlines()[0]
             try:
-                json.loads(first)
+                _loads(path, first)
             except json.JSONDecodeError:
                 raise _json_error(path, exc, line_offset=text[: text.index(stripped[0])].count("\n")) from None
             if len(stripped.splitlines()) < 2:
@@ -149,7 +169,7 @@ def _parse_document(path: Path, text: str) -> tuple[Any, bool]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            rows.append(_loads(path, line, line=n))
         except json.JSONDecodeError as exc:
             raise _json_error(path, exc, line_offset=n - 1) from None
     return rows, True
