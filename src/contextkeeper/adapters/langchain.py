@@ -16,6 +16,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from pydantic import ValidationError
+
 from ..exceptions import MessageError
 from ..messages import ImagePart, Message, Part, Role, TextPart, ThinkingPart, ToolCall, check_message
 from . import _common as c
@@ -133,6 +135,7 @@ def _parse(item: Any, i: int, lc: Any) -> Message:
             i, "(item)", f"cannot be read as a {cls} ({type(exc).__name__})", "build it with its constructor"
         ) from None
     c.check_depth(src, i)
+    _check_valid(item, src, i)
     hints: c.JSONDict = {}
     if cls != _DEFAULT_CLASS[role]:
         hints["cls"] = cls
@@ -169,6 +172,19 @@ def _parse(item: Any, i: int, lc: Any) -> Message:
     )
     check_message(message, index=i)
     return c.record(message, src, hints, FORMAT, _generic_dump(lc), _MAPPED)
+
+
+def _check_valid(item: Any, src: Mapping[str, Any], i: int) -> None:
+    """A `MessageError` for an object built past LangChain's validation (``model_construct``) with
+    fields LangChain itself refuses: converting it back would fail later, in the middle of a view."""
+    try:
+        type(item).model_validate({k: v for k, v in src.items() if k != "__class__"})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "(item)"
+        raise c.bad(
+            i, where, f"is invalid for a {type(item).__name__} ({error['msg']})", "build it with its constructor"
+        ) from None
 
 
 def _parse_blocks(content: list[Any], i: int, parts: list[Part], hints: c.JSONDict) -> None:
