@@ -237,33 +237,38 @@ internal_message = st.builds(
 
 
 def _batches(message: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-    """A list of 1-3 messages, one message alone, or any hostile value in place of the list."""
+    """A list of 1-3 messages (most often), one message alone, or any hostile value in place of the list."""
     return st.one_of(
+        st.lists(message, min_size=1, max_size=3),
         st.lists(message, min_size=1, max_size=3),
         message,
         hostile_any,
     )
 
 
+def _dicts(message: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Messages as generated (half of them) or mutated at one to three random paths."""
+    return st.one_of(message, mutated(message))
+
+
 INPUTS: dict[str, st.SearchStrategy[Any]] = {
     "internal": _batches(internal_message),
-    "openai": _batches(mutated(openai_message)),
-    "responses": _batches(mutated(responses_item)),
-    "anthropic": _batches(mutated(anthropic_message)),
+    "openai": _batches(_dicts(openai_message)),
+    "responses": _batches(_dicts(responses_item)),
+    "anthropic": _batches(_dicts(anthropic_message)),
     "langchain": _batches(langchain_message()),
 }
 
 
-@pytest.mark.parametrize("fmt", list(INPUTS))
-@pytest.mark.parametrize("backend", ["memory", "sqlite"])
-def test_add_hostile_messages(fmt: str, backend: str, stores: dict[str, Any]) -> None:
+def fuzz_add(store: Any, fmt: str, examples: int) -> None:
+    """Run ``examples`` hostile inputs of format ``fmt`` through `Session.add` on sessions in ``store``."""
     entry = f"Session.add ({fmt})"
     out_format = "openai" if fmt == "internal" else fmt
 
-    @fuzz_settings(30)
+    @fuzz_settings(examples)
     @given(items=INPUTS[fmt])
     def run(items: Any) -> None:
-        session, before = new_session(stores[backend], format=out_format)
+        session, before = new_session(store, format=out_format)
         kwargs = {} if fmt == "internal" else {"format": fmt}
         outcome = probe.call(entry, session.add, items, **kwargs)
         if not outcome.ok:  # refused: the session is unchanged
@@ -271,3 +276,9 @@ def test_add_hostile_messages(fmt: str, backend: str, stores: dict[str, Any]) ->
         check_after(entry, session, before, format=out_format)
 
     run()
+
+
+@pytest.mark.parametrize("fmt", list(INPUTS))
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_add_hostile_messages(fmt: str, backend: str, stores: dict[str, Any]) -> None:
+    fuzz_add(stores[backend], fmt, 60)

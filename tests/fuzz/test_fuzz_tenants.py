@@ -54,10 +54,14 @@ def _calls(store: Any, sid: str, tenant: str) -> dict[str, Callable[[], Any]]:
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
 def test_other_tenant_cannot_read_or_append(backend: str, stores: dict[str, Any]) -> None:
-    store = stores[backend]
+    fuzz_tenants(stores[backend], 40)
+
+
+def fuzz_tenants(store: Any, examples: int) -> None:
+    """Create sessions under one tenant in ``store`` and try every call on them under another."""
     entry = "tenant isolation"
 
-    @fuzz_settings(40)
+    @fuzz_settings(examples)
     @given(sid=session_ids, owner=names, other=names)
     def run(sid: str, owner: str, other: str) -> None:
         assume(owner != other)
