@@ -8,7 +8,8 @@ Every error derives from one root so that ``except ContextKeeperError`` catches 
     │   ├── MessageError            a message that cannot be understood (index, field, fix)
     │   │   └── ToolPairError       a tool result whose call is unknown, or a second result
     │   ├── UnknownModelError       a model the registry does not know and no window was given
-    │   └── AgentStateError         an AgentState that breaks its invariants (lists the problems)
+    │   ├── AgentStateError         an AgentState that breaks its invariants (lists the problems)
+    │   └── MemoryQueryError        a recall query that is empty, too long or not text
     ├── BudgetExceeded              the protected part of the view cannot fit the budget
     ├── CompactionFailed            a compaction layer failed (the summarizer, usually)
     │   └── SummaryRejected         a summarizer failed or was rejected; carries a fallback summary
@@ -24,6 +25,7 @@ Every error derives from one root so that ``except ContextKeeperError`` catches 
     ├── SnapshotError               a snapshot reference that is invalid or missing
     └── UpstreamError               the model server failed (url, status)
         ├── StreamInterrupted       a streamed reply ended before its end marker (or sent nothing)
+        ├── EmbedderError           an embedder failed or returned vectors of the wrong shape
         └── ContextOverflowError    the provider says the prompt is too long
             └── OverflowUnresolved  emergency compaction could not shrink the view any further
 
@@ -42,7 +44,9 @@ __all__ = [
     "ConfigError",
     "ContextKeeperError",
     "ContextOverflowError",
+    "EmbedderError",
     "LockTimeout",
+    "MemoryQueryError",
     "MessageError",
     "MessageNotFound",
     "OverflowUnresolved",
@@ -228,6 +232,14 @@ class AgentStateError(UsageError):
         self.problems = problems
 
 
+class MemoryQueryError(UsageError):
+    """A recall query that cannot be answered: empty, longer than the limit, or not text."""
+
+    def __init__(self, message: str, *, field: str = "query") -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class SnapshotError(ContextKeeperError):
     """A snapshot reference is invalid, escapes its session, or is missing."""
 
@@ -258,6 +270,10 @@ class ContextOverflowError(UpstreamError):
         """The window (or input limit) the provider reported, in tokens, when it said so."""
         self.requested = requested
         """The tokens the request needed according to the provider, when it said so."""
+
+
+class EmbedderError(UpstreamError):
+    """An embedder failed, or returned vectors of the wrong count or dimension (recall falls back to keywords)."""
 
 
 class StreamInterrupted(UpstreamError):
