@@ -229,10 +229,20 @@ def _parse_blocks(content: list[Any], i: int, parts: list[Part], hints: c.JSONDi
 
 
 # --- writing ----------------------------------------------------------------------------------
+def _object_arguments(arguments: str) -> dict[str, Any] | None:
+    """A call's arguments as the dict LangChain's ``args`` must be, or None when they are not a JSON object."""
+    try:
+        args = c.load_arguments(arguments)
+    except ValueError:
+        return None
+    return args if isinstance(args, dict) else None
+
+
 def _render_data(m: Message, hints: Mapping[str, Any] | None, exact: bool) -> c.JSONDict:
     """The constructor arguments of the LangChain message (plus ``__class__``)."""
     blocks: list[Any] = []
     calls: list[c.JSONDict] = []
+    invalid: list[c.JSONDict] = []
     plain = True
     for p in m.parts:
         if isinstance(p, TextPart):
@@ -244,7 +254,19 @@ def _render_data(m: Message, hints: Mapping[str, Any] | None, exact: bool) -> c.
             blocks.append({"type": "image_url", "image_url": image})
             plain = False
         elif isinstance(p, ToolCall):
-            calls.append({"name": p.name, "args": c.load_arguments(p.arguments), "id": p.call_id, "type": "tool_call"})
+            args = _object_arguments(p.arguments)
+            if args is None:  # LangChain keeps a call whose arguments are not a JSON object as invalid
+                invalid.append(
+                    {
+                        "name": p.name,
+                        "args": p.arguments,
+                        "id": p.call_id,
+                        "error": "the arguments are not a JSON object",
+                        "type": "invalid_tool_call",
+                    }
+                )
+            else:
+                calls.append({"name": p.name, "args": args, "id": p.call_id, "type": "tool_call"})
         elif hints is not None:  # thinking: only what came in through LangChain
             block: c.JSONDict = {"type": "thinking", "thinking": p.text}
             if p.signature is not None:
@@ -269,6 +291,8 @@ def _render_data(m: Message, hints: Mapping[str, Any] | None, exact: bool) -> c.
         data["additional_kwargs"] = dict(_DEVELOPER)
     if m.role == "assistant":
         data["tool_calls"] = calls
+        if invalid:
+            data["invalid_tool_calls"] = invalid
     if m.role == "tool":
         data["tool_call_id"] = m.tool_call_id
         if m.is_error:
