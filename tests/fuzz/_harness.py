@@ -71,7 +71,7 @@ class Tally:
     tried: int = 0
     """Generated inputs run through the entry point."""
     typed_errors: int = 0
-    """Inputs refused with a `ContextKeeperError` (allowed)."""
+    """Inputs refused with a `ContextKeeperError` (allowed); the rest were accepted."""
     raw_exceptions: int = 0
     """Inputs that raised anything else (a failure)."""
     invalid_views: int = 0
@@ -136,15 +136,19 @@ class Probe:
     def call(self, entry: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Outcome:
         """Property 1: ``fn`` returns or raises a `ContextKeeperError`; nothing else. Counts one input tried."""
         self.ledger.tally(entry).tried += 1
-        return self.check(entry, fn, *args, **kwargs)
+        return self._run(entry, fn, args, kwargs, counted=True)
 
     def check(self, entry: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Outcome:
         """`call` for a follow-up of an input already counted (the next view, a resume...)."""
+        return self._run(entry, fn, args, kwargs, counted=False)
+
+    def _run(self, entry: str, fn: Callable[..., T], args: Any, kwargs: Any, *, counted: bool) -> Outcome:
         tally = self.ledger.tally(entry)
         try:
             value = fn(*args, **kwargs)
         except ContextKeeperError as exc:
-            tally.typed_errors += 1
+            if counted:
+                tally.typed_errors += 1
             return Outcome(error=exc)
         except Exception as exc:
             tally.raw_exceptions += 1

@@ -9,6 +9,7 @@ process resumes it and saves a compaction (see `_sessions.check_after`).
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,7 +27,9 @@ from ._strategies import (
     hostile_json_text,
     hostile_json_value,
     hostile_text,
+    lenient_dumps,
     mutated,
+    shallow_json_value,
     short_text,
 )
 
@@ -236,13 +239,53 @@ internal_message = st.builds(
 )
 
 
-def _batches(message: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-    """A list of 1-3 messages (most often), one message alone, or any hostile value in place of the list."""
+def _batches(
+    message: st.SearchStrategy[Any], rounds: st.SearchStrategy[list[Any]] | None = None
+) -> st.SearchStrategy[Any]:
+    """A list of 1-3 messages (most often), a tool round (a call and its result), one message
+    alone, or any hostile value in place of the list."""
     return st.one_of(
         st.lists(message, min_size=1, max_size=3),
         st.lists(message, min_size=1, max_size=3),
+        *([rounds, rounds] if rounds is not None else []),
         message,
         hostile_any,
+    )
+
+
+fresh_id = st.builds(lambda: "call_" + uuid.uuid4().hex[:8])
+arguments = st.one_of(st.just("{}"), shallow_json_value.map(lambda v: lenient_dumps({"v": v})), hostile_json_text)
+
+
+def _openai_round(cid: str, args: str, name: str, output: str) -> list[Any]:
+    call = {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": cid, "content": output},
+    ]
+
+
+def _responses_round(cid: str, args: str, name: str, output: str) -> list[Any]:
+    return [
+        {"type": "function_call", "call_id": cid, "name": name, "arguments": args},
+        {"type": "function_call_output", "call_id": cid, "output": output},
+    ]
+
+
+def _anthropic_round(cid: str, args: str, name: str, output: str) -> list[Any]:
+    try:
+        tool_input = json.loads(args) if args else {}
+    except ValueError:
+        tool_input = {"raw": args}
+    return [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": cid, "name": name, "input": tool_input}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": cid, "content": output}]},
+    ]
+
+
+def _rounds(build: Callable[[str, str, str, str], list[Any]]) -> st.SearchStrategy[list[Any]]:
+    return st.builds(build, fresh_id, arguments, tool_name, hostile_text).flatmap(
+        lambda r: st.one_of(st.just(r), mutated(st.just(r), max_mutations=1))
     )
 
 
@@ -253,9 +296,9 @@ def _dicts(message: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 
 INPUTS: dict[str, st.SearchStrategy[Any]] = {
     "internal": _batches(internal_message),
-    "openai": _batches(_dicts(openai_message)),
-    "responses": _batches(_dicts(responses_item)),
-    "anthropic": _batches(_dicts(anthropic_message)),
+    "openai": _batches(_dicts(openai_message), _rounds(_openai_round)),
+    "responses": _batches(_dicts(responses_item), _rounds(_responses_round)),
+    "anthropic": _batches(_dicts(anthropic_message), _rounds(_anthropic_round)),
     "langchain": _batches(langchain_message()),
 }
 
