@@ -115,7 +115,9 @@ _TOO_LONG_TO_PRINT = st.just(5000).map(lambda digits: 10**digits)
 """More digits than Python prints by default (str() raises ValueError); built lazily so that
 hypothesis never has to print it while describing the strategy."""
 
-OPEN_DEFECTS: frozenset[str] = frozenset({"int-too-long-to-print", "deep-config", "huge-usage", "import-state-shape"})
+OPEN_DEFECTS: frozenset[str] = frozenset(
+    {"int-too-long-to-print", "deep-config", "huge-config-number", "huge-usage", "import-state-shape"}
+)
 """Input families that still break an entry point in an area whose fix is under way.
 
 The general strategies leave them out, so that the suite keeps checking everything else;
@@ -124,7 +126,9 @@ The general strategies leave them out, so that the suite keeps checking everythi
 ``int-too-long-to-print``
     integers of 5,000 digits in Python values (``repr`` of them raises ValueError).
 ``deep-config``
-    a `CompactionConfig` given as a list nested thousands deep.
+    a `CompactionConfig` (or one of its options) given a value nested thousands deep.
+``huge-config-number``
+    a float option of `CompactionConfig` given an integer too large for a float (10**400).
 ``huge-usage``
     model replies reporting usage of 10**400 tokens (and such numbers anywhere in a reply).
 ``import-state-shape``

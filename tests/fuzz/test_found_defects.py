@@ -28,10 +28,20 @@ TOO_LONG_TO_PRINT = 10**5000
 """More digits than ``str()`` writes by default: any ``{value!r}`` of it raises ValueError."""
 
 
-@pytest.mark.xfail(strict=True, reason="config: from_dict prints the whole value into its error (RecursionError)")
-def test_a_deeply_nested_list_as_config_is_a_config_error() -> None:
+@pytest.mark.xfail(strict=True, reason="config: errors print the whole value (RecursionError); 10**400 overflows")
+@pytest.mark.parametrize(
+    "config",
+    [
+        deep_value(3000),
+        {"low_water": deep_value(3000)},
+        {"keep_recent_rounds": TOO_LONG_TO_PRINT},
+        {"low_water": -(10**400)},
+    ],
+    ids=["list-3000-deep", "option-3000-deep", "option-too-long-to-print", "float-option-10**400"],
+)
+def test_a_config_that_cannot_be_printed_is_a_config_error(config: Any) -> None:
     with pytest.raises(ConfigError):
-        Session(window=3000, config=deep_value(3000))
+        Session(window=3000, config=config)
 
 
 @pytest.mark.xfail(strict=True, reason="tool arguments: error texts print the value whole (ValueError)")

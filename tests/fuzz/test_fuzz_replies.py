@@ -226,7 +226,7 @@ STREAMS = {
 def test_reply_bodies(api: str, server: ScriptedOpenAIServer, models: dict[str, Any], stores: dict[str, Any]) -> None:
     model = models[api]
 
-    @fuzz_settings(25)
+    @fuzz_settings(30)
     @given(body=BODIES[api], backend=st.sampled_from(["memory", "sqlite"]))
     def run(body: str, backend: str) -> None:
         server.push(ScriptedError(status=200, body=body))
@@ -249,7 +249,7 @@ def test_reply_bodies(api: str, server: ScriptedOpenAIServer, models: dict[str, 
 def test_reply_streams(api: str, server: ScriptedOpenAIServer, models: dict[str, Any], stores: dict[str, Any]) -> None:
     model = models[api]
 
-    @fuzz_settings(25)
+    @fuzz_settings(30)
     @given(events=STREAMS[api], done=st.booleans(), backend=st.sampled_from(["memory", "sqlite"]))
     def run(events: list[str], done: bool, backend: str) -> None:
         server.push(ScriptedStream(events=events, done=done))
