@@ -27,7 +27,7 @@ items = st.one_of(
 def test_detect_and_convert_to_every_format() -> None:
     entry = "to_messages (detected) and from_messages"
 
-    @fuzz_settings(250)
+    @fuzz_settings(150)
     @given(batch=items)
     def run(batch: Any) -> None:
         read = probe.call(entry, to_messages, batch)
