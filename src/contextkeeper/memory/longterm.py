@@ -8,13 +8,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from ..exceptions import EmbedderError, MemoryQueryError
 from ._text import tokenize
 from .backends.base import MemoryBackend
 from .embedders import Embedder, check_vectors
-from .fusion import dedup_key, reciprocal_rank_fusion
+from .fusion import dedup_key, reciprocal_rank_fusion, score_fusion
 from .importance import HeuristicImportance, ImportanceScorer
 from .records import Hit, MemoryRecord, Source
 from .scoring import ScoreWeights
@@ -43,6 +43,11 @@ class LongTermMemory:
         neighbours: Adjacent positions of the same session added after each hit (0: none).
         neighbour_factor: A neighbour's score as a share of its hit's score.
         candidates: How many ids each retriever contributes to fusion.
+        fusion: ``score``: each retriever's scores are standardized (z-scores over the tenant's
+            memories) and summed with weights; ``rrf``: reciprocal rank fusion.
+        dense_weight: The dense retriever's weight in score fusion (keyword: 1).
+        group_weight: Memories of a group (a conversation session, a compaction round) whose best
+            members are relevant gain this share of their group's relevance (0: off).
         rrf_k: The RRF constant.
         clock: Seconds since the epoch (for ``now`` and new records).
     """
@@ -58,6 +63,9 @@ class LongTermMemory:
         neighbours: int = 1,
         neighbour_factor: float = 0.5,
         candidates: int = 100,
+        fusion: Literal["score", "rrf"] = "score",
+        dense_weight: float = 2.0,
+        group_weight: float = 0.6,
         rrf_k: int = 60,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -74,6 +82,9 @@ class LongTermMemory:
         self.neighbour_factor = neighbour_factor
         self.candidates = candidates
         self.rrf_k = rrf_k
+        self.fusion = fusion
+        self.dense_weight = dense_weight
+        self.group_weight = group_weight
         self.clock = clock
         self._lock = threading.RLock()
         self._matrix: np.ndarray | None = None
@@ -137,7 +148,7 @@ class LongTermMemory:
             return
         try:
             vectors = check_vectors(
-                self.embedder.embed([r.text for r in records]),
+                self.embedder.embed([_embed_text(r) for r in records]),
                 count=len(records),
                 dimension=self.embedder.dimension,
                 name=self.embedder.name,
@@ -174,7 +185,7 @@ class LongTermMemory:
         session_id: str | None = None,
         touch: bool = True,
     ) -> list[Hit]:
-        """The best memories for ``query``: ``limit`` hits, then their neighbours, best first.
+        """The best memories for ``query``: ``limit`` hits and their neighbours, best first.
 
         Args:
             query: The request to answer (text).
@@ -189,27 +200,26 @@ class LongTermMemory:
         tokens = _check_query(query)
         now = self.clock() if now is None else now
         with self._lock:
-            rankings = [
-                [
-                    i
-                    for i, _ in self.backend.keyword_search(
-                        self.tenant, tokens, limit=self.candidates, session_id=session_id
-                    )
-                ]
-            ]
-            dense = self._dense_ranking(query, session_id=session_id)
-            if dense is not None:
-                rankings.append(dense)
-            fused = reciprocal_rank_fusion(rankings, k=self.rrf_k)
-            keyword_ids = set(rankings[0])
+            keyword = self.backend.keyword_search(self.tenant, tokens, limit=self.candidates, session_id=session_id)
+            dense = self._dense_scores(query, session_id=session_id)
+            if self.fusion == "rrf":
+                rankings = [[i for i, _ in keyword]] + ([list(dense)] if dense is not None else [])
+                fused = reciprocal_rank_fusion(rankings, k=self.rrf_k)
+            else:
+                fused = score_fusion(
+                    [(dict(keyword), self._keyword_population()), *([(dense, None)] if dense is not None else [])],
+                    weights=[1.0, self.dense_weight],
+                )
+            keyword_ids = {i for i, _ in keyword}
             dense_ids = set(dense or ())
             records = self.backend.get(self.tenant, list(fused))
+            relevance = _group_boost(records, fused, self.group_weight)
             hits = [
-                self._hit(r, fused[r.memory_id], now, _source(r.memory_id, keyword_ids, dense_ids)) for r in records
+                self._hit(r, relevance[r.memory_id], now, _source(r.memory_id, keyword_ids, dense_ids)) for r in records
             ]
             hits.sort(key=lambda h: -h.score)
             hits = _dedup(hits)[:limit]
-            hits += self._expand(hits, now)
+            hits = sorted(hits + self._expand(hits, now), key=lambda h: -h.score)
             if touch and hits:
                 self.backend.put(
                     [dataclasses.replace(h.memory, last_access=now) for h in hits],
@@ -244,7 +254,10 @@ class LongTermMemory:
                     extra[record.memory_id] = candidate
         return sorted(extra.values(), key=lambda h: -h.score)
 
-    def _dense_ranking(self, query: str, *, session_id: str | None) -> list[str] | None:
+    def _keyword_population(self) -> int:
+        return self.backend.count(self.tenant)
+
+    def _dense_scores(self, query: str, *, session_id: str | None) -> dict[str, float] | None:
         import numpy as np
 
         if self.embedder is None:
@@ -260,7 +273,7 @@ class LongTermMemory:
             return None
         matrix, ids = self._load_matrix()
         if not ids:
-            return []
+            return {}
         q = np.asarray(vector, dtype=np.float32)
         q /= float(np.linalg.norm(q)) or 1.0
         sims = matrix @ q
@@ -271,7 +284,7 @@ class LongTermMemory:
         top = np.argpartition(-sims, k - 1)[:k]
         top = top[np.argsort(-sims[top], kind="stable")]
         self._mode, self._reason = ("keyword", "memories await embedding") if self._pending else ("hybrid", None)
-        return [ids[i] for i in top if sims[i] > -2.0]
+        return {ids[i]: float(sims[i]) for i in top if sims[i] > -2.0}
 
     def _load_matrix(self) -> tuple[np.ndarray, list[str]]:
         import numpy as np
@@ -315,6 +328,30 @@ class LongTermMemory:
     async def aforget(self, memory_ids: Sequence[str]) -> int:
         """`forget` without blocking the event loop."""
         return await asyncio.to_thread(self.forget, memory_ids)
+
+
+def _embed_text(record: MemoryRecord) -> str:
+    # Who said it is part of the meaning ("What did Ann adopt?" matches "Ann: I adopted a cat").
+    text = f"{record.speaker}: {record.text}" if record.speaker else record.text
+    keywords = record.metadata.get("keywords")
+    return f"{text} {keywords}" if keywords else text
+
+
+def _group_boost(records: Sequence[MemoryRecord], relevance: dict[str, float], weight: float) -> dict[str, float]:
+    """Relevance raised by the relevance of the record's group: the mean of its three best candidates."""
+    if weight <= 0:
+        return relevance
+    members: dict[tuple[str | None, str], list[float]] = {}
+    for record in records:
+        if record.group is not None:
+            members.setdefault((record.session_id, record.group), []).append(relevance[record.memory_id])
+    group_score = {key: sum(sorted(values)[-3:]) / len(sorted(values)[-3:]) for key, values in members.items()}
+    out = dict(relevance)
+    for record in records:
+        if record.group is not None:
+            boost = group_score[(record.session_id, record.group)]
+            out[record.memory_id] = (relevance[record.memory_id] + weight * boost) / (1 + weight)
+    return out
 
 
 def _source(memory_id: str, keyword: set[str], dense: set[str]) -> Source:

@@ -53,7 +53,7 @@ class MemoryRecord:
     superseded_by: str | None = None
     """Set when a newer memory replaced this one; it is kept, marked, and ranked below current memories."""
     metadata: Mapping[str, str] = field(default_factory=dict)
-    """Free-form string metadata (a date, a dialogue id, a tool name)."""
+    """Free-form string metadata (a date, a dialogue id, a tool name); ``keywords`` is searched, not rendered."""
 
     @property
     def current(self) -> bool:

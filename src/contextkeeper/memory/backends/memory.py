@@ -18,16 +18,29 @@ class InMemoryBackend:
         self._records: dict[str, dict[str, MemoryRecord]] = {}
         self._indexes: dict[str, KeywordIndex] = {}
         self._vectors: dict[tuple[str, str], dict[str, list[float]]] = {}
+        self._positions: dict[tuple[str, str], dict[int, set[str]]] = {}
         self._lock = threading.RLock()
 
     def put(self, records: Sequence[MemoryRecord], *, tokens: Sequence[Sequence[str]]) -> None:
         with self._lock:
             for record, terms in zip(records, tokens, strict=True):
-                self._records.setdefault(record.tenant, {})[record.memory_id] = record
+                old = self._records.setdefault(record.tenant, {}).get(record.memory_id)
+                if old is not None:
+                    self._unplace(old)
+                self._records[record.tenant][record.memory_id] = record
+                if record.session_id is not None:
+                    key = (record.tenant, record.session_id)
+                    self._positions.setdefault(key, {}).setdefault(record.position, set()).add(record.memory_id)
                 index = self._indexes.get(record.tenant)
                 if index is None:
                     index = self._indexes[record.tenant] = KeywordIndex()
                 index.add(record.memory_id, terms, session_id=record.session_id)
+
+    def _unplace(self, record: MemoryRecord) -> None:
+        if record.session_id is not None:
+            self._positions.get((record.tenant, record.session_id), {}).get(record.position, set()).discard(
+                record.memory_id
+            )
 
     def get(self, tenant: str, memory_ids: Sequence[str]) -> list[MemoryRecord]:
         with self._lock:
@@ -46,7 +59,12 @@ class InMemoryBackend:
     def delete(self, tenant: str, memory_ids: Sequence[str]) -> int:
         with self._lock:
             table = self._records.get(tenant, {})
-            gone = [i for i in memory_ids if table.pop(i, None) is not None]
+            gone = []
+            for memory_id in memory_ids:
+                record = table.pop(memory_id, None)
+                if record is not None:
+                    self._unplace(record)
+                    gone.append(memory_id)
             if tenant in self._indexes:
                 self._indexes[tenant].remove(gone)
             for (owner, _model), vectors in self._vectors.items():
@@ -60,14 +78,17 @@ class InMemoryBackend:
             return [r for r in self._records.get(tenant, {}).values() if r.subject == subject]
 
     def neighbours(self, tenant: str, record: MemoryRecord, *, span: int) -> list[MemoryRecord]:
+        if record.session_id is None:
+            return []
         with self._lock:
+            places = self._positions.get((tenant, record.session_id), {})
+            table = self._records.get(tenant, {})
             return [
-                r
-                for r in self._records.get(tenant, {}).values()
-                if record.session_id is not None
-                and r.session_id == record.session_id
-                and r.position != record.position
-                and abs(r.position - record.position) <= span
+                table[i]
+                for position in range(record.position - span, record.position + span + 1)
+                if position != record.position
+                for i in sorted(places.get(position, ()))
+                if i in table
             ]
 
     def keyword_search(
