@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 
@@ -24,28 +23,22 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], *, k: int = 60) ->
     return {item: score / best for item, score in fused.items()}
 
 
-def score_fusion(
-    retrievers: Sequence[tuple[Mapping[str, float], int | None]], *, weights: Sequence[float]
-) -> dict[str, float]:
-    """Weighted sum of standardized scores, squashed into 0..1 by a logistic.
+def score_fusion(retrievers: Sequence[Mapping[str, float]], *, weights: Sequence[float]) -> dict[str, float]:
+    """Weighted mean of each retriever's scores divided by its best score (negative scores count 0).
 
-    Each retriever gives its candidates' scores and the size of the population they were drawn
-    from (``None``: the candidates are the whole population). Ids a retriever did not return score
-    0 there (BM25's score for a document without a query term). Standardizing (z-scores) puts BM25
-    scores and cosine similarities on one scale, so the weights mean what they say.
+    Dividing by the best puts BM25 scores and cosine similarities on one 0..1 scale while keeping
+    how far apart the candidates are (ranks would not); an id a retriever did not return scores
+    0 there, as BM25 does for a text without a query term.
     """
-    fused: dict[str, float] = {item: 0.0 for scores, _ in retrievers for item in scores}
-    for (scores, population), weight in zip(retrievers, weights, strict=False):
-        if not scores:
+    fused: dict[str, float] = {item: 0.0 for scores in retrievers for item in scores}
+    total = sum(w for scores, w in zip(retrievers, weights, strict=False) if scores) or 1.0
+    for scores, weight in zip(retrievers, weights, strict=False):
+        best = max((v for v in scores.values()), default=0.0)
+        if best <= 0:
             continue
-        n = max(population or len(scores), len(scores))
-        mean = sum(scores.values()) / n
-        var = max(sum(v * v for v in scores.values()) / n - mean * mean, 0.0)
-        std = math.sqrt(var) or 1.0
-        floor = (0.0 - mean) / std
-        for item in fused:
-            fused[item] += weight * ((scores[item] - mean) / std if item in scores else floor)
-    return {item: 1.0 / (1.0 + math.exp(-value / 4.0)) for item, value in fused.items()}
+        for item, value in scores.items():
+            fused[item] += weight * max(value, 0.0) / best
+    return {item: value / total for item, value in fused.items()}
 
 
 _SPACE = re.compile(r"\W+")

@@ -43,8 +43,8 @@ class LongTermMemory:
         neighbours: Adjacent positions of the same session added after each hit (0: none).
         neighbour_factor: A neighbour's score as a share of its hit's score.
         candidates: How many ids each retriever contributes to fusion.
-        fusion: ``score``: each retriever's scores are standardized (z-scores over the tenant's
-            memories) and summed with weights; ``rrf``: reciprocal rank fusion.
+        fusion: ``score``: each retriever's scores divided by its best, averaged with weights;
+            ``rrf``: reciprocal rank fusion.
         dense_weight: The dense retriever's weight in score fusion (keyword: 1).
         group_weight: Memories of a group (a conversation session, a compaction round) whose best
             members are relevant gain this share of their group's relevance (0: off).
@@ -64,7 +64,7 @@ class LongTermMemory:
         neighbour_factor: float = 0.5,
         candidates: int = 100,
         fusion: Literal["score", "rrf"] = "score",
-        dense_weight: float = 2.0,
+        dense_weight: float = 1.0,
         group_weight: float = 0.6,
         rrf_k: int = 60,
         clock: Callable[[], float] = time.time,
@@ -207,8 +207,7 @@ class LongTermMemory:
                 fused = reciprocal_rank_fusion(rankings, k=self.rrf_k)
             else:
                 fused = score_fusion(
-                    [(dict(keyword), self._keyword_population()), *([(dense, None)] if dense is not None else [])],
-                    weights=[1.0, self.dense_weight],
+                    [dict(keyword), *([dense] if dense is not None else [])], weights=[1.0, self.dense_weight]
                 )
             keyword_ids = {i for i, _ in keyword}
             dense_ids = set(dense or ())
@@ -219,7 +218,7 @@ class LongTermMemory:
             ]
             hits.sort(key=lambda h: -h.score)
             hits = _dedup(hits)[:limit]
-            hits = sorted(hits + self._expand(hits, now), key=lambda h: -h.score)
+            hits = self._expand(hits, now)
             if touch and hits:
                 self.backend.put(
                     [dataclasses.replace(h.memory, last_access=now) for h in hits],
@@ -239,23 +238,19 @@ class LongTermMemory:
         )
 
     def _expand(self, hits: list[Hit], now: float) -> list[Hit]:
+        """The hits plus their neighbours; a neighbour keeps the better of its own and its inherited score."""
+        best = {h.memory.memory_id: h for h in hits}
         if self.neighbours <= 0:
-            return []
-        seen = {h.memory.memory_id for h in hits}
-        extra: dict[str, Hit] = {}
+            return hits
         for hit in hits:
             for record in self.backend.neighbours(self.tenant, hit.memory, span=self.neighbours):
-                if record.memory_id in seen:
-                    continue
                 distance = abs(record.position - hit.memory.position)
                 relevance = hit.relevance * self.neighbour_factor**distance
-                candidate = self._hit(record, relevance, now, "neighbour")
-                if record.memory_id not in extra or extra[record.memory_id].score < candidate.score:
-                    extra[record.memory_id] = candidate
-        return sorted(extra.values(), key=lambda h: -h.score)
-
-    def _keyword_population(self) -> int:
-        return self.backend.count(self.tenant)
+                current = best.get(record.memory_id)
+                if current is not None and current.relevance >= relevance:
+                    continue
+                best[record.memory_id] = self._hit(record, relevance, now, "neighbour")
+        return sorted(best.values(), key=lambda h: -h.score)
 
     def _dense_scores(self, query: str, *, session_id: str | None) -> dict[str, float] | None:
         import numpy as np
