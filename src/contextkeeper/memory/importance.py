@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 from typing import Protocol
 
+from ..exceptions import ContextKeeperError
 from ..llm.base import Model
 from ..messages import Message
 
@@ -90,7 +91,7 @@ class LLMImportance:
         messages: Sequence[Message] = [Message.user(_PROMPT.format(text=text[:4000]))]
         try:
             reply = self.model.request(list(messages)).text
-        except Exception:
+        except ContextKeeperError:
             # A failing scorer must never fail the write: the heuristic answers instead.
             return self.fallback(text, role=role)
         match = re.search(r"\d+(?:\.\d+)?", reply)

@@ -1,0 +1,50 @@
+"""Rendering and packing hits into a token budget."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from contextkeeper.memory import Hit, MemoryRecord, pack_hits, render_hits
+from contextkeeper.tokens import get_counter
+
+COUNTER = get_counter("heuristic")
+
+
+def _hit(text: str, position: int, score: float, group: str = "session 1") -> Hit:
+    record = MemoryRecord(
+        text=text,
+        session_id="s",
+        position=position,
+        group=group,
+        speaker="Ann",
+        created_at=1000.0 + position,
+        metadata={"date": "8 May 2023"},
+    )
+    return Hit(memory=record, score=score, relevance=score, recency=0.0, importance=0.0, source="keyword")
+
+
+def test_compact_rendering_groups_turns_in_spoken_order() -> None:
+    hits = [_hit("second", 2, 0.9), _hit("first", 1, 0.5), _hit("other", 3, 0.4, group="session 2")]
+    assert render_hits(hits) == (
+        "[session 1 · 8 May 2023]\nAnn: first\nAnn: second\n[session 2 · 8 May 2023]\nAnn: other"
+    )
+    labelled = render_hits(hits[:1], style="labelled")
+    assert labelled.startswith("- [8 May 2023 · ") and "score 0.90" in labelled and labelled.endswith("Ann: second")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    texts=st.lists(st.text(min_size=1, max_size=80), min_size=0, max_size=30),
+    budget=st.integers(min_value=0, max_value=400),
+    groups=st.integers(min_value=1, max_value=4),
+)
+def test_packed_hits_fit_the_budget_keep_order_and_are_a_subset(texts: list[str], budget: int, groups: int) -> None:
+    hits = [_hit(t, i, 1.0 - i / 100, group=f"g{i % groups}") for i, t in enumerate(texts)]
+    packed = pack_hits(hits, budget_tokens=budget, counter=COUNTER)
+    assert COUNTER.count_text(render_hits(packed)) <= budget or not packed
+    ids = [h.memory.memory_id for h in hits]
+    positions = [ids.index(h.memory.memory_id) for h in packed]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    # Greedy: a hit left out did not fit beside the better ones chosen before it.
+    if packed and len(packed) < len(hits):
+        assert COUNTER.count_text(render_hits(hits)) > budget
