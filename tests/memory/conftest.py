@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,8 +18,45 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+POSTGRES_URL = os.environ.get("CONTEXTKEEPER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REQUIRE_SERVICES = os.environ.get("CONTEXTKEEPER_REQUIRE_SERVICES") == "1"
+
+
+def _postgres() -> tuple[MemoryBackend, Callable[[], None]]:
+    import psycopg
+
+    from contextkeeper.memory.backends.postgres import PostgresMemoryBackend
+
+    try:
+        conn = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=3)
+    except psycopg.Error as exc:
+        message = (
+            f"Postgres at {POSTGRES_URL} is not reachable ({exc}); start it or set CONTEXTKEEPER_TEST_POSTGRES_URL."
+            " Set CONTEXTKEEPER_REQUIRE_SERVICES=1 to make this a failure."
+        )
+        if REQUIRE_SERVICES:
+            pytest.fail(message)
+        pytest.skip(message)
+    schema = f"ck_mem_{uuid.uuid4().hex[:12]}"
+    conn.execute(f"CREATE SCHEMA {schema}")
+
+    def drop() -> None:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        conn.close()
+
+    return PostgresMemoryBackend(connection=conn, prefix=f"{schema}.memory_"), drop
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryBackend]:
-    made: MemoryBackend = InMemoryBackend() if request.param == "memory" else SQLiteMemoryBackend(tmp_path / "m.db")
+    cleanup: Callable[[], None] | None = None
+    if request.param == "memory":
+        made: MemoryBackend = InMemoryBackend()
+    elif request.param == "sqlite":
+        made = SQLiteMemoryBackend(tmp_path / "m.db")
+    else:
+        made, cleanup = _postgres()
     yield made
     made.close()
+    if cleanup is not None:
+        cleanup()

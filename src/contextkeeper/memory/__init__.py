@@ -10,6 +10,8 @@ the local embedder needs ``contextkeeper[embeddings]``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .backends.base import MemoryBackend
 from .backends.memory import InMemoryBackend
 from .backends.sqlite import SQLiteMemoryBackend
@@ -21,6 +23,9 @@ from .render import pack_hits, render_hits
 from .scoring import ScoreWeights, recency
 from .status import MemoryStatus
 from .tiers import HybridMemory, SensoryMemory, ShortTermMemory, from_messages
+
+if TYPE_CHECKING:
+    from .backends.postgres import PostgresMemoryBackend
 
 __all__ = [
     "MAX_QUERY_CHARS",
@@ -37,6 +42,7 @@ __all__ = [
     "MemoryRecord",
     "MemoryStatus",
     "OpenAIEmbedder",
+    "PostgresMemoryBackend",
     "SQLiteMemoryBackend",
     "ScoreWeights",
     "SensoryMemory",
@@ -49,3 +55,12 @@ __all__ = [
     "recency",
     "render_hits",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # psycopg is an optional extra: the Postgres backend loads on first use.
+    if name == "PostgresMemoryBackend":
+        from .backends.postgres import PostgresMemoryBackend
+
+        return PostgresMemoryBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
