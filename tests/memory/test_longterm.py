@@ -193,3 +193,12 @@ def test_recall_returns_distinct_stored_memories_sorted_by_score(texts: list[str
     primary = [h for h in hits if h.source != "neighbour"]
     assert len(primary) <= 5
     assert [h.score for h in primary] == sorted((h.score for h in primary), reverse=True)
+
+
+def test_sqlite_matches_by_selective_terms_and_still_answers_common_ones(tmp_path, clock: Clock) -> None:  # type: ignore[no-untyped-def]
+    memory = LongTermMemory(SQLiteMemoryBackend(tmp_path / "m.db"), clock=clock, neighbours=0)
+    memory.add_many([MemoryRecord(text=f"deploy number {i} went fine") for i in range(1200)])
+    rare = memory.add("the zebra deploy needs a manual approval")
+    hits = memory.recall("zebra deploy approval", limit=5)
+    assert hits[0].memory.memory_id == rare.memory_id
+    assert len(memory.recall("deploy went fine", limit=5)) == 5
