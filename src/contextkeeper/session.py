@@ -439,13 +439,9 @@ class _BaseSession:
         self._converted_upto = len(view)
         return list(out)
 
-    def _wire_summarizer(self) -> None:
-        """Tell the engine what the summarizer can do: degrade without its model, offer background summaries."""
-        summarizer = getattr(self, "summarizer", None)
-        self.engine.summarizer_enabled = summarizer is not None
-        self.engine.summarizer_degrades = bool(getattr(summarizer, "supports_degraded", False))
-        self.engine.summarizer_checks_identifiers = bool(getattr(summarizer, "checks_identifiers", False))
-        self.engine.summary_merger = summarizer if callable(getattr(summarizer, "take_ready", None)) else None
+    def _wire_summarizer(self, summarizer: Summarizer | AsyncSummarizer | None) -> None:
+        """Let the session's summarizer drive the engine's summarize layer (its capabilities included)."""
+        self.engine.use_summarizer(summarizer)
 
     def _flow(self, reactive: bool) -> Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]:
         if reactive:
@@ -478,7 +474,7 @@ class Session(_BaseSession):
     def __init__(self, session_id: str | None = None, *, summarizer: Summarizer | None = None, **kwargs: Any) -> None:
         super().__init__(session_id, **kwargs)
         self.summarizer = summarizer
-        self._wire_summarizer()
+        self._wire_summarizer(self.summarizer)
         self._state_version = 0
         if self.store is not None:
             if _is_async_store(self.store):
@@ -537,7 +533,7 @@ class Session(_BaseSession):
     def _reload(self) -> None:
         """Rebuild the engine from the store (transcript and view state)."""
         self._reset_engine()
-        self._wire_summarizer()
+        self._wire_summarizer(self.summarizer)
         self.engine.add(self.store.load_messages(self.session_id))
         state, self._state_version = self.store.load_state(self.session_id)
         if state is not None:
@@ -669,7 +665,7 @@ class AsyncSession(_BaseSession):
             )
         super().__init__(session_id, **kwargs)
         self.summarizer = summarizer
-        self._wire_summarizer()
+        self._wire_summarizer(self.summarizer)
         self._state_version = 0
         self._unsaved: list[Message] = []
         self._loaded = store is None
@@ -747,7 +743,7 @@ class AsyncSession(_BaseSession):
     async def _reload(self) -> None:
         """Rebuild the engine from the store (transcript and view state)."""
         self._reset_engine()
-        self._wire_summarizer()
+        self._wire_summarizer(self.summarizer)
         self.engine.add(await self.store.load_messages(self.session_id))
         state, self._state_version = await self.store.load_state(self.session_id)
         if state is not None:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from ..exceptions import ConfigError
 
 __all__ = [
+    "CASCADE_KEYS",
     "DEFAULT_CASCADE",
     "EVICTION_POLICIES",
     "STRATEGIES",
@@ -44,6 +45,8 @@ DEFAULT_CASCADE: Mapping[str, float] = {
     "conversation": 0.92,
     "delegation": 0.95,
 }
+CASCADE_KEYS: Mapping[Layer, Strategy] = {"clear": "tool-results", "evict": "progressive", "summarize": "conversation"}
+"""The cascade table's key for each layer: the table keeps the seed's strategy names, the code uses layer names."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +201,10 @@ class CompactionConfig:
     def threshold(self, strategy: Strategy) -> float:
         """The utilization from which ``strategy`` may run (missing from ``cascade``: its default)."""
         return float(self.cascade.get(strategy, DEFAULT_CASCADE[strategy]))
+
+    def gate(self, layer: Layer) -> float:
+        """The utilization from which ``layer`` may run in a compaction (its entry in ``cascade``)."""
+        return self.threshold(CASCADE_KEYS[layer])
 
     @classmethod
     def profile(cls, name: Literal["default", "seed"], **overrides: Any) -> CompactionConfig:

@@ -60,7 +60,7 @@ class _Job:
 class _BaseBackground:
     supports_degraded = True
     checks_identifiers = True
-    """This summarizer keeps identifiers by its own rules; the engine's identifier check is skipped."""
+    """This summarizer keeps identifiers by its own rules; the summarize layer's identifier check is skipped."""
     """A ``degraded`` request (the session's breaker is open) queues no model job."""
 
     def __init__(self, summarizer: _BaseLLM) -> None:

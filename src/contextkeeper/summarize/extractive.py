@@ -194,8 +194,12 @@ class _BaseExtractive:
 
     supports_degraded = True
     checks_identifiers = True
-    """This summarizer keeps identifiers by its own rules; the engine's identifier check is skipped."""
+    """This summarizer keeps identifiers by its own rules; the summarize layer's identifier check is skipped."""
     """It never calls a model, so it can answer while the session's summarizer breaker is open."""
+
+    def take_ready(self, summary: str | None, span: tuple[str, str] | None = None) -> str | None:
+        """None: every summary is final when returned (see `SummarizerCapabilities.take_ready`)."""
+        return None
 
     def __init__(self, *, counter: TokenCounter | None = None, facts_share: float = 0.6) -> None:
         self.counter: TokenCounter = counter if counter is not None else get_counter("heuristic")

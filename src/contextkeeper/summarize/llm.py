@@ -154,8 +154,12 @@ class _BaseLLM:
 
     supports_degraded = True
     checks_identifiers = True
-    """This summarizer keeps identifiers by its own rules; the engine's identifier check is skipped."""
+    """This summarizer keeps identifiers by its own rules; the summarize layer's identifier check is skipped."""
     """A request marked ``degraded`` (the session's breaker is open) gets the extractive summary."""
+
+    def take_ready(self, summary: str | None, span: tuple[str, str] | None = None) -> str | None:
+        """None: every summary is final when returned (see `SummarizerCapabilities.take_ready`)."""
+        return None
 
     def __init__(
         self,
