@@ -1,5 +1,5 @@
 """What the faster compaction paths must keep: stand-ins that list each fact once, and views that
-depend on the transcript alone (not on wall-clock timing options)."""
+do not depend on whether rounds were prepared ahead of a compaction."""
 
 from __future__ import annotations
 
@@ -140,16 +140,17 @@ def _workload(seed: int, turns: int, *, big: int = 1200) -> list[list[Message]]:
 
 
 def _run(
-    turns: list[list[Message]], window: int, config: CompactionConfig
-) -> tuple[list[list[tuple[str, str]]], list[str | None]]:
-    """Feed ``turns`` to a session, preparing after each; per turn: the view and the layer."""
+    turns: list[list[Message]], window: int, budget_ms: float, **config: object
+) -> tuple[list[list[tuple[str, str]]], list[int], list[str | None]]:
+    """Feed ``turns`` to a session, preparing after each; per turn: the view, the rounds prepared, the layer."""
     s = Session(
         "ses_ahead",  # the same id: snapshot ids are part of the stand-ins' text
         window=window,
         counter=COUNTER,
-        config=config,
+        config=CompactionConfig(compaction_budget_ms=budget_ms, **config),  # type: ignore[arg-type]
     )
     views: list[list[tuple[str, str]]] = []
+    prepared: list[int] = []
     layers: list[str | None] = []
     added: list[Message] = []
     for t in turns:
@@ -158,14 +159,9 @@ def _run(
         pv = s.prepare(format="internal")
         check_view(s, pv, added)
         views.append([(m.message_id, m.text) for m in pv.view])
+        prepared.append(sum(r.prepared for r in s.engine.rounds))
         layers.append(pv.status.layer)
-    return views, layers
-
-
-def _timed(**config: object) -> CompactionConfig:
-    """``config`` with the wall-clock options the engine used to prepare compactions ahead by (no effect now)."""
-    with pytest.warns(DeprecationWarning, match="compaction_budget_ms=0.01 has no effect"):
-        return CompactionConfig(compaction_budget_ms=0.01, **config)  # type: ignore[arg-type]
+    return views, prepared, layers
 
 
 SCENARIOS = [
@@ -177,14 +173,22 @@ SCENARIOS = [
 
 
 @pytest.mark.parametrize(("seed", "window", "config"), SCENARIOS)
-def test_the_timing_options_leave_every_view_as_it_would_be(seed: int, window: int, config: dict[str, object]) -> None:
+def test_preparing_ahead_leaves_every_view_as_it_would_be(seed: int, window: int, config: dict[str, object]) -> None:
     turns = _workload(seed, 60)
-    timed_views, timed_layers = _run(turns, window, _timed(**config))
-    plain_views, plain_layers = _run(turns, window, CompactionConfig(**config))  # type: ignore[arg-type]
-    assert sum(layer is not None for layer in plain_layers) >= 2, "the workload must compact more than once"
-    assert timed_layers == plain_layers
-    for t, (timed, plain) in enumerate(zip(timed_views, plain_views, strict=True)):
-        assert timed == plain, f"turn {t}: a timing option changed the view"
+    eager_views, eager_prepared, eager_layers = _run(turns, window, 0.01, **config)
+    lazy_views, lazy_prepared, lazy_layers = _run(turns, window, 1e9, **config)
+    assert sum(layer is not None for layer in lazy_layers) >= 2, "the workload must compact more than once"
+    # a huge budget leaves all the work to the compaction; a tiny one prepares on the turns before
+    assert lazy_prepared == [0] * len(turns)
+    ahead = [
+        t
+        for t in range(1, len(turns))
+        if eager_layers[t] is None and eager_prepared[t] > eager_prepared[t - 1] and any(eager_layers[t + 1 :])
+    ]
+    assert ahead, "some round must be prepared on a quiet turn before a compaction"
+    assert eager_layers == lazy_layers
+    for t, (eager, lazy) in enumerate(zip(eager_views, lazy_views, strict=True)):
+        assert eager == lazy, f"turn {t}: preparing ahead changed the view"
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -195,15 +199,16 @@ def test_the_timing_options_leave_every_view_as_it_would_be(seed: int, window: i
     policy=st.sampled_from(["fifo", "hybrid", "lru"]),
     clear_after=st.integers(1, 4),
 )
-def test_views_are_a_function_of_the_transcript_not_of_time(
+def test_views_do_not_depend_on_the_compaction_budget(
     seed: int, window: int, big: int, policy: str, clear_after: int
 ) -> None:
     turns = _workload(seed, 40, big=big)
     config = {"keep_recent_rounds": 1, "clear_after_rounds": clear_after, "eviction_policy": policy}
-    first_views, first_layers = _run(turns, window, _timed(**config))
-    again_views, again_layers = _run(turns, window, CompactionConfig(**config))  # type: ignore[arg-type]
-    assert first_layers == again_layers
-    assert first_views == again_views
+    eager_views, _, eager_layers = _run(turns, window, 0.01, **config)
+    lazy_views, lazy_prepared, lazy_layers = _run(turns, window, 1e9, **config)
+    assert not any(lazy_prepared)
+    assert eager_layers == lazy_layers
+    assert eager_views == lazy_views
 
 
 def test_the_end_of_a_long_error_line_stays_in_the_stand_in() -> None:

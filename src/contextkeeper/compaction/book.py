@@ -55,6 +55,11 @@ class BookRound(Round):
     ledger_step: int | None = None
     snapshot_id: str | None = None
     snapshot_written: bool = False
+    ready: list[Message] | None = None
+    """Stand-ins prepared ahead of the next compaction (see `ahead`)."""
+    entry: LedgerEntry | None = None
+    """Ledger entry prepared ahead, appended when the round leaves the view."""
+    prepared: bool = False
 
     @property
     def view_tokens(self) -> int:
@@ -409,12 +414,13 @@ class RoundBook:
     # --- records: ledger and snapshots ------------------------------------------------------
     def record(self, r: BookRound) -> None:
         """Put the round in the progress ledger (once, when it first leaves the view)."""
-        entry = self.entry(r)
+        entry = r.entry if r.entry is not None else self.entry(r)
         if r.kind == "tool-call":
             self.snapshot(r, "evicted")
         if entry is not None:
             self.ledger.append(entry)
             r.ledger_step = entry.step
+        r.entry = None
 
     def entry(self, r: BookRound) -> LedgerEntry | None:
         """The ledger entry that stands in for the round once it left the view."""

@@ -90,7 +90,11 @@ def clear_round(
     cut: Cut = CLEAR,
 ) -> int:
     """Show stand-ins for the round's large tool outputs; returns tokens saved."""
-    shown = stand_ins(book, r, config, cut)
+    if r.prepared and cut is CLEAR and r.shown is None:
+        shown = r.ready  # prepared ahead; None means nothing in it shrinks
+    else:
+        shown = stand_ins(book, r, config, cut)
+    r.ready = None
     if shown is None:
         return 0
     book.snapshot(r, reason)

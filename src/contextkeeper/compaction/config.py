@@ -16,7 +16,6 @@ strategies (tool-result summarization 0.75, progressive tiers 0.85, conversation
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -58,24 +57,6 @@ class HybridWeights:
     priority: float = 0.3
     type: float = 0.2
     references: float = 0.2
-
-
-DEPRECATED_KEYS: Mapping[str, str] = {
-    "compaction_budget_ms": "compactions are no longer prepared ahead on earlier turns",
-    "prepare_slice_ms": "compactions are no longer prepared ahead on earlier turns",
-}
-"""Options that are still accepted but have no effect, and why (a value other than the default warns)."""
-
-
-def _warn_deprecated(config: CompactionConfig) -> None:
-    for key, why in DEPRECATED_KEYS.items():
-        value = getattr(config, key)
-        if value != CompactionConfig.__dataclass_fields__[key].default:
-            warnings.warn(
-                f"compaction config: {key}={value!r} has no effect ({why}); remove the key.",
-                DeprecationWarning,
-                stacklevel=4,
-            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,9 +102,9 @@ class CompactionConfig:
     scan_chars: int = 600
     """Characters of an output scanned for identifiers and key lines when it is cleared (cost bound)."""
     compaction_budget_ms: float = 3.0
-    """Deprecated, no effect: compactions are no longer prepared ahead on earlier turns (kept so configs load)."""
+    """Time a compaction turn may take (estimated from the last ones); beyond it the turns before it prepare ahead."""
     prepare_slice_ms: float = 3.0
-    """Deprecated, no effect (see ``compaction_budget_ms``)."""
+    """Most time a turn spends preparing ahead (on as few of the last turns before a compaction as it takes)."""
     min_clear_tokens: int = 120
     """Outputs smaller than this are not worth clearing."""
     preview_head_chars: int = 600
@@ -174,8 +155,6 @@ class CompactionConfig:
     """Make the first non-system message of the view a user message (Anthropic and Gemini require it)."""
 
     def __post_init__(self) -> None:
-        _warn_deprecated(self)
-
         def bad(key: str, value: object, allowed: str) -> ConfigError:
             return ConfigError(f"compaction config: {key}={value!r} is invalid; allowed: {allowed}.", key=key)
 

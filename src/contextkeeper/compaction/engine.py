@@ -35,6 +35,7 @@ from ..notes import Notes
 from ..snapshots import SnapshotStore
 from ..tokens.accountant import TokenAccountant
 from . import clear, context_block, evict, reactive, shrink
+from .ahead import PrepareAhead
 from .base import Change, LayerName, Plan, Room
 from .book import BookRound, RoundBook
 from .breaker import CircuitBreaker
@@ -102,6 +103,7 @@ class ContextEngine:
             scan_chars=config.scan_chars,
         )
         self.summary_layer = SummaryLayer(session_id=session_id, events=events, config=config)
+        self.ahead = PrepareAhead()
         self.counters = Counters()
         self.hook_errors = 0
         self._pre_ratio = 0.0
@@ -213,9 +215,15 @@ class ContextEngine:
             if plan is None:
                 self._check_thrashing()
                 plan = self._plan()
+            started = time.perf_counter()
+            unprepared = self.ahead.pending_rounds(book, config)
             layer = yield from self._compact(plan, target=int(plan.low_water * effective))
             self._gate_floor = self._closed_gate() if book.view_tokens > high else 0.0
+            if not self.summary_layer.enabled:  # a summarizer's own time is not the compaction's
+                self.ahead.compacted(started, unprepared)
             self._last_compaction_turn = self.counters.turn
+        else:
+            self.ahead.track(book, config, high)
         return self._turn_result(layer)
 
     def prepare_appended(self) -> tuple[list[Message], ViewStatus] | None:
@@ -231,6 +239,7 @@ class ContextEngine:
         if book.view_tokens > max(high, self._gate_floor * effective):
             return None
         self.counters.turn += 1
+        self.ahead.track(book, self.config, high)
         return self._turn_result(None)
 
     def reactive_flow(self) -> Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]:
@@ -248,6 +257,7 @@ class ContextEngine:
         )
 
     def _turn_result(self, layer: str | None) -> tuple[list[Message], ViewStatus]:
+        self.ahead.turn_done(self.book)
         status = self.status(layer)
         if self.events.listening:
             errors = self.events.subscriber_errors
