@@ -21,6 +21,7 @@ from .budget import Budget, PressureMonitor, Thresholds
 from .compaction.config import CompactionConfig
 from .compaction.engine import ContextEngine, ViewStatus
 from .compaction.summarizer import AsyncSummarizer, Summarizer, SummaryReply, SummaryRequest
+from .delegation import DelegationResult, arun, run, session_options
 from .events import Alert, DelegationFinished, Event, EventBus
 from .exceptions import ConfigError, ContextOverflowError, SnapshotError, SummaryRejected, UsageError
 from .ledger import Ledger, StepStatus
@@ -33,7 +34,6 @@ from .tokens.accountant import OPENAI_FRAMING, Framing, TokenAccountant
 from .usage import RequestUsage, SessionUsage
 
 if TYPE_CHECKING:
-    from .delegate import DelegationResult
     from .llm.base import AsyncModel, Model, ModelResponse, StreamEvent
 
 __all__ = ["AsyncSession", "DelegableTask", "OutputFormat", "PreparedView", "Session"]
@@ -188,7 +188,7 @@ class _BaseSession:
 
         When the view reaches the cascade's ``delegation`` utilization (0.95 by default), the next
         `complete()`/`stream()` first runs every marked sub-task in an isolated session with its own
-        budget (`contextkeeper.delegate.delegate`) and adds only its result here: a ``delegate``
+        budget (`contextkeeper.delegation.run`) and adds only its result here: a ``delegate``
         tool call and its result, so the step shows in the ledger like any other. Below that
         utilization the marks wait (`pending_delegations`); `delegate_pending()` runs them now.
         """
@@ -252,14 +252,12 @@ class _BaseSession:
             )
         )
 
-    def _delegation_kwargs(self, marked: DelegableTask) -> dict[str, Any]:
-        return {
-            "window": self.budget.window,
-            "max_result_tokens": marked.max_result_tokens,
-            "max_turns": marked.max_turns,
-            "counter": self.accountant.counter,
-            "session_id": "sub_" + marked.task_id,
-        }
+    def _sub_session_kwargs(self, marked: DelegableTask) -> dict[str, Any]:
+        """Keyword arguments of the sub-session a marked sub-task runs in (a window as large as this one's)."""
+        options = session_options(
+            self.budget.window, None, None, marked.max_result_tokens, self.accountant.counter, None
+        )
+        return {"session_id": "sub_" + marked.task_id, **options}
 
     # --- transcript -----------------------------------------------------------------------
     def add(self, items: Sequence[Any] | Any, *, format: Format | None = None) -> int:
@@ -630,11 +628,17 @@ class Session(_BaseSession):
 
     def delegate_pending(self, model: Model) -> list[DelegationResult]:
         """Run every sub-task marked delegable now, each in its own session with ``model``; add their results."""
-        from .delegate import delegate  # delegate builds on Session: imported when used
-
         results = []
         for marked in list(self._delegable):
-            result = delegate(marked.task, marked.context, model=model, **self._delegation_kwargs(marked))
+            sub = Session(**self._sub_session_kwargs(marked))
+            result = run(
+                sub,
+                marked.task,
+                marked.context,
+                model=model,
+                max_result_tokens=marked.max_result_tokens,
+                max_turns=marked.max_turns,
+            )
             self._record_delegation(marked, result)
             results.append(result)
         return results
@@ -848,11 +852,17 @@ class AsyncSession(_BaseSession):
 
     async def delegate_pending(self, model: AsyncModel) -> list[DelegationResult]:
         """Async twin of `Session.delegate_pending`."""
-        from .delegate import adelegate  # delegate builds on Session: imported when used
-
         results = []
         for marked in list(self._delegable):
-            result = await adelegate(marked.task, marked.context, model=model, **self._delegation_kwargs(marked))
+            sub = AsyncSession(**self._sub_session_kwargs(marked))
+            result = await arun(
+                sub,
+                marked.task,
+                marked.context,
+                model=model,
+                max_result_tokens=marked.max_result_tokens,
+                max_turns=marked.max_turns,
+            )
             self._record_delegation(marked, result)
             results.append(result)
         return results
