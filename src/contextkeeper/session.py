@@ -1,7 +1,7 @@
 """The agent-facing API: add messages, prepare the view, hook into the agent loop.
 
 `Session` (sync) and `AsyncSession` (async) share `_BaseSession`, which holds everything but
-the I/O of the summary layer: the engine's compaction is a generator that yields a
+the I/O of the summarize layer: the engine's compaction is a generator that yields a
 `SummaryRequest`, and each twin answers it with its own summarizer.
 """
 
@@ -458,7 +458,7 @@ class Session(_BaseSession):
         tools: OpenAI tool schemas sent with every call (their tokens leave the budget).
         counter: A TokenCounter or spec (``"tiktoken:cl100k_base"``, ``"heuristic"``...).
         config: Compaction thresholds and policies.
-        summarizer: Drives the summary layer (L3); without one, clearing, eviction and the ledger do the work.
+        summarizer: Drives the summarize layer; without one, clearing, eviction and the ledger do the work.
         snapshots: Where full originals go (default: the store when given, else files under
             ``data_dir/snapshots`` when given, else memory).
         store: A session store (`contextkeeper.stores.open_store`): the transcript is written
@@ -575,7 +575,7 @@ class Session(_BaseSession):
     ) -> ModelResponse:
         """One agent step: prepare the view, call ``model``, record usage, append the reply.
 
-        On a provider context-length error the view is compacted deeper (L4) and the call is
+        On a provider context-length error the view is compacted deeper (the reactive layer) and the call is
         retried ``config.reactive_retries`` times (once by default) before the error is raised.
         Sub-tasks marked delegable run first when the view is at the ``delegation`` utilization.
         """
@@ -605,7 +605,7 @@ class Session(_BaseSession):
     ) -> Iterator[StreamEvent]:
         """`complete()` as a stream: yields the model's events; the reply is appended when it is done.
 
-        A context-length error before the first event triggers L4 and a retry, as in `complete()`.
+        A context-length error before the first event triggers the reactive layer and a retry, as in `complete()`.
         """
         if self.delegation_due():
             self.delegate_pending(model)
@@ -644,7 +644,7 @@ class Session(_BaseSession):
         return results
 
     def call_with_retry(self, call: Callable[[list[Any]], Any], *, format: OutputFormat | None = None) -> Any:
-        """Prepare, call ``call(view)``; on ContextOverflowError compact (L4) and retry as configured."""
+        """Prepare, call ``call(view)``; on ContextOverflowError compact (reactive layer) and retry as configured."""
         view = self.prepare(format=format)
         for attempt in range(self.config.reactive_retries + 1):
             try:
@@ -868,7 +868,7 @@ class AsyncSession(_BaseSession):
         return results
 
     async def call_with_retry(self, call: Callable[[list[Any]], Any], *, format: OutputFormat | None = None) -> Any:
-        """Prepare, await ``call(view)``; on ContextOverflowError compact (L4) and retry as configured."""
+        """Prepare, await ``call(view)``; on ContextOverflowError compact (reactive layer) and retry as configured."""
         view = await self.prepare(format=format)
         for attempt in range(self.config.reactive_retries + 1):
             try:

@@ -126,7 +126,7 @@ class SummaryLayer:
                     session_id=self.session_id,
                     alert="breaker-open",
                     detail=(
-                        f"summary layer stopped after {self.breaker.failures} consecutive failures "
+                        f"summarize layer stopped after {self.breaker.failures} consecutive failures "
                         f"(last: {problem}); retrying in {config.breaker_cooldown_s:.0f}s. "
                         "Clearing and eviction keep working."
                     ),

@@ -37,7 +37,7 @@ class SummaryRequest:
     span: tuple[str, str]
     """First and last message id the new summary will cover (previous span included)."""
     degraded: bool = False
-    """The summary layer's circuit breaker is open: answer without calling a model (deterministically)."""
+    """The summarize layer's circuit breaker is open: answer without calling a model (deterministically)."""
 
 
 SummaryReply = str | SummaryRejected | None
