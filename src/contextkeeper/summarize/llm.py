@@ -459,7 +459,7 @@ class _BaseLLM:
 
     def _degraded(self, request: SummaryRequest) -> SummaryResult | None:
         """A request marked ``degraded`` (the session's breaker is open) is answered without the model."""
-        if not getattr(request, "degraded", False):
+        if not request.degraded:
             return None
         plan = self._plan(request)
         return self._result(plan, plan.fallback, "extractive", None, ())
