@@ -157,10 +157,6 @@ class _BaseLLM:
     """This summarizer keeps identifiers by its own rules; the summarize layer's identifier check is skipped."""
     """A request marked ``degraded`` (the session's breaker is open) gets the extractive summary."""
 
-    def take_ready(self, summary: str | None, span: tuple[str, str] | None = None) -> str | None:
-        """None: every summary is final when returned (see `SummarizerCapabilities.take_ready`)."""
-        return None
-
     def __init__(
         self,
         *,
@@ -211,6 +207,10 @@ class _BaseLLM:
         self.usage = SessionUsage()
         """Tokens the summarizer model used, summed over every request."""
         self._lock = threading.Lock()
+
+    def take_ready(self, summary: str | None, span: tuple[str, str] | None = None) -> str | None:
+        """None: every summary is final when returned (see `SummarizerCapabilities.take_ready`)."""
+        return None
 
     # --- planning ---------------------------------------------------------------------------
     def _plan(self, request: SummaryRequest) -> _Plan:
