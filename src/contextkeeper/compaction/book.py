@@ -61,6 +61,10 @@ class BookRound(Round):
     """Ledger entry prepared ahead, appended when the round leaves the view."""
     prepared: bool = False
 
+    # a book's rounds are compared and hashed by identity (as the book's own bookkeeping does)
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
     @property
     def view_tokens(self) -> int:
         if self.state == "evicted":
