@@ -231,3 +231,36 @@ def test_from_budget_shares():
     assert comps.soft["history"] == 56_000
     assert comps.hard["output_reserve"] == 10_000
     assert comps.total == 110_000
+
+
+# --- calibration scale and a served window ------------------------------------------------------------
+
+
+def test_a_scale_turns_the_limits_into_counted_tokens():
+    plain = Budget(window=10_000, reserved_output=1_000, tool_schemas=500)
+    scaled = plain.adapted(scale=1.5)
+    # the counter undercounts: 9,000 provider tokens hold 6,000 counted ones, minus the tools
+    assert scaled.effective == 6_000 - 500
+    assert scaled.calibrated(scaled.effective) + scaled.calibrated(500) <= 9_000
+    assert scaled.calibrated_effective == 10_000 - 1_000 - 750
+    assert scaled.calibrated(100) == 150 and plain.calibrated(100) == 100
+    assert scaled.state(int(scaled.effective * 0.95)) == "critical"
+    assert plain.adapted().effective == plain.effective == plain.calibrated_effective
+
+
+def test_a_smaller_served_window_replaces_the_window_and_caps_the_reply():
+    b = Budget(window=8192, reserved_output=2048)
+    served = b.adapted(served_window=2048)
+    assert (served.window, served.reserved_output, served.effective) == (2048, 512, 1536)
+    assert b.adapted(served_window=16_000) == b  # a larger window is never adopted
+
+
+def test_a_served_window_too_small_for_the_tools_is_refused():
+    with pytest.raises(ConfigError, match="effective budget"):
+        Budget(window=8192, reserved_output=1000, tool_schemas=1800).adapted(served_window=2048)
+
+
+@pytest.mark.parametrize("scale", [0, -1, float("inf"), float("nan"), True, "1.2"])
+def test_a_bad_scale_is_refused(scale):
+    with pytest.raises(ConfigError, match="scale"):
+        Budget(window=1000, reserved_output=0, scale=scale)

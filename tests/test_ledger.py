@@ -248,10 +248,12 @@ _entry_fields: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries(
 
 
 def _cold_copy(led: Ledger, calibrations: list[tuple[int, int]]) -> Ledger:
-    """The same ledger with no memo filled (persisted and loaded), calibrated the same way."""
+    """The same ledger with no memo filled: persisted and loaded (its size calibration travels with it)."""
     fresh = Ledger.from_dict(json.loads(json.dumps(led.to_dict())))
+    replayed = Ledger()
     for estimated, actual in calibrations:
-        fresh.calibrate(estimated, actual)
+        replayed.calibrate(estimated, actual)
+    assert fresh._scale == replayed._scale  # the persisted scale is the one the calibrations made
     return fresh
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from contextkeeper.exceptions import ConfigError, UsageError
+from contextkeeper.exceptions import ConfigError, SchemaError, UsageError
 from contextkeeper.notes import NOTES_TOOL, Notes
 from contextkeeper.tokens import get_counter
 
@@ -66,7 +66,7 @@ def test_json_round_trip() -> None:
     again = Notes.from_dict(data)
     assert again.list(include_resolved=True) == notes.list(include_resolved=True)
     assert again.add("lesson", "new").note_id == 3
-    with pytest.raises(ConfigError, match=r"notes\[0\]"):
+    with pytest.raises(SchemaError, match=r"notes\.notes\[0\]\.kind"):
         Notes.from_dict({"notes": [{"note_id": 1, "kind": "bogus", "text": "x"}]})
 
 
@@ -77,6 +77,6 @@ def test_tool_call() -> None:
     assert notes.handle_tool_call({"resolve_id": 1, "kind": "decision", "text": "SSO via Okta."}) == (
         "resolved #1; noted #2 (decision)"
     )
-    assert notes.handle_tool_call("not json").startswith("error: arguments are not JSON")
+    assert notes.handle_tool_call("not json").startswith("error: the arguments text is not valid JSON")
     assert notes.handle_tool_call('{"resolve_id": 7}').startswith("error: no open item")
     assert notes.handle_tool_call("{}").startswith("error:")

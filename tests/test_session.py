@@ -129,7 +129,9 @@ BAD_BATCHES: dict[str, list[Any]] = {
     "unknown-role": [Message(role="wizard", parts=(TextPart(text="x"),))],  # type: ignore[arg-type]
     "result-without-call-id": [Message(role="tool", parts=(TextPart(text="x"),))],
     "bad-json-arguments": [Message.assistant("", tool_calls=[ToolCall(call_id="z", name="f", arguments="{oops")])],
-    "reused-pending-call-id": [Message.assistant("", tool_calls=[ToolCall(call_id="c1", name="f", arguments="{}")])],
+    "one-call-id-twice": [
+        Message.assistant("", tool_calls=[ToolCall(call_id="c9", name="f", arguments="{}")] * 2),
+    ],
     "non-text-content": [Message.user(42)],  # type: ignore[arg-type]
     "lone-surrogate": [Message.user("bad \ud800 text")],
     "bad-dict": [{"role": "wizard", "content": "x"}],
@@ -145,7 +147,7 @@ def test_bad_input_raises_a_typed_error_and_leaves_the_session_unchanged(name: s
     pending = Message.assistant("", tool_calls=[ToolCall(call_id="c1", name="f", arguments="{}")])
     s.add(pending)
     before = s.prepare(format="internal")
-    expected = ToolPairError if name in ("unknown-call", "second-result", "reused-pending-call-id") else MessageError
+    expected = ToolPairError if name in ("unknown-call", "second-result", "one-call-id-twice") else MessageError
     if name == "dict-result-unknown-call":
         expected = ToolPairError
     with pytest.raises(expected) as info:

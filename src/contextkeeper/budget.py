@@ -1,7 +1,9 @@
 """Budget and pressure: how full the view is, how fast it fills, and what each component may use.
 
 * `Budget`: effective budget = context window − reserved output − tool schemas, and the
-  pressure state of a token count against `Thresholds`.
+  pressure state of a token count against `Thresholds`. With a calibration ``scale`` (the
+  provider's tokens per counted token) the limits are converted into the counter's tokens, so a
+  counter that undercounts the model's tokenizer still keeps the view inside the real window.
 * `PressureMonitor`: burn rate (tokens per turn), turns until overflow, and spikes (a turn
   that costs more than 3× the recent mean: usually a runaway tool loop).
 * `ComponentBudgets`: soft and hard limits per component of the view, with `check_before_add`.
@@ -9,10 +11,11 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Literal, get_args
 
 from .exceptions import BudgetExceeded, ConfigError, UsageError
@@ -75,29 +78,58 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class Budget:
-    """The tokens a view may use: ``effective = window − reserved_output − tool_schemas``."""
+    """The tokens a view may use: ``effective = window − reserved_output − tool_schemas``.
+
+    With ``scale`` != 1 (a calibrated counter) ``effective = (window − reserved_output) / scale −
+    tool_schemas``: the token counts this class takes and returns (``effective``, ``ratio``,
+    ``state``, ``remaining``, ``tokens_at``, ``check_fits``) are the counter's, and
+    `calibrated` converts one into the provider's tokens.
+    """
 
     window: int
-    """The model's context window (prompt + output)."""
+    """The model's context window (prompt + output), in the provider's tokens."""
     reserved_output: int
-    """Tokens kept free for the model's reply."""
+    """Tokens kept free for the model's reply, in the provider's tokens."""
     _: KW_ONLY
     tool_schemas: int = 0
-    """Tokens of the tool schemas sent with every request."""
+    """Tokens of the tool schemas sent with every request, as the counter counts them."""
     thresholds: Thresholds = field(default_factory=Thresholds)
+    scale: float = 1.0
+    """The provider's tokens per counted token (`Calibration.applied`); 1.0 when not calibrated."""
 
     def __post_init__(self) -> None:
         for key in ("window", "reserved_output", "tool_schemas"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"Budget `{key}` must be an int >= 0, got {value!r}.", key=key)
-        if self.effective <= 0:
+        scale = self.scale
+        if isinstance(scale, bool) or not isinstance(scale, int | float) or not 0 < scale < math.inf:
             raise ConfigError(
-                f"effective budget is {self.effective} tokens: window={self.window} − reserved_output="
-                f"{self.reserved_output} − tool_schemas={self.tool_schemas}; use a larger window, "
+                f"Budget `scale` must be a positive number (provider tokens per counted token), got {scale!r}.",
+                key="scale",
+            )
+        if self.effective <= 0:
+            scaled = f" / scale {self.scale:g}" if self.scale != 1 else ""
+            raise ConfigError(
+                f"effective budget is {self.effective} tokens: (window={self.window} − reserved_output="
+                f"{self.reserved_output}){scaled} − tool_schemas={self.tool_schemas}; use a larger window, "
                 "reserve less output or send fewer tool schemas.",
                 key="window",
             )
+
+    def adapted(self, *, scale: float = 1.0, served_window: int | None = None) -> Budget:
+        """This budget with a calibration ``scale``, and the server's window when it is smaller.
+
+        A served window replaces ``window``; the reserved output then keeps at most a quarter of
+        it (a reply reserved for a large window must not take the whole small one).
+
+        Raises:
+            ConfigError: the result leaves no room for messages (tool schemas and reply do not fit).
+        """
+        window, reserved = self.window, self.reserved_output
+        if served_window is not None and served_window < window:
+            window, reserved = served_window, min(reserved, served_window // 4)
+        return replace(self, window=window, reserved_output=reserved, scale=scale)
 
     @classmethod
     def for_model(
@@ -126,10 +158,23 @@ class Budget:
             thresholds=thresholds if thresholds is not None else Thresholds(),
         )
 
-    @property
+    @functools.cached_property
     def effective(self) -> int:
-        """Tokens the messages of a request may use."""
-        return self.window - self.reserved_output - self.tool_schemas
+        """Tokens (the counter's) the messages of a request may use."""
+        if self.scale == 1:
+            return self.window - self.reserved_output - self.tool_schemas
+        return math.floor((self.window - self.reserved_output) / self.scale) - self.tool_schemas
+
+    @property
+    def calibrated_effective(self) -> int:
+        """The effective budget in the provider's tokens: window − reserved output − scaled tool schemas."""
+        return self.window - self.reserved_output - self.calibrated(self.tool_schemas)
+
+    def calibrated(self, tokens: int) -> int:
+        """A count of the counter's tokens in the provider's tokens (rounded up)."""
+        if self.scale == 1 or tokens <= 0:
+            return tokens
+        return math.ceil(tokens * self.scale - 1e-9)
 
     def ratio(self, used: int) -> float:
         """``used`` as a fraction of the effective budget."""
@@ -154,10 +199,11 @@ class Budget:
             BudgetExceeded: ``tokens`` > effective budget.
         """
         if tokens > self.effective:
+            scaled = f", counted tokens at calibration scale {self.scale:g}" if self.scale != 1 else ""
             raise BudgetExceeded(
                 f"{what} needs {tokens} tokens but the effective budget is {self.effective} "
-                f"(window {self.window} − reserved output {self.reserved_output} − tool schemas {self.tool_schemas}); "
-                "shorten it, offload it to a snapshot, or use a model with a larger window.",
+                f"(window {self.window} − reserved output {self.reserved_output} − tool schemas {self.tool_schemas}"
+                f"{scaled}); shorten it, offload it to a snapshot, or use a model with a larger window.",
                 budget=self.effective,
                 used=tokens,
             )

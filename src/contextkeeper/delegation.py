@@ -72,8 +72,10 @@ class _Session(Protocol):
     """What the loop needs of a sub-session (a `Session` or an `AsyncSession`)."""
 
     session_id: str
-    budget: Budget
     accountant: TokenAccountant
+
+    @property
+    def budget(self) -> Budget: ...
 
     def add(self, items: Sequence[Message] | Message) -> int: ...
 

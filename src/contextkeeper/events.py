@@ -83,7 +83,8 @@ class Alert:
 
     session_id: str
     alert: str
-    """Short machine name: thrashing, spike, breaker-open, subscriber-error, hook-error, oversized."""
+    """Short machine name: thrashing, spike, breaker-open, subscriber-error, hook-error, oversized,
+    store-unavailable, store-lost, store-recovered (the session's store: see `Session.restore_to_store`)."""
     detail: str
     ts: float = field(default_factory=time.time)
     kind: Literal["alert"] = "alert"

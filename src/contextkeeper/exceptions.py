@@ -8,21 +8,26 @@ Every error derives from one root so that ``except ContextKeeperError`` catches 
     │   ├── MessageError            a message that cannot be understood (index, field, fix)
     │   │   └── ToolPairError       a tool result whose call is unknown, or a second result
     │   ├── UnknownModelError       a model the registry does not know and no window was given
-    │   └── AgentStateError         an AgentState that breaks its invariants (lists the problems)
+    │   ├── AgentStateError         an AgentState that breaks its invariants (lists the problems)
+    │   └── MemoryQueryError        a recall query that is empty, too long or not text
     ├── BudgetExceeded              the protected part of the view cannot fit the budget
     ├── CompactionFailed            a compaction layer failed (the summarizer, usually)
     │   └── SummaryRejected         a summarizer failed or was rejected; carries a fallback summary
     ├── StoreError                  a session store failed
     │   ├── StoreUnavailable        the store's server cannot be reached
     │   ├── VersionConflict         a compare-and-set lost against a newer write
-    │   ├── SessionNotFound         no session with that id
+    │   ├── SessionNotFound         no session with that id (for that tenant)
+    │   │   └── SessionLost         a live session's store no longer has it (restarted empty, deleted)
     │   ├── SessionExists           an import would overwrite an existing session
     │   ├── MessageNotFound         no message with that id in the session
     │   ├── LockTimeout             the session lock was not acquired in time
     │   └── SchemaError             a corrupted row or an unknown schema version
     ├── SnapshotError               a snapshot reference that is invalid or missing
     └── UpstreamError               the model server failed (url, status)
+        ├── StreamInterrupted       a streamed reply ended before its end marker (or sent nothing)
+        ├── EmbedderError           an embedder failed or returned vectors of the wrong shape
         └── ContextOverflowError    the provider says the prompt is too long
+            └── OverflowUnresolved  emergency compaction could not shrink the view any further
 
 Runtime conditions (``BudgetExceeded``, ``StoreError``, ``UpstreamError``) are kept apart from
 developer mistakes (``UsageError``), so an agent loop can retry the former and fix the latter.
@@ -39,15 +44,20 @@ __all__ = [
     "ConfigError",
     "ContextKeeperError",
     "ContextOverflowError",
+    "EmbedderError",
     "LockTimeout",
+    "MemoryQueryError",
     "MessageError",
     "MessageNotFound",
+    "OverflowUnresolved",
     "SchemaError",
     "SessionExists",
+    "SessionLost",
     "SessionNotFound",
     "SnapshotError",
     "StoreError",
     "StoreUnavailable",
+    "StreamInterrupted",
     "SummaryRejected",
     "ToolPairError",
     "UnknownModelError",
@@ -164,7 +174,15 @@ class VersionConflict(StoreError):
 
 
 class SessionNotFound(StoreError):
-    """No session with that id exists in the store."""
+    """No session with that id exists in the store (or none that belongs to the tenant asked for)."""
+
+
+class SessionLost(SessionNotFound):
+    """A live `Session`'s store no longer has the session: it restarted empty, expired it or deleted it.
+
+    The session's transcript and view are still in the process's memory; `Session.restore_to_store`
+    writes them back.
+    """
 
 
 class SchemaError(StoreError):
@@ -186,9 +204,24 @@ class MessageNotFound(StoreError):
 class LockTimeout(StoreError):
     """The session lock was not acquired within the timeout; another worker holds it."""
 
-    def __init__(self, message: str, *, session_id: str | None = None, timeout: float) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        timeout: float,
+        holder: str | None = None,
+        since: float | None = None,
+        expires_in: float | None = None,
+    ) -> None:
         super().__init__(message, session_id=session_id)
         self.timeout = timeout
+        self.holder = holder
+        """Who holds the lock (``host pid N``, or a Postgres backend), when the store knows."""
+        self.since = since
+        """Unix time the holder took the lock, when the store knows."""
+        self.expires_in = expires_in
+        """Seconds until the holder's lease ends unless it renews it (a live holder does), when known."""
 
 
 class AgentStateError(UsageError):
@@ -197,6 +230,14 @@ class AgentStateError(UsageError):
     def __init__(self, message: str, *, problems: list[str]) -> None:
         super().__init__(message)
         self.problems = problems
+
+
+class MemoryQueryError(UsageError):
+    """A recall query that cannot be answered: empty, longer than the limit, or not text."""
+
+    def __init__(self, message: str, *, field: str = "query") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class SnapshotError(ContextKeeperError):
@@ -229,3 +270,37 @@ class ContextOverflowError(UpstreamError):
         """The window (or input limit) the provider reported, in tokens, when it said so."""
         self.requested = requested
         """The tokens the request needed according to the provider, when it said so."""
+
+
+class EmbedderError(UpstreamError):
+    """An embedder failed, or returned vectors of the wrong count or dimension (recall falls back to keywords)."""
+
+
+class StreamInterrupted(UpstreamError):
+    """A streamed reply ended before the provider's end marker, or the server sent no event at all.
+
+    Some servers answer a prompt that is too long for their window with HTTP 200 and an empty
+    event stream (llama-cpp-python's server does); `Session.stream` then asks once more without
+    streaming to learn the real error.
+    """
+
+
+class OverflowUnresolved(ContextOverflowError):
+    """The provider said the prompt is too long and emergency compaction could not shrink the view.
+
+    Raised instead of sending the same view again; ``view_tokens`` is the view's size as counted.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        status_code: int | None = None,
+        limit: int | None = None,
+        requested: int | None = None,
+        view_tokens: int,
+    ) -> None:
+        super().__init__(message, url=url, status_code=status_code, limit=limit, requested=requested)
+        self.view_tokens = view_tokens
+        """Tokens of the view that could not be made smaller (the library's count, calibrated)."""

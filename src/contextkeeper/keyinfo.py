@@ -9,9 +9,10 @@ the hot path of a compaction and must cost little more than one scan of the text
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Iterable, Iterator
+
+from ._json import BadJSON, has_lone_surrogate, loads
 
 __all__ = [
     "error_lines",
@@ -85,8 +86,8 @@ def _json_scalars(value: object, depth: int = 0) -> Iterator[str]:
         return
     elif isinstance(value, int | float):
         yield str(value)
-    elif isinstance(value, str) and value and len(value) <= 80:
-        yield value
+    elif isinstance(value, str) and value and len(value) <= 80 and not has_lone_surrogate(value):
+        yield value  # a JSON escape of half a pair decodes to a lone surrogate: no fact, no store can keep it
 
 
 _DATE_LIKE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -133,8 +134,8 @@ def json_facts(text: str) -> list[str] | None:
     if not stripped or stripped[0] not in "[{":
         return None
     try:
-        doc = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+        doc = loads(text)
+    except BadJSON:
         return None
     return list(dict.fromkeys(_json_scalars(doc)))
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from ._json import BadJSON, loads
+from .exceptions import SchemaError
 from .keyinfo import extract_identifiers, fact_rank, json_facts, key_lines, salient_facts
 from .messages import Message
 
@@ -54,8 +57,8 @@ def _short(value: Any, limit: int) -> str:
 def describe_call(name: str, arguments: str, *, limit: int = 240) -> str:
     """``name(k=v, ...)`` with long values shortened; falls back to the raw text for non-JSON."""
     try:
-        parsed = json.loads(arguments) if arguments else {}
-    except json.JSONDecodeError:
+        parsed = loads(arguments) if arguments else {}
+    except BadJSON:
         return f"{name}({_short(arguments, limit)})"
     if isinstance(parsed, dict):
         inner = ", ".join(f"{k}={_short(v, 80)}" for k, v in parsed.items())
@@ -484,30 +487,125 @@ class Ledger:
 
     # --- persistence ----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready state."""
+        """JSON-ready state (the size calibration included, so a reloaded ledger renders the same text)."""
         return {
-            "entries": [asdict(e) for e in self.entries],
+            "entries": [_entry_dict(e) for e in self.entries],
             "max_entries": self.max_entries,
             "rolled_up": dict(self.rolled_up),
             "next_step": self.next_step,
             "notes_added": self.notes_added,
             "kept_facts": list(self.kept_facts),
+            "scale": self._scale,
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Ledger:
-        """Inverse of `to_dict`."""
-        entries = [
-            LedgerEntry(
-                **{**e, "facts": tuple(e["facts"]), "message_ids": tuple(e["message_ids"]), "tools": tuple(e["tools"])}
-            )
-            for e in data.get("entries", [])
-        ]
-        return cls(
+    def from_dict(cls, data: Mapping[str, Any], *, session_id: str | None = None) -> Ledger:
+        """Inverse of `to_dict`.
+
+        Raises:
+            SchemaError: the data does not have the shape `to_dict` writes (names the field).
+        """
+        check = _Shape(session_id)
+        data = check.mapping(data, "ledger")
+        raw_entries = check.items(data.get("entries", []), "ledger.entries")
+        entries = [_entry_from_dict(raw, f"ledger.entries[{i}]", check) for i, raw in enumerate(raw_entries)]
+        rolled_up = check.mapping(data.get("rolled_up", {}), "ledger.rolled_up")
+        for key, n in rolled_up.items():
+            check.integer(n, f"ledger.rolled_up[{key!r}]")
+        scale = check.number(data.get("scale", 1.15), "ledger.scale")
+        ledger = cls(
             entries=entries,
-            max_entries=int(data.get("max_entries", 200)),
-            rolled_up=dict(data.get("rolled_up", {})),
-            next_step=int(data.get("next_step", len(entries) + 1)),
-            notes_added=int(data.get("notes_added", 0)),
-            kept_facts=[str(f) for f in data.get("kept_facts", [])],
+            max_entries=check.integer(data.get("max_entries", 200), "ledger.max_entries", minimum=1),
+            rolled_up={str(k): int(v) for k, v in rolled_up.items()},
+            next_step=check.integer(data.get("next_step", len(entries) + 1), "ledger.next_step"),
+            notes_added=check.integer(data.get("notes_added", 0), "ledger.notes_added", minimum=0),
+            kept_facts=check.strings(data.get("kept_facts", []), "ledger.kept_facts"),
         )
+        ledger._scale = min(1.5, max(0.5, scale))
+        return ledger
+
+
+def _entry_dict(e: LedgerEntry) -> dict[str, Any]:
+    """`dataclasses.asdict` of an entry, without its generic deep copy (entries are immutable)."""
+    return {
+        "step": e.step,
+        "status": e.status,
+        "intention": e.intention,
+        "kind": e.kind,
+        "facts": e.facts,
+        "snapshot_id": e.snapshot_id,
+        "message_ids": e.message_ids,
+        "tools": e.tools,
+        "turn": e.turn,
+    }
+
+
+def _entry_from_dict(raw: Any, where: str, check: _Shape) -> LedgerEntry:
+    e = check.mapping(raw, where)
+    status = e.get("status")
+    if status not in _MARK:
+        raise check.broken(f"{where}.status", f"must be one of {sorted(_MARK)}, got {status!r:.40}")
+    kind = e.get("kind", "tool")
+    if kind not in ("tool", "request", "note"):
+        raise check.broken(f"{where}.kind", f"must be 'tool', 'request' or 'note', got {kind!r:.40}")
+    intention = e.get("intention")
+    if not isinstance(intention, str):
+        raise check.broken(f"{where}.intention", f"must be a string, got {type(intention).__name__}")
+    snapshot_id, turn = e.get("snapshot_id"), e.get("turn")
+    if snapshot_id is not None and not isinstance(snapshot_id, str):
+        raise check.broken(f"{where}.snapshot_id", f"must be a string or null, got {type(snapshot_id).__name__}")
+    return LedgerEntry(
+        step=check.integer(e.get("step"), f"{where}.step"),
+        status=status,
+        intention=intention,
+        kind=kind,
+        facts=tuple(check.strings(e.get("facts", []), f"{where}.facts")),
+        snapshot_id=snapshot_id,
+        message_ids=tuple(check.strings(e.get("message_ids", []), f"{where}.message_ids")),
+        tools=tuple(check.strings(e.get("tools", []), f"{where}.tools")),
+        turn=None if turn is None else check.integer(turn, f"{where}.turn"),
+    )
+
+
+class _Shape:
+    """Checks of stored view state that raise `SchemaError` naming the session and the field."""
+
+    def __init__(self, session_id: str | None) -> None:
+        self.session_id = session_id
+
+    def broken(self, field: str, problem: str) -> SchemaError:
+        where = f"session {self.session_id!r}: " if self.session_id is not None else ""
+        return SchemaError(
+            f"{where}stored view state: `{field}` {problem}; the state is corrupted: restore the session from an "
+            "export, or delete its view state to rebuild the view from the transcript.",
+            session_id=self.session_id,
+        )
+
+    def mapping(self, value: Any, field: str) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise self.broken(field, f"must be an object, got {type(value).__name__}")
+        return value
+
+    def items(self, value: Any, field: str) -> list[Any]:
+        if not isinstance(value, list | tuple):
+            raise self.broken(field, f"must be a list, got {type(value).__name__}")
+        return list(value)
+
+    def strings(self, value: Any, field: str) -> list[str]:
+        items = self.items(value, field)
+        for i, item in enumerate(items):
+            if not isinstance(item, str):
+                raise self.broken(f"{field}[{i}]", f"must be a string, got {type(item).__name__}")
+        return items
+
+    def integer(self, value: Any, field: str, *, minimum: int | None = None) -> int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.broken(field, f"must be an integer, got {value!r:.40}")
+        if minimum is not None and value < minimum:
+            raise self.broken(field, f"must be at least {minimum}, got {value}")
+        return value
+
+    def number(self, value: Any, field: str) -> float:
+        if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+            raise self.broken(field, f"must be a finite number, got {value!r:.40}")
+        return float(value)

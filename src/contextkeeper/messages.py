@@ -9,7 +9,6 @@ model ride along in ``extra`` so that adapters convert back losslessly.
 from __future__ import annotations
 
 import hashlib
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -17,6 +16,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, TypeAdapter
 
+from . import _json
 from .exceptions import MessageError
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "ToolCall",
     "check_message",
     "new_message_id",
+    "same_content",
 ]
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
@@ -90,8 +91,12 @@ class ToolCall:
     kind: Literal["tool-call"] = "tool-call"
 
     def parsed_arguments(self) -> Any:
-        """The arguments decoded from JSON."""
-        return json.loads(self.arguments) if self.arguments else {}
+        """The arguments decoded from JSON (within `contextkeeper._json.MAX_DEPTH` levels).
+
+        Raises:
+            ValueError: the arguments are not JSON or nest too deep (`add()` refuses both).
+        """
+        return _json.loads(self.arguments) if self.arguments else {}
 
 
 Part = Annotated[TextPart | ImagePart | ThinkingPart | ToolCall, Field(discriminator="kind")]
@@ -203,8 +208,15 @@ MessagesAdapter: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 """Serializes message lists to and from JSON; stores persist this, never pickle."""
 
 
-def _check_text(value: object, *, index: int | None, field_name: str) -> None:
-    where = f"message {index}" if index is not None else "message"
+def _where(message: Message, index: int | None) -> str:
+    """How an error names a message: its index in the call and its id."""
+    mid = message.message_id
+    named = f" ({mid!r:.60})" if isinstance(mid, str) and mid else ""
+    return (f"message {index}" if index is not None else "message") + named
+
+
+def _check_text(value: object, *, index: int | None, field_name: str, where: str | None = None) -> None:
+    where = where or (f"message {index}" if index is not None else "message")
     if not isinstance(value, str):
         raise MessageError(
             f"{where}: `{field_name}` must be a string, got {type(value).__name__} ({value!r:.60}); "
@@ -226,24 +238,64 @@ def _check_text(value: object, *, index: int | None, field_name: str) -> None:
         ) from None
 
 
+def _check_optional_text(value: object, *, index: int | None, field_name: str, where: str) -> None:
+    if value is not None:
+        _check_text(value, index=index, field_name=field_name, where=where)
+
+
+def _check_arguments(call: ToolCall, *, index: int | None, field_name: str, where: str) -> None:
+    """Tool-call arguments: a JSON text, nested at most `MAX_DEPTH` levels, with no escaped lone surrogate."""
+    _check_text(call.arguments, index=index, field_name=field_name, where=where)
+    if not call.arguments:
+        return
+    try:
+        value = _json.loads(call.arguments)
+    except _json.BadJSON as exc:
+        raise MessageError(
+            f"{where}: tool call {call.call_id!r} ({call.name}) has arguments that {exc.problem}: "
+            f"{call.arguments!r:.80}; pass the arguments as a JSON text (json.dumps of a dict, at most "
+            f"{_json.MAX_DEPTH} levels deep).",
+            index=index,
+            field=field_name,
+        ) from None
+    if _json.may_decode_to_surrogate(call.arguments):
+        path = _json.lone_surrogate_path(value)
+        if path is not None:
+            raise MessageError(
+                f"{where}: tool call {call.call_id!r} ({call.name}) has arguments whose value at {path} decodes "
+                "to a lone surrogate (a \\uD800-\\uDFFF escape without its pair), which no store can keep; "
+                "send the whole character (both halves of the pair) or drop it.",
+                index=index,
+                field=field_name,
+            )
+
+
 def check_message(message: Message, *, index: int | None = None) -> Message:
-    """Check one message for what every provider rejects; return it unchanged.
+    """Check one message for what every provider or store rejects; return it unchanged.
 
     Raises:
-        MessageError: an unknown role, non-text content, a lone surrogate, a tool result
-            without ``tool_call_id``, or tool-call arguments that are not valid JSON.
+        MessageError: an unknown role, non-text content, a lone surrogate (raw, or as a JSON
+            escape in tool-call arguments), a tool result without ``tool_call_id``, tool-call
+            arguments that are not valid JSON or nest deeper than `contextkeeper._json.MAX_DEPTH`
+            levels, an empty or non-string id, or ``extra`` that is not storable JSON.
     """
     parts = message.parts
+    mid, tcid = message.message_id, message.tool_call_id
     if (  # the common message, one ASCII text in a known role, checked without the general walk
         len(parts) == 1
         and parts[0].__class__ is TextPart
         and parts[0].text.__class__ is str
         and parts[0].text.isascii()
         and message.role in ROLES
-        and (message.role != "tool" or message.tool_call_id)
+        and (tcid is None and message.role != "tool" or tcid.__class__ is str and tcid and tcid.isascii())
+        and mid.__class__ is str
+        and mid
+        and mid.isascii()
+        and (message.name is None or message.name.__class__ is str and message.name.isascii())
+        and not message.extra
     ):
         return message
-    where = f"message {index}" if index is not None else "message"
+    where = _where(message, index)
     if message.role not in ROLES:
         raise MessageError(
             f"{where}: unknown role {message.role!r}; use one of {sorted(ROLES)}.", index=index, field="role"
@@ -254,9 +306,22 @@ def check_message(message: Message, *, index: int | None = None) -> Message:
             index=index,
             field="tool_call_id",
         )
+    if not isinstance(mid, str) or not mid:
+        raise MessageError(
+            f"{where}: `message_id` must be a non-empty string, got {type(mid).__name__} ({mid!r:.60}); "
+            "leave it out to get a fresh id.",
+            index=index,
+            field="message_id",
+        )
+    _check_text(mid, index=index, field_name="message_id", where=where)
+    _check_optional_text(message.tool_call_id, index=index, field_name="tool_call_id", where=where)
+    _check_optional_text(message.name, index=index, field_name="name", where=where)
     for j, part in enumerate(message.parts):
-        if isinstance(part, TextPart | ThinkingPart):
-            _check_text(part.text, index=index, field_name=f"parts[{j}].text")
+        if isinstance(part, TextPart):
+            _check_text(part.text, index=index, field_name=f"parts[{j}].text", where=where)
+        elif isinstance(part, ThinkingPart):
+            _check_text(part.text, index=index, field_name=f"parts[{j}].text", where=where)
+            _check_optional_text(part.signature, index=index, field_name=f"parts[{j}].signature", where=where)
         elif isinstance(part, ToolCall):
             if message.role != "assistant":
                 raise MessageError(
@@ -265,22 +330,43 @@ def check_message(message: Message, *, index: int | None = None) -> Message:
                     index=index,
                     field=f"parts[{j}]",
                 )
-            _check_text(part.arguments, index=index, field_name=f"parts[{j}].arguments")
-            try:
-                if part.arguments:
-                    json.loads(part.arguments)
-            except json.JSONDecodeError as exc:
-                raise MessageError(
-                    f"{where}: tool call {part.call_id!r} ({part.name}) has arguments that are not valid JSON "
-                    f"({exc.msg} at char {exc.pos}): {part.arguments!r:.80}; pass the arguments as a JSON text.",
-                    index=index,
-                    field=f"parts[{j}].arguments",
-                ) from None
-        elif not isinstance(part, ImagePart):
+            _check_text(part.call_id, index=index, field_name=f"parts[{j}].call_id", where=where)
+            _check_text(part.name, index=index, field_name=f"parts[{j}].name", where=where)
+            _check_arguments(part, index=index, field_name=f"parts[{j}].arguments", where=where)
+        elif isinstance(part, ImagePart):
+            _check_text(part.url, index=index, field_name=f"parts[{j}].url", where=where)
+            _check_optional_text(part.media_type, index=index, field_name=f"parts[{j}].media_type", where=where)
+        else:
             raise MessageError(
                 f"{where}: part {j} has unsupported type {type(part).__name__}; "
                 "use TextPart, ImagePart, ThinkingPart or ToolCall.",
                 index=index,
                 field=f"parts[{j}]",
             )
+    if message.extra:
+        if not isinstance(message.extra, Mapping):
+            raise MessageError(
+                f"{where}: `extra` must be a dict, got {type(message.extra).__name__}; pass a dict of JSON values.",
+                index=index,
+                field="extra",
+            )
+        problem = _json.metadata_problem(dict(message.extra))
+        if problem is not None:
+            path, what = problem
+            raise MessageError(
+                f"{where}: `extra.{path}` {what}; stores keep `extra` as UTF-8 JSON: use dicts with string keys, "
+                "lists, strings, finite numbers, booleans and None (at most "
+                f"{_json.MAX_DEPTH} levels deep).",
+                index=index,
+                field=f"extra.{path}" if path else "extra",
+            )
     return message
+
+
+def same_content(a: Message, b: Message) -> bool:
+    """True when two messages say the same thing (role, name, call id, parts, error flag).
+
+    Bookkeeping fields (pinned, turn, timestamps, provider hints in ``extra``) are not content:
+    the same message added again through another format or after a pin is the same message.
+    """
+    return a.content_hash == b.content_hash and a.is_error == b.is_error

@@ -17,12 +17,12 @@ Example::
 from __future__ import annotations
 
 import builtins
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
-from .exceptions import ConfigError, UsageError
+from ._json import has_lone_surrogate, tool_arguments, whole_number
+from .exceptions import ConfigError, SchemaError, UsageError
 from .tokens import TokenCounter, get_counter
 
 __all__ = ["NOTES_TOOL", "Note", "NoteKind", "Notes"]
@@ -101,7 +101,14 @@ class Notes:
         """
         if kind not in NOTE_KINDS:
             raise ConfigError(f"note kind {kind!r} is unknown; use one of {list(NOTE_KINDS)}.", key="kind")
-        text = " ".join(str(text).split())
+        if not isinstance(text, str):
+            raise UsageError(f"a note's text must be a string, got {type(text).__name__} ({text!r:.60}).")
+        if has_lone_surrogate(text):
+            raise UsageError(
+                "a note's text contains a lone surrogate (half of a character pair, e.g. the JSON escape "
+                "\\ud83d alone), which no store can keep; write the whole character or leave it out."
+            )
+        text = " ".join(text.split())
         if not text or len(text) > _MAX_CHARS:
             raise UsageError(
                 f"a note needs 1..{_MAX_CHARS} characters of text (got {len(text)}); "
@@ -195,22 +202,32 @@ class Notes:
         return "\n".join(lines)
 
     def handle_tool_call(self, arguments: str | Mapping[str, Any], *, turn: int | None = None) -> str:
-        """Run the `NOTES_TOOL` call: add a note and/or resolve an open item; returns the tool result text."""
-        try:
-            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
-        except json.JSONDecodeError as exc:
-            return f'error: arguments are not JSON ({exc.msg}); send {{"kind": ..., "text": ...}}.'
-        if not isinstance(args, dict):
-            return "error: arguments must be a JSON object with kind and text, or resolve_id."
+        """Run the `NOTES_TOOL` call: add a note and/or resolve an open item; returns the tool result text.
+
+        Whatever the model sends, the answer is a text it can read: bad arguments (not JSON, too
+        large or too deep, wrong types, ids out of range) give ``error: ...`` and change nothing.
+        """
+        args = tool_arguments(arguments, example='{"kind": "decision", "text": ...} or {"resolve_id": 3}')
+        if isinstance(args, str):
+            return args
+        resolve = args.get("resolve_id")
+        note_id = None if resolve is None else whole_number(resolve)
+        if resolve is not None and note_id is None:
+            return f"error: resolve_id must be the id of an open item (a whole number from 1), got {resolve!r:.40}."
+        text, kind = args.get("text"), args.get("kind", "decision")
+        if text is not None and not isinstance(text, str):
+            return f"error: text must be a string, got {type(text).__name__}."
+        if not isinstance(kind, str):
+            return f"error: kind must be one of {list(NOTE_KINDS)}, got {kind!r:.40}."
         out: list[str] = []
         try:
-            if args.get("resolve_id") is not None:
-                self.resolve(int(args["resolve_id"]))
-                out.append(f"resolved #{int(args['resolve_id'])}")
-            if args.get("text"):
-                note = self.add(args.get("kind", "decision"), str(args["text"]), turn=turn)
+            if note_id is not None:
+                self.resolve(note_id)
+                out.append(f"resolved #{note_id}")
+            if text:
+                note = self.add(cast(NoteKind, kind), text, turn=turn)
                 out.append(f"noted #{note.note_id} ({note.kind})")
-        except (UsageError, ValueError, TypeError) as exc:
+        except UsageError as exc:
             return f"error: {exc}"
         return "; ".join(out) if out else "error: give text (with kind) or resolve_id."
 
@@ -220,34 +237,61 @@ class Notes:
         return {"notes": [asdict(n) for n in self._notes], "next_id": self._next}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Notes:
+    def from_dict(cls, data: Mapping[str, Any], *, session_id: str | None = None) -> Notes:
         """Inverse of `to_dict`.
 
         Raises:
-            ConfigError: A note has an unknown kind or misses a field.
+            SchemaError: the data does not have the shape `to_dict` writes (names the field).
         """
+        where = f"session {session_id!r}: " if session_id is not None else ""
+
+        def broken(field: str, problem: str) -> SchemaError:
+            return SchemaError(
+                f"{where}stored notes: `{field}` {problem}; the view state is corrupted: restore the session "
+                "from an export, or delete its view state to rebuild the view from the transcript.",
+                session_id=session_id,
+            )
+
+        if not isinstance(data, Mapping):
+            raise broken("notes", f"must be an object, got {type(data).__name__}")
+        raw_notes = data.get("notes", [])
+        if not isinstance(raw_notes, list):
+            raise broken("notes.notes", f"must be a list, got {type(raw_notes).__name__}")
         notes: list[Note] = []
-        for i, raw in enumerate(data.get("notes", [])):
-            try:
-                kind = raw["kind"]
-                if kind not in NOTE_KINDS:
-                    raise KeyError("kind")
-                notes.append(
-                    Note(
-                        note_id=int(raw["note_id"]),
-                        kind=kind,
-                        text=str(raw["text"]),
-                        turn=raw.get("turn"),
-                        source_ids=tuple(raw.get("source_ids", ())),
-                        resolved=bool(raw.get("resolved", False)),
-                    )
+        for i, raw in enumerate(raw_notes):
+            field = f"notes.notes[{i}]"
+            if not isinstance(raw, Mapping):
+                raise broken(field, f"must be an object, got {type(raw).__name__}")
+            note_id, kind, text = raw.get("note_id"), raw.get("kind"), raw.get("text")
+            turn, source_ids = raw.get("turn"), raw.get("source_ids", [])
+            if not isinstance(note_id, int) or isinstance(note_id, bool):
+                raise broken(f"{field}.note_id", f"must be an integer, got {note_id!r:.40}")
+            if kind not in NOTE_KINDS:
+                raise broken(f"{field}.kind", f"must be one of {list(NOTE_KINDS)}, got {kind!r:.40}")
+            if not isinstance(text, str):
+                raise broken(f"{field}.text", f"must be a string, got {type(text).__name__}")
+            if turn is not None and not _is_int(turn):
+                raise broken(f"{field}.turn", f"must be an integer or null, got {turn!r:.40}")
+            if not isinstance(source_ids, list | tuple) or not all(isinstance(x, str) for x in source_ids):
+                raise broken(f"{field}.source_ids", "must be a list of message ids")
+            notes.append(
+                Note(
+                    note_id=note_id,
+                    kind=kind,
+                    text=text,
+                    turn=turn,
+                    source_ids=tuple(source_ids),
+                    resolved=bool(raw.get("resolved", False)),
                 )
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ConfigError(
-                    f"notes[{i}] is not a note ({exc!r}); expected note_id, kind in {list(NOTE_KINDS)}, text.",
-                    key=f"notes[{i}]",
-                ) from None
-        return cls(notes, next_id=data.get("next_id"))
+            )
+        next_id = data.get("next_id")
+        if next_id is not None and not _is_int(next_id):
+            raise broken("notes.next_id", f"must be an integer, got {next_id!r:.40}")
+        return cls(notes, next_id=next_id)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _count_fn(counter: TokenCounter | Callable[[str], int] | None) -> Callable[[str], int]:

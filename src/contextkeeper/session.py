@@ -12,10 +12,13 @@ import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
+from ._binding import AsyncStoreLink, StoreLink
+from ._json import tool_arguments, whole_number
+from ._replies import overflow_unresolved, repair_reply, replay_events
 from .adapters import Format, from_messages, to_messages
 from .budget import Budget, PressureMonitor, Thresholds
 from .compaction.config import CompactionConfig
@@ -23,8 +26,20 @@ from .compaction.engine import ContextEngine, ViewStatus
 from .compaction.summarizer import AsyncSummarizer, Summarizer, SummaryReply, SummaryRequest
 from .delegation import DelegationResult, arun, run, session_options
 from .events import Alert, DelegationFinished, Event, EventBus
-from .exceptions import ConfigError, ContextOverflowError, SnapshotError, SummaryRejected, UsageError
+from .exceptions import (
+    ConfigError,
+    ContextOverflowError,
+    OverflowUnresolved,
+    SessionNotFound,
+    SnapshotError,
+    StoreUnavailable,
+    StreamInterrupted,
+    SummaryRejected,
+    UsageError,
+    VersionConflict,
+)
 from .ledger import Ledger, StepStatus
+from .llm.base import ResponseDone
 from .messages import Message, ToolCall
 from .models import lookup_model
 from .notes import NOTES_TOOL, Notes
@@ -61,8 +76,16 @@ def _is_async_store(store: Any) -> bool:
     return inspect.iscoroutinefunction(getattr(store, "append_messages", None))
 
 
-_EPHEMERAL_EVENTS = frozenset({"context.status"})
-"""Events not written to the persisted audit log (one per turn; the metrics carry them)."""
+_MAX_REF_CHARS = 512
+"""Longest `read_context` reference (a span of two message ids fits many times over)."""
+
+
+def _positive_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+_SAVE_ATTEMPTS = 3
+"""Compactions of one prepare that may lose a compare-and-set (a holder whose lock lease ran out)."""
 
 
 class _Rebuilding:
@@ -117,37 +140,53 @@ class _BaseSession:
         tenant: str = "default",
         data_dir: str | os.PathLike[str] | None = None,
         thresholds: Thresholds | None = None,
+        max_tokens: int | Literal["reserved"] | None = "reserved",
     ) -> None:
         self.session_id = session_id or "ses_" + uuid.uuid4().hex
+        if not (max_tokens is None or max_tokens == "reserved" or _positive_int(max_tokens)):
+            raise ConfigError(
+                f"max_tokens={max_tokens!r}: use 'reserved' (send the reserved output), a positive int, or None "
+                "(send no limit).",
+                key="max_tokens",
+            )
+        self.max_tokens: int | Literal["reserved"] | None = max_tokens
+        """The reply limit `complete()`/`stream()` send when the call gives none (see `Session`)."""
         if window is None and model is None:
             raise ConfigError("Session needs `model=` (looked up in the registry) or `window=` (tokens).", key="window")
         info = lookup_model(model, window=window) if model is not None else None
         ctx_window = window if window is not None else info.context_window  # type: ignore[union-attr]
         if reserved_output is None:
             reserved_output = min(info.max_output, ctx_window // 4) if info is not None else 0
-        if isinstance(config, Mapping):
-            config = CompactionConfig.from_dict(config)
-        self.config = config or CompactionConfig()
+        self.config = CompactionConfig.coerce(config)
         if counter is None:
             counter = counter_for_model(model) if model is not None else get_counter("heuristic")
         elif isinstance(counter, str):
             counter = get_counter(counter)
         self.accountant = TokenAccountant(counter, framing=framing)
         self.tools = [*tools, READ_CONTEXT_TOOL] if include_read_tool else list(tools)
-        self.budget = Budget(
+        self.configured_budget = Budget(
             window=ctx_window,
             reserved_output=reserved_output,
             tool_schemas=self.accountant.count_tools(self.tools) if self.tools else 0,
             thresholds=thresholds if thresholds is not None else Thresholds(),
         )
+        """The budget as configured; `budget` adds calibration and the window the server serves."""
+        self._budget_key: tuple[float, int | None] = (1.0, None)
+        self._budget = self.configured_budget
+        self._largest_answered = 0
+        """Counted tokens of the largest view a model answered (an empty stream past it may be an overflow)."""
         self.format: Format = format
         self.events = EventBus()
         self.store = store
         """A session store (`contextkeeper.stores.open_store`) the transcript and view state persist in."""
         self.tenant = tenant
+        """The tenant the session belongs to in its store; another tenant's session of this id is never opened."""
+        self._link: StoreLink | None = None
+        if store is not None and not _is_async_store(store):
+            self._link = StoreLink(store, self.session_id, tenant, self.events, snapshots_in_store=snapshots is None)
         if snapshots is None:
-            if store is not None and not _is_async_store(store):
-                snapshots = store  # Redis/Postgres deployments then need no shared disk
+            if self._link is not None and self._link.snapshots is not None:
+                snapshots = self._link.snapshots  # Redis/Postgres deployments then need no shared disk
             elif data_dir is not None:
                 snapshots = FileSnapshotStore(Path(data_dir) / "snapshots")
             else:
@@ -156,7 +195,7 @@ class _BaseSession:
         self._converted: tuple[int, str, list[Any]] | None = None
         self._converted_upto = 0
         self._reset_engine()
-        self.monitor = PressureMonitor(budget=self.budget)
+        self.monitor = PressureMonitor(budget=self._current_budget())
         self.model = model
         self.usage = SessionUsage()
         """Tokens the provider reported over this session's `complete()` calls."""
@@ -168,12 +207,101 @@ class _BaseSession:
         self.engine = ContextEngine(
             session_id=self.session_id,
             accountant=self.accountant,
-            budget=self.budget,
+            budget=self._current_budget,
             config=self.config,
             snapshots=self.snapshots,
             events=self.events,
         )
         self._converted = None
+
+    # --- budget: calibration and the served window -------------------------------------------
+    @property
+    def budget(self) -> Budget:
+        """The budget the view is held to: the configured one, with the calibration factor applied
+        (once ``min_samples`` usage reports agree on it) and the server's window when a
+        context-length error reported a smaller one. Its counts are the counter's (`Budget.scale`)."""
+        return self._current_budget()
+
+    def _current_budget(self) -> Budget:
+        calibration = self.accountant.calibration
+        key = (calibration.applied, calibration.served_window)
+        if key != self._budget_key:
+            try:
+                self._budget = self.configured_budget.adapted(scale=key[0], served_window=key[1])
+            except ConfigError:
+                # a factor or window that leaves no room (tools changed since it was learned): the
+                # window alone, then neither, rather than a budget that cannot hold a message
+                try:
+                    self._budget = self.configured_budget.adapted(served_window=key[1])
+                except ConfigError:
+                    self._budget = self.configured_budget
+            self._budget_key = key
+        return self._budget
+
+    def _reply_limit(self, max_tokens: int | None) -> int | None:
+        """The ``max_tokens`` to send: the call's own, else the session's setting."""
+        if max_tokens is not None:
+            return max_tokens
+        if self.max_tokens == "reserved":
+            return self.budget.reserved_output or None
+        return self.max_tokens
+
+    def _adopt_served_window(self, error: ContextOverflowError) -> None:
+        """A context-length error named a window smaller than the budget's: adopt it and say so.
+
+        Raises:
+            OverflowUnresolved: the served window cannot hold the tool schemas and a reply.
+        """
+        limit = error.limit
+        current = self.budget
+        if limit is None or limit >= current.window:
+            return
+        try:
+            adopted = self.configured_budget.adapted(scale=current.scale, served_window=limit)
+        except ConfigError as exc:
+            raise OverflowUnresolved(
+                f"session {self.session_id!r}: {error.url or 'the model server'} serves a context window of {limit} "
+                f"tokens, too small for this session's tool schemas ({current.tool_schemas} tokens) and a reply "
+                f"({exc}); send fewer tools, or raise the server's window (llama.cpp `--ctx-size`, Ollama "
+                "`num_ctx`, vLLM `--max-model-len`).",
+                url=error.url,
+                status_code=error.status_code,
+                limit=limit,
+                requested=error.requested,
+                view_tokens=self.engine.status().used,
+            ) from None
+        self.accountant.calibration.adopt_window(limit)
+        detail = (
+            f"{error.url or 'the model server'} serves a context window of {limit} tokens, not the configured "
+            f"{self.configured_budget.window}: the budget now uses {limit} (reserved output "
+            f"{adopted.reserved_output}, effective {adopted.calibrated_effective})"
+        )
+        logger.warning("session %s: %s", self.session_id, detail)
+        self.events.emit(Alert(session_id=self.session_id, alert="served-window", detail=detail))
+
+    def _check_progress(
+        self, error: ContextOverflowError, sent_tokens: int, sent_limit: int | None, limit: int | None
+    ) -> None:
+        """Refuse to resend a request emergency compaction did not make smaller.
+
+        Raises:
+            OverflowUnresolved: the view has as many counted tokens as the one the server refused,
+                and the reply limit did not shrink either.
+        """
+        status = self.engine.status()
+        smaller_reply = limit is not None and (sent_limit is None or limit < sent_limit)
+        if status.used_raw >= sent_tokens and not smaller_reply:
+            raise overflow_unresolved(self.session_id, error, status.used)
+
+    def _may_be_overflow(self) -> bool:
+        """An empty or cut stream before the first event may be a prompt too long for the server.
+
+        Some servers (llama-cpp-python's) answer a streamed request that does not fit their
+        window with HTTP 200 and no events. Likely when the view is larger than any view a model
+        answered in this session, or near the budget.
+        """
+        status = self.engine.status()
+        return status.used_raw > self._largest_answered or status.ratio >= 0.9
 
     # --- delegation (the cascade's last strategy) -------------------------------------------
     def mark_delegable(
@@ -296,8 +424,15 @@ class _BaseSession:
         return self.engine.ledger
 
     def status(self) -> ViewStatus:
-        """Accounting of the current view."""
-        return self.engine.status()
+        """Accounting of the current view (``degraded`` says when the store does not have it yet)."""
+        return self._with_store(self.engine.status())
+
+    def _store_problem(self) -> str | None:
+        return None if self._link is None else self._link.problem
+
+    def _with_store(self, status: ViewStatus) -> ViewStatus:
+        problem = self._store_problem()
+        return status if problem is None else replace(status, degraded=problem)
 
     def subscribe(self, callback: Callable[[Event], object]) -> Callable[[], None]:
         """Call ``callback(event)`` for every event; returns the unsubscribe function."""
@@ -316,8 +451,13 @@ class _BaseSession:
         """Handle the `read_context` tool: a page of a snapshot, a ledger step (``#12``) or a span.
 
         Raises:
-            SnapshotError: the reference is malformed, unknown or outside this session.
+            SnapshotError: the reference is malformed, unknown or outside this session, or the
+                page is not a positive integer.
         """
+        if not isinstance(ref, str):
+            raise SnapshotError(f"read_context needs the reference as a string, got {type(ref).__name__}.")
+        if not isinstance(page, int) or isinstance(page, bool) or page < 1:
+            raise SnapshotError(f"page must be a positive integer, got {page!r:.40}.")
         ref = ref.strip()
         if ref.startswith("#"):
             ref = self._step_ref(ref)
@@ -331,35 +471,44 @@ class _BaseSession:
 
     def _step_ref(self, ref: str) -> str:
         """``#<step>`` → the step's transcript span (steps are numbered by round)."""
-        try:
-            step = int(ref[1:])
-            r = self.engine.rounds[step]
-        except (ValueError, IndexError):
-            raise SnapshotError(
-                f"unknown step reference {ref!r}; steps are '#<number>' as listed in the progress ledger "
-                f"(0..{len(self.engine.rounds) - 1})."
-            ) from None
-        first = self.engine.transcript[r.indices[0]].message_id
-        last = self.engine.transcript[r.indices[-1]].message_id
-        return f"{first}..{last}"
+        number = ref[1:].strip()
+        if number.isascii() and number.isdigit() and len(number) <= 12 and int(number) < len(self.engine.rounds):
+            r = self.engine.rounds[int(number)]
+            first = self.engine.transcript[r.indices[0]].message_id
+            last = self.engine.transcript[r.indices[-1]].message_id
+            return f"{first}..{last}"
+        raise SnapshotError(
+            f"unknown step reference {ref!r:.40}; steps are '#<number>' as listed in the progress ledger "
+            f"(0..{len(self.engine.rounds) - 1})."
+        )
 
     def handle_tool_call(self, name: str, arguments: str | Mapping[str, Any]) -> str | None:
-        """Answer contextkeeper's own tools (``read_context``, ``notes``); None for other tools."""
+        """Answer contextkeeper's own tools (``read_context``, ``notes``); None for other tools.
+
+        The answer is always a text for the model: arguments it got wrong (not JSON, too large or
+        too deep, a page that is not a whole number from 1, an unknown reference) give
+        ``error: ...`` with what to send instead.
+        """
         if name == NOTES_TOOL["function"]["name"]:
             return self.engine.notes.handle_tool_call(arguments, turn=self.engine.turn)
         if name != READ_CONTEXT_TOOL["function"]["name"]:
             return None
+        example = '{"ref": "#12" | "snap_…" | "msg_a..msg_b", "page": 1}'
+        args = tool_arguments(arguments, example=example)
+        if isinstance(args, str):
+            return args
+        ref, page = args.get("ref"), args.get("page", 1)
+        if not isinstance(ref, str) or not ref.strip() or len(ref) > _MAX_REF_CHARS:
+            return (
+                f"error: ref must be a reference of up to {_MAX_REF_CHARS} characters, got {ref!r:.60}; send {example}."
+            )
+        number = whole_number(page)
+        if number is None:
+            return f"error: page must be a whole number from 1, got {page!r:.40}; send {example}."
         try:
-            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
-            if not isinstance(args, dict):
-                raise TypeError("arguments must be a JSON object")
-            ref, page = str(args.get("ref", "")), int(args.get("page", 1))
-        except (ValueError, TypeError) as exc:
-            raise SnapshotError(
-                f"read_context arguments {str(arguments)[:120]!r} are invalid ({exc}); "
-                'expected {"ref": "#12" | "snap_…" | "msg_a..msg_b", "page": 1}.'
-            ) from None
-        return self.read_context(ref, page=page)
+            return self.read_context(ref, page=number)
+        except SnapshotError as exc:
+            return f"error: {exc}"
 
     # --- hooks for agent loops --------------------------------------------------------------
     def on_turn_start(self) -> ViewStatus:
@@ -376,16 +525,18 @@ class _BaseSession:
         """Call after each model call with the provider's usage; calibrates counting, records a step.
 
         ``usage`` is a `RequestUsage` or a provider usage dict (``prompt_tokens``/``input_tokens``).
+        Usage the provider did not report (``RequestUsage.reported`` False, or no usage at all)
+        is counted in ``session.usage.unreported`` and teaches the calibration nothing.
         """
         reported: object = None
         if isinstance(usage, RequestUsage):
             self.usage.incr(usage)
-            reported = usage.input_tokens
+            reported = usage.input_tokens if usage.reported else None
         elif usage:
             reported = usage.get("prompt_tokens", usage.get("input_tokens"))
-        if isinstance(reported, int) and reported > 0:
-            # the provider counts the tool schemas too: compare like with like
-            estimated = self.engine.status().used + self.budget.tool_schemas
+        if _positive_int(reported):
+            # the provider counts the tool schemas too: compare like with like (the counter's tokens)
+            estimated = self.engine.status().used_raw + self.budget.tool_schemas
             self.accountant.calibration.record(estimated, reported)
         if step:
             self.engine.ledger.note(step, status=status)
@@ -396,10 +547,25 @@ class _BaseSession:
         text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
         return self.add([Message.tool_result(call_id, text, name=name, is_error=is_error)])
 
-    def _accept(self, response: ModelResponse) -> None:
-        """Record a reply from `complete()`/`stream()`: usage, calibration, the reply itself."""
-        self.on_turn_end(response.usage)
-        self.add([response.message])
+    def _accept(self, response: ModelResponse) -> ModelResponse:
+        """Record a reply from `complete()`/`stream()`: usage, calibration, the reply itself.
+
+        A tool call whose arguments are not valid JSON does not lose the reply: it is appended
+        with ``{}`` arguments (the raw text kept in ``extra``) and answered with an error result.
+
+        Returns:
+            The reply as appended (``invalid_tool_calls`` lists the calls answered that way).
+        """
+        kept, messages = repair_reply(response)
+        self._largest_answered = max(self._largest_answered, self.engine.status().used_raw)
+        self.on_turn_end(kept.usage)
+        self.add(messages)
+        if kept.invalid_tool_calls:
+            names = ", ".join(f"{c.name} ({c.error})" for c in kept.invalid_tool_calls)
+            logger.warning(
+                "session %s: tool calls with invalid JSON arguments answered with an error: %s", self.session_id, names
+            )
+        return kept
 
     def _all_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> list[Mapping[str, Any]] | None:
         merged = [*self.tools, *(tools or ())]
@@ -407,7 +573,8 @@ class _BaseSession:
 
     def _record_pressure(self) -> None:
         try:
-            report = self.monitor.record_turn(self.engine.status().used)
+            self.monitor.budget = self.budget  # counts and limits in the counter's tokens, like the engine's
+            report = self.monitor.record_turn(self.engine.status().used_raw)
         except Exception:  # a monitoring bug must never stop the agent
             self.engine.hook_errors += 1
             logger.exception("pressure monitor failed for session %s", self.session_id)
@@ -416,7 +583,7 @@ class _BaseSession:
             self.events.emit(Alert(session_id=self.session_id, alert="spike", detail=f"turn cost spike: {report}"))
 
     def _finish(self, result: tuple[list[Message], ViewStatus], format: OutputFormat | None) -> PreparedView:
-        view, status = result
+        view, status = result[0], self._with_store(result[1])
         fmt = format or self.format
         if fmt == "internal":  # the engine's copy already: the caller may change it freely
             return PreparedView(messages=view, view=view, status=status)
@@ -463,7 +630,12 @@ class Session(_BaseSession):
             ``data_dir/snapshots`` when given, else memory).
         store: A session store (`contextkeeper.stores.open_store`): the transcript is written
             through, the view state saved with compare-and-set after each compaction, and an
-            existing session with this id is resumed.
+            existing session with this id is resumed. While the store cannot be reached, a due
+            compaction runs in memory and is saved once it is back (``status().degraded``, an
+            ``alert`` event); a store that lost the session raises `SessionLost` on `add`, and
+            `restore_to_store` writes the session back.
+        tenant: The session's owner in the store; a session of this id that belongs to another
+            tenant is never opened (`SessionNotFound`, as for a missing one).
         data_dir: Directory for snapshot files when there is no store.
         thresholds: Pressure states (warning 0.70, error 0.90, critical 0.95, overflow 1.0 by default).
         format: Format of `prepare()` output and of `add()` input by default.
@@ -480,69 +652,154 @@ class Session(_BaseSession):
             self._resume()
 
     def _resume(self) -> None:
-        """Load (or create) the stored session: replay its transcript, restore its view state."""
-        store = self.store
-        store.create_session(self.session_id, tenant=self.tenant, model=self.model, window=self.budget.window)
-        stored = store.load_messages(self.session_id)
+        """Load (or create) the stored session: replay its transcript, restore its view state.
+
+        Raises:
+            SessionNotFound: the id belongs to another tenant's session.
+        """
+        assert self._link is not None
+        stored, state, self._state_version = self._link.open(model=self.model, window=self.budget.window)
         if stored:
             self.engine.add(stored)
-        state, self._state_version = store.load_state(self.session_id)
         if state is not None:
             self.engine.import_state(state)
-        self.events.sinks.append(self._audit)
-
-    def _audit(self, record: Mapping[str, Any]) -> None:
-        if record.get("kind") not in _EPHEMERAL_EVENTS:
-            self.store.append_audit(self.session_id, record)
+        self.events.sinks.append(self._link.audit)
 
     def _persist_messages(self, fresh: Sequence[Message]) -> None:
-        if self.store is not None and fresh:
-            self.store.append_messages(self.session_id, fresh)
+        if self._link is not None and fresh:
+            self._link.append(fresh, transcript_messages=len(self.engine.transcript))
 
     def prepare(self, *, format: OutputFormat | None = None) -> PreparedView:
         """The view for the next model call, compacting first when it passed the high-water mark.
 
         With a store, a compaction runs under the session's lock and its view state is saved with
-        compare-and-set; a writer that lost the race reloads the winner's state.
+        compare-and-set; a writer that lost the race reloads the winner's state. While the store
+        fails, a due compaction runs in memory (the view still fits) and is saved by a later
+        prepare once the store works again.
         """
-        if self.store is None or not self.engine.needs_compaction():
+        link = self._link
+        if link is not None and link.problem is not None:
+            self._resync()
+        if link is None or not self.engine.needs_compaction():
             appended = self.engine.prepare_appended()
             return self._finish(appended or self._drive(self._flow(False)), format)
-        with self.store.lock(self.session_id):
-            return self._finish(self._persisted(self._flow(False)), format)
+        if link.problem is not None:  # the store fails: compact in memory; a later prepare saves the view
+            link.unsaved = True
+            return self._finish(self._drive(self._flow(False)), format)
+        return self._finish(self._compact_saved(reactive=False), format)
 
-    def _persisted(
-        self,
-        flow: Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]],
-        *,
-        reactive: bool = False,
-    ) -> tuple[list[Message], ViewStatus]:
-        _, stored_version = self.store.load_state(self.session_id)
-        if stored_version != self._state_version:  # another process compacted meanwhile: start from its state
-            flow.close()
-            self._reload()
-            flow = self._flow(reactive)
-        result = self._drive(flow)
-        self._state_version = self.store.save_state(
-            self.session_id, self.engine.export_state(), expected_version=self._state_version
-        )
+    def _compact_saved(self, *, reactive: bool) -> tuple[list[Message], ViewStatus]:
+        """Compact under the session's lock and save the view state (CAS); in memory while the store fails."""
+        assert self._link is not None
+        result: tuple[list[Message], ViewStatus] | None = None
+        try:
+            with self._link.lock():
+                for attempt in range(_SAVE_ATTEMPTS):
+                    if self._link.version() != self._state_version:  # another process compacted: start from its state
+                        self._reload()
+                    result = self._drive(self._flow(reactive))
+                    try:
+                        self._state_version = self._link.save(
+                            self.engine.export_state(), expected_version=self._state_version
+                        )
+                        break
+                    except VersionConflict:  # our lease ran out while we compacted and another writer saved
+                        if attempt == _SAVE_ATTEMPTS - 1:
+                            raise
+                if self._link.waiting:  # a snapshot the store refused for a moment
+                    self._link.flush()
+        except (StoreUnavailable, SessionNotFound) as exc:
+            self._link.fail(exc)
+            if result is None:  # the store failed before the compaction ran: run it in memory
+                result = self._drive(self._flow(reactive))
+            self._link.unsaved = True
+        assert result is not None
         return result
 
+    def _resync(self) -> None:
+        """After a store failure: save the view compacted in memory, or learn the store works again."""
+        link = self._link
+        assert link is not None
+        if link.problem == "store-lost":
+            return  # only restore_to_store() writes it back: the store's transcript would have a gap
+        try:
+            if not link.unsaved:
+                link.probe()
+                link.flush()
+            else:
+                with link.lock():
+                    if link.version() != self._state_version:
+                        self._reload()  # another process compacted meanwhile: its view wins
+                    else:
+                        self._state_version = link.save(
+                            self.engine.export_state(), expected_version=self._state_version
+                        )
+                    link.flush()
+            link.recovered()
+        except (StoreUnavailable, SessionNotFound):
+            pass  # still failing (the link noted how): the view stays in memory
+
     def _reload(self) -> None:
-        """Rebuild the engine from the store (transcript and view state)."""
+        """Rebuild the engine from the store (transcript and view state).
+
+        The store is read first, so a store failing meanwhile leaves the session as it was.
+        """
+        assert self._link is not None
+        messages, state, version = self._link.load()
         self._reset_engine()
         self._wire_summarizer(self.summarizer)
-        self.engine.add(self.store.load_messages(self.session_id))
-        state, self._state_version = self.store.load_state(self.session_id)
+        self.engine.add(messages)
+        self._state_version = version
         if state is not None:
             self.engine.import_state(state)
 
-    def on_context_overflow(self, *, format: OutputFormat | None = None) -> PreparedView:
-        """The provider said the prompt is too long: compact deeper now and return the view to retry with."""
-        if self.store is None:
+    def restore_to_store(self) -> None:
+        """Write this session back into a store that lost it (restarted empty, expired or deleted it).
+
+        The store gets the session again under its id and tenant, the whole transcript this
+        process holds (messages it has are skipped) and the current view state, so `add` works
+        again and a restarted process resumes the same view. When another process restored the
+        session first, its view state wins and this session reloads it (its messages are added).
+        Snapshots are written again as compaction needs them; `read_context` rebuilds older ones
+        from the transcript. Safe to call when nothing was lost.
+
+        Raises:
+            SessionNotFound: the id now belongs to another tenant's session.
+            StoreUnavailable: the store cannot be reached (try again later).
+        """
+        link = self._link
+        if link is None:
+            raise UsageError(f"Session {self.session_id!r} has no store to restore to; pass `store=` when creating it.")
+        link.restore(self.engine.transcript, model=self.model, window=self.budget.window)
+        with link.lock():
+            version = link.version()
+            if version == 0:
+                self._state_version = link.save(self.engine.export_state(), expected_version=0)
+            elif version != self._state_version:
+                self._reload()
+            link.flush()
+        link.recovered()
+
+    def on_context_overflow(
+        self, *, format: OutputFormat | None = None, error: ContextOverflowError | None = None
+    ) -> PreparedView:
+        """The provider said the prompt is too long: compact deeper now and return the view to retry with.
+
+        Pass the provider's ``error``: a window it names that is smaller than the budget's is
+        adopted first (as `complete()` does), so the compaction cuts to fit the served window.
+        """
+        if error is not None:
+            self._adopt_served_window(error)
+        link = self._link
+        if link is None:
             return self._finish(self._drive(self._flow(True)), format)
-        with self.store.lock(self.session_id):  # saved like any compaction: a restart resumes this view
-            return self._finish(self._persisted(self._flow(True), reactive=True), format)
+        if link.problem is not None:
+            self._resync()
+        if link.problem is not None:
+            link.unsaved = True
+            return self._finish(self._drive(self._flow(True)), format)
+        # saved like any compaction: a restart resumes this view
+        return self._finish(self._compact_saved(reactive=True), format)
 
     def _drive(
         self, flow: Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]
@@ -578,22 +835,34 @@ class Session(_BaseSession):
         On a provider context-length error the view is compacted deeper (the reactive layer) and the call is
         retried ``config.reactive_retries`` times (once by default) before the error is raised.
         Sub-tasks marked delegable run first when the view is at the ``delegation`` utilization.
+
+        A context-length error that names a window smaller than the budget's makes the session
+        adopt it (an ``alert`` event, ``status().served_window``). A view the emergency
+        compaction could not shrink is not sent again: `OverflowUnresolved` is raised instead.
+        Without ``max_tokens``, the session's own ``max_tokens`` setting is sent (by default the
+        reserved output). A tool call whose arguments are not valid JSON is kept and answered
+        with an error result (see `ModelResponse.invalid_tool_calls`).
+
+        Returns:
+            The reply as appended to the transcript.
         """
         if self.delegation_due():
             self.delegate_pending(model)
         view = self.prepare(format="internal").view
+        limit = self._reply_limit(max_tokens)
         for attempt in range(self.config.reactive_retries + 1):
+            sent = self.engine.status().used_raw
             try:
-                response = model.request(
-                    view, tools=self._all_tools(tools), max_tokens=max_tokens, temperature=temperature
-                )
+                response = model.request(view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature)
                 break
-            except ContextOverflowError:
+            except ContextOverflowError as exc:
                 if attempt >= self.config.reactive_retries:
                     raise
+                self._adopt_served_window(exc)
                 view = self.on_context_overflow(format="internal").view
-        self._accept(response)
-        return response
+                sent_limit, limit = limit, self._reply_limit(max_tokens)
+                self._check_progress(exc, sent, sent_limit, limit)
+        return self._accept(response)
 
     def stream(
         self,
@@ -606,25 +875,51 @@ class Session(_BaseSession):
         """`complete()` as a stream: yields the model's events; the reply is appended when it is done.
 
         A context-length error before the first event triggers the reactive layer and a retry, as in `complete()`.
+        A stream that ends before its first event while the view is larger than any view answered
+        so far (or near the budget) may be a server's way of refusing a prompt too long for it
+        (llama-cpp-python's server answers so): the request is sent once more without streaming,
+        to get the real error (then the reactive layer and a retry) or the reply (then replayed as events).
+        The last event's `ResponseDone.response` is the reply as appended.
         """
         if self.delegation_due():
             self.delegate_pending(model)
         view = self.prepare(format="internal").view
+        limit = self._reply_limit(max_tokens)
         for attempt in range(self.config.reactive_retries + 1):
+            sent = self.engine.status().used_raw
             started = False
+            overflow: ContextOverflowError
             try:
                 for event in model.stream(
-                    view, tools=self._all_tools(tools), max_tokens=max_tokens, temperature=temperature
+                    view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
                 ):
                     started = True
-                    if event.kind == "done":
-                        self._accept(event.response)
+                    if isinstance(event, ResponseDone):
+                        event = ResponseDone(response=self._accept(event.response))
                     yield event
                 return
-            except ContextOverflowError:
-                if started or attempt >= self.config.reactive_retries:
+            except ContextOverflowError as exc:
+                if started:
                     raise
-                view = self.on_context_overflow(format="internal").view
+                overflow = exc
+            except StreamInterrupted:
+                if started or not self._may_be_overflow():
+                    raise
+                try:
+                    response = model.request(
+                        view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
+                    )
+                except ContextOverflowError as exc:
+                    overflow = exc
+                else:
+                    yield from replay_events(self._accept(response))
+                    return
+            if attempt >= self.config.reactive_retries:
+                raise overflow
+            self._adopt_served_window(overflow)
+            view = self.on_context_overflow(format="internal").view
+            sent_limit, limit = limit, self._reply_limit(max_tokens)
+            self._check_progress(overflow, sent, sent_limit, limit)
 
     def delegate_pending(self, model: Model) -> list[DelegationResult]:
         """Run every sub-task marked delegable now, each in its own session with ``model``; add their results."""
@@ -644,15 +939,22 @@ class Session(_BaseSession):
         return results
 
     def call_with_retry(self, call: Callable[[list[Any]], Any], *, format: OutputFormat | None = None) -> Any:
-        """Prepare, call ``call(view)``; on ContextOverflowError compact (reactive layer) and retry as configured."""
+        """Prepare, call ``call(view)``; on ContextOverflowError compact (reactive layer) and retry as configured.
+
+        A smaller window named by the error is adopted, and a view compaction could not shrink
+        raises `OverflowUnresolved` instead of being sent again (as in `complete()`).
+        """
         view = self.prepare(format=format)
         for attempt in range(self.config.reactive_retries + 1):
+            sent = self.engine.status().used_raw
             try:
                 return call(view.messages)
-            except ContextOverflowError:
+            except ContextOverflowError as exc:
                 if attempt >= self.config.reactive_retries:
                     raise
+                self._adopt_served_window(exc)
                 view = self.on_context_overflow(format=format)
+                self._check_progress(exc, sent, None, None)
         raise UsageError("unreachable: reactive retry loop ended without a result")  # pragma: no cover
 
 
@@ -674,24 +976,29 @@ class AsyncSession(_BaseSession):
         self._unsaved: list[Message] = []
         self._loaded = store is None
         self._stored_snapshots: set[str] = set()
+        self._alink = None if store is None else AsyncStoreLink(store, self.session_id, self.tenant, self.events)
+
+    def _store_problem(self) -> str | None:
+        return None if self._alink is None else self._alink.problem
 
     @classmethod
     async def open(cls, session_id: str, *, store: Any, **kwargs: Any) -> AsyncSession:
-        """A session bound to an async store: created there if new, resumed (transcript and view state) if not."""
+        """A session bound to an async store: created there if new, resumed (transcript and view state) if not.
+
+        Raises:
+            SessionNotFound: the id belongs to another tenant's session.
+        """
         session = cls(session_id, store=store, **kwargs)
         await session.load()
         return session
 
     async def load(self) -> None:
         """Load the stored transcript and view state (done by `open`; idempotent)."""
-        if self._loaded:
+        if self._loaded or self._alink is None:
             return
-        store = self.store
-        await store.create_session(self.session_id, tenant=self.tenant, model=self.model, window=self.budget.window)
-        stored = await store.load_messages(self.session_id)
+        stored, state, self._state_version = await self._alink.open(model=self.model, window=self.budget.window)
         if stored:
             self.engine.add(stored)
-        state, self._state_version = await store.load_state(self.session_id)
         if state is not None:
             self.engine.import_state(state)
         self._loaded = True
@@ -701,13 +1008,18 @@ class AsyncSession(_BaseSession):
             self._unsaved.extend(fresh)  # written by the next prepare() or flush()
 
     async def flush(self) -> None:
-        """Write messages added since the last prepare to the store (idempotent by message id)."""
-        if self.store is not None and self._unsaved:
+        """Write messages added since the last prepare to the store (idempotent by message id).
+
+        Raises:
+            SessionLost: the store no longer has the session (`restore_to_store` writes it back).
+            StoreUnavailable: the store cannot be reached; the messages stay for the next try.
+        """
+        if self._alink is not None and self._unsaved:
             if not self._loaded:
                 raise UsageError("AsyncSession with a store must be loaded first: use `await AsyncSession.open(...)`.")
             batch, self._unsaved = self._unsaved, []
             try:
-                await self.store.append_messages(self.session_id, batch)
+                await self._alink.append(batch, transcript_messages=len(self.engine.transcript))
             except BaseException:
                 self._unsaved[:0] = batch  # keep them for the next try
                 raise
@@ -716,61 +1028,147 @@ class AsyncSession(_BaseSession):
         """The view for the next model call, compacting first when it passed the high-water mark.
 
         With a store, pending messages are written first; a compaction runs under the session's
-        lock and saves the view state with compare-and-set.
+        lock and saves the view state with compare-and-set. While the store fails, messages wait
+        in memory, a due compaction runs in memory, and a later prepare saves both.
         """
-        await self.flush()
-        if self.store is None or not self.engine.needs_compaction():
+        link = self._alink
+        if link is not None:
+            await self._resync()
+        if link is None or not self.engine.needs_compaction():
             appended = self.engine.prepare_appended()
             return self._finish(appended or await self._drive(self._flow(False)), format)
+        if link.problem is not None:  # the store fails: compact in memory; a later prepare saves it all
+            link.unsaved = True
+            return self._finish(await self._drive(self._flow(False)), format)
         return self._finish(await self._compact_saved(reactive=False), format)
 
-    async def on_context_overflow(self, *, format: OutputFormat | None = None) -> PreparedView:
-        """The provider said the prompt is too long: compact deeper now and return the view to retry with."""
-        if self.store is None:
+    async def on_context_overflow(
+        self, *, format: OutputFormat | None = None, error: ContextOverflowError | None = None
+    ) -> PreparedView:
+        """The provider said the prompt is too long: compact deeper now and return the view to retry with.
+
+        Pass the provider's ``error`` to adopt a smaller window it names (see `Session.on_context_overflow`).
+        """
+        if error is not None:
+            self._adopt_served_window(error)
+        link = self._alink
+        if link is None:
             return self._finish(await self._drive(self._flow(True)), format)
-        await self.flush()
+        await self._resync()
+        if link.problem is not None:
+            link.unsaved = True
+            return self._finish(await self._drive(self._flow(True)), format)
         return self._finish(await self._compact_saved(reactive=True), format)
 
+    async def _resync(self) -> None:
+        """Write what waits for the store (messages, a view compacted in memory), or note that it still fails."""
+        link = self._alink
+        assert link is not None
+        if link.problem == "store-lost":
+            return  # only restore_to_store() writes it back: the store's transcript would have a gap
+        try:
+            await self.flush()
+            if link.problem is None:
+                return
+            if link.unsaved:
+                async with link.lock():
+                    if await link.version() != self._state_version:
+                        await self._reload()  # another process compacted meanwhile: its view wins
+                    else:
+                        await self._flush_snapshots()
+                        self._state_version = await link.save(
+                            self.engine.export_state(), expected_version=self._state_version
+                        )
+            else:
+                await link.probe()
+            link.recovered()
+        except (StoreUnavailable, SessionNotFound) as exc:
+            link.fail(exc)
+
     async def _compact_saved(self, *, reactive: bool) -> tuple[list[Message], ViewStatus]:
-        """Compact under the session's lock; save the snapshots it wrote, then the view state (CAS)."""
-        async with self.store.lock(self.session_id):
-            _, stored_version = await self.store.load_state(self.session_id)
-            if stored_version != self._state_version:  # another process compacted meanwhile: start from its state
-                await self._reload()
-            result = await self._drive(self._flow(reactive))
-            await self._flush_snapshots()
-            self._state_version = await self.store.save_state(
-                self.session_id, self.engine.export_state(), expected_version=self._state_version
-            )
+        """Compact under the session's lock; save the snapshots it wrote, then the view state (CAS).
+
+        In memory when the store fails meanwhile; a later prepare saves it.
+        """
+        link = self._alink
+        assert link is not None
+        result: tuple[list[Message], ViewStatus] | None = None
+        try:
+            async with link.lock():
+                for attempt in range(_SAVE_ATTEMPTS):
+                    if await link.version() != self._state_version:  # another process compacted: start from its state
+                        await self._reload()
+                    result = await self._drive(self._flow(reactive))
+                    await self._flush_snapshots()
+                    try:
+                        self._state_version = await link.save(
+                            self.engine.export_state(), expected_version=self._state_version
+                        )
+                        break
+                    except VersionConflict:  # our lease ran out while we compacted and another writer saved
+                        if attempt == _SAVE_ATTEMPTS - 1:
+                            raise
+        except (StoreUnavailable, SessionNotFound) as exc:
+            link.fail(exc)
+            if result is None:
+                result = await self._drive(self._flow(reactive))
+            link.unsaved = True
+        assert result is not None
         return result
 
     async def _reload(self) -> None:
-        """Rebuild the engine from the store (transcript and view state)."""
+        """Rebuild the engine from the store (transcript and view state).
+
+        The store is read first, so a store failing meanwhile leaves the session as it was.
+        """
+        assert self._alink is not None
+        messages, state, version = await self._alink.load()
         self._reset_engine()
         self._wire_summarizer(self.summarizer)
-        self.engine.add(await self.store.load_messages(self.session_id))
-        state, self._state_version = await self.store.load_state(self.session_id)
+        self.engine.add(messages)
+        self._state_version = version
         if state is not None:
             self.engine.import_state(state)
 
     async def _flush_snapshots(self) -> None:
         """Copy snapshots compaction wrote (in memory or files) to the async store, so replicas can read them."""
+        assert self._alink is not None
         written = [sid for sid in self.snapshots.list_snapshots(self.session_id) if sid not in self._stored_snapshots]
         for sid in written:
-            await self.store.put_snapshot(self.session_id, sid, self.snapshots.get_snapshot(self.session_id, sid))
+            await self._alink.put_snapshot(sid, self.snapshots.get_snapshot(self.session_id, sid))
             self._stored_snapshots.add(sid)
+
+    async def restore_to_store(self) -> None:
+        """Async twin of `Session.restore_to_store`: write this session back into a store that lost it.
+
+        The messages not written yet go too; the snapshots are copied again.
+        """
+        link = self._alink
+        if link is None:
+            raise UsageError(f"Session {self.session_id!r} has no store to restore to; pass `store=` when creating it.")
+        await link.restore(self.engine.transcript, model=self.model, window=self.budget.window)
+        self._unsaved.clear()
+        self._stored_snapshots.clear()
+        async with link.lock():
+            version = await link.version()
+            if version == 0:
+                await self._flush_snapshots()
+                self._state_version = await link.save(self.engine.export_state(), expected_version=0)
+            elif version != self._state_version:
+                await self._reload()
+        link.recovered()
 
     async def aread_context(self, ref: str, *, page: int = 1) -> str:
         """`read_context` that also reads snapshots from the async store (written by another process)."""
         sid = ref.strip()
-        if self.store is not None and sid.startswith("snap_"):
+        if self._alink is not None and sid.startswith("snap_"):
             try:
                 self.snapshots.get_snapshot(self.session_id, sid)
             except SnapshotError:
                 try:
-                    data = await self.store.get_snapshot(self.session_id, sid)
-                except SnapshotError:
-                    pass  # not stored either: read_context rebuilds it from the transcript or says so
+                    data = await self._alink.get_snapshot(sid)
+                except (SnapshotError, StoreUnavailable, SessionNotFound):
+                    pass  # not in the store (or it fails): read_context rebuilds it from the transcript or says so
                 else:
                     self.snapshots.put_snapshot(self.session_id, sid, data)
                     self._stored_snapshots.add(sid)
@@ -809,18 +1207,22 @@ class AsyncSession(_BaseSession):
         if self.delegation_due():
             await self.delegate_pending(model)
         view = (await self.prepare(format="internal")).view
+        limit = self._reply_limit(max_tokens)
         for attempt in range(self.config.reactive_retries + 1):
+            sent = self.engine.status().used_raw
             try:
                 response = await model.request(
-                    view, tools=self._all_tools(tools), max_tokens=max_tokens, temperature=temperature
+                    view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
                 )
                 break
-            except ContextOverflowError:
+            except ContextOverflowError as exc:
                 if attempt >= self.config.reactive_retries:
                     raise
+                self._adopt_served_window(exc)
                 view = (await self.on_context_overflow(format="internal")).view
-        self._accept(response)
-        return response
+                sent_limit, limit = limit, self._reply_limit(max_tokens)
+                self._check_progress(exc, sent, sent_limit, limit)
+        return self._accept(response)
 
     async def stream(
         self,
@@ -834,21 +1236,43 @@ class AsyncSession(_BaseSession):
         if self.delegation_due():
             await self.delegate_pending(model)
         view = (await self.prepare(format="internal")).view
+        limit = self._reply_limit(max_tokens)
         for attempt in range(self.config.reactive_retries + 1):
+            sent = self.engine.status().used_raw
             started = False
+            overflow: ContextOverflowError
             try:
                 async for event in model.stream(
-                    view, tools=self._all_tools(tools), max_tokens=max_tokens, temperature=temperature
+                    view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
                 ):
                     started = True
-                    if event.kind == "done":
-                        self._accept(event.response)
+                    if isinstance(event, ResponseDone):
+                        event = ResponseDone(response=self._accept(event.response))
                     yield event
                 return
-            except ContextOverflowError:
-                if started or attempt >= self.config.reactive_retries:
+            except ContextOverflowError as exc:
+                if started:
                     raise
-                view = (await self.on_context_overflow(format="internal")).view
+                overflow = exc
+            except StreamInterrupted:
+                if started or not self._may_be_overflow():
+                    raise
+                try:
+                    response = await model.request(
+                        view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
+                    )
+                except ContextOverflowError as exc:
+                    overflow = exc
+                else:
+                    for replayed in replay_events(self._accept(response)):
+                        yield replayed
+                    return
+            if attempt >= self.config.reactive_retries:
+                raise overflow
+            self._adopt_served_window(overflow)
+            view = (await self.on_context_overflow(format="internal")).view
+            sent_limit, limit = limit, self._reply_limit(max_tokens)
+            self._check_progress(overflow, sent, sent_limit, limit)
 
     async def delegate_pending(self, model: AsyncModel) -> list[DelegationResult]:
         """Async twin of `Session.delegate_pending`."""
@@ -871,10 +1295,13 @@ class AsyncSession(_BaseSession):
         """Prepare, await ``call(view)``; on ContextOverflowError compact (reactive layer) and retry as configured."""
         view = await self.prepare(format=format)
         for attempt in range(self.config.reactive_retries + 1):
+            sent = self.engine.status().used_raw
             try:
                 return await call(view.messages)
-            except ContextOverflowError:
+            except ContextOverflowError as exc:
                 if attempt >= self.config.reactive_retries:
                     raise
+                self._adopt_served_window(exc)
                 view = await self.on_context_overflow(format=format)
+                self._check_progress(exc, sent, None, None)
         raise UsageError("unreachable: reactive retry loop ended without a result")  # pragma: no cover

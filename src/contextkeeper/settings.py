@@ -36,10 +36,10 @@ import typing
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -47,8 +47,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from ._store_url import check_store_url, expand_store_url
 from .budget import COMPONENTS, Budget, ComponentBudgets, Thresholds
-from .compaction.config import CompactionConfig
+from .compaction.config import _FLOAT_FIELDS, _INT_FIELDS, _MAX_WEIGHT, CompactionConfig
 from .exceptions import ConfigError
 from .models import lookup_model
 
@@ -102,6 +103,29 @@ def user_dir() -> Path:
 _Share = Field(default=None, gt=0.0, lt=2.0)
 
 
+def _integer(value: Any) -> Any:
+    """Refuse what pydantic would quietly turn into an int: booleans and decimal numbers."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected an integer, got the boolean {value!r}")
+    if isinstance(value, float):
+        raise ValueError(f"expected an integer, got the decimal number {value!r}")
+    return value
+
+
+def _number(value: Any) -> Any:
+    """Refuse booleans where a number belongs (pydantic would read true as 1.0)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got the boolean {value!r}")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_integer)]
+"""An integer setting: ``3`` or ``"3"`` (an environment variable), never ``true`` or ``3.0``."""
+Number = Annotated[float, BeforeValidator(_number)]
+"""A number setting (finite: the sections refuse NaN and infinity), never ``true``."""
+_SECTION_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
 class AgentContext(BaseModel):
     """The seed design's ``[agent_context]`` keys. Unset keys leave the library default in force.
 
@@ -112,60 +136,62 @@ class AgentContext(BaseModel):
     ``min_keep_tokens / effective budget`` so a compaction never cuts the view below that size.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _SECTION_CONFIG
 
-    max_context_tokens: int | None = Field(default=None, gt=0)
+    max_context_tokens: Int | None = Field(default=None, gt=0)
     """Context window in tokens (overrides the model registry and ``[models]``)."""
-    reserved_tokens: int | None = Field(default=None, ge=0)
+    reserved_tokens: Int | None = Field(default=None, ge=0)
     """Tokens kept free for the reply (default: min(model max output, window / 4))."""
-    warning_threshold: float | None = _Share
-    error_threshold: float | None = _Share
-    critical_threshold: float | None = _Share
-    min_keep_recent_rounds: int | None = Field(default=None, ge=1)
-    max_observation_age_rounds: int | None = Field(default=None, ge=1)
-    truncated_observation_max_chars: int | None = Field(default=None, ge=0)
-    min_keep_tokens: int | None = Field(default=None, ge=0)
-    max_compact_failures: int | None = Field(default=None, ge=1)
+    warning_threshold: Number | None = _Share
+    error_threshold: Number | None = _Share
+    critical_threshold: Number | None = _Share
+    min_keep_recent_rounds: Int | None = Field(default=None, ge=1, le=_INT_FIELDS["keep_recent_rounds"][1])
+    max_observation_age_rounds: Int | None = Field(default=None, ge=1, le=_INT_FIELDS["clear_after_rounds"][1])
+    truncated_observation_max_chars: Int | None = Field(default=None, ge=0, le=_INT_FIELDS["cleared_head_chars"][1])
+    min_keep_tokens: Int | None = Field(default=None, ge=0)
+    max_compact_failures: Int | None = Field(default=None, ge=1, le=_INT_FIELDS["max_summarizer_failures"][1])
 
 
-# Bounds checked as the file is read (the rest is checked by `CompactionConfig` itself when built).
-_COMPACTION_BOUNDS: dict[str, dict[str, float]] = {
-    "high_water": {"gt": 0.0, "le": 1.0},
-    "low_water": {"gt": 0.0, "lt": 1.0},
-    "tool_result_min_tokens": {"ge": 1},
-    "progressive_line_after": {"ge": 1},
-    "keep_recent_rounds": {"ge": 1},
-    "clear_after_rounds": {"ge": 1},
-    "cleared_head_chars": {"ge": 0},
-    "cleared_max_facts": {"ge": 0},
-    "scan_chars": {"ge": 0},
-    "min_clear_tokens": {"ge": 0},
-    "merge_similarity": {"gt": 0.0, "le": 1.0},
-    "ledger_share": {"gt": 0.0, "le": 0.9},
-    "max_summarizer_failures": {"ge": 1},
-    "reactive_low_water": {"gt": 0.0, "lt": 1.0},
-    "min_low_water": {"gt": 0.0, "lt": 1.0},
-}
+def _bounds(low: float, high: float, low_open: bool, high_open: bool) -> dict[str, float]:
+    return {"gt" if low_open else "ge": low, "lt" if high_open else "le": high}
 
 
-def _section_from_dataclass(cls: type[Any], name: str, extra_fields: Mapping[str, Any]) -> type[BaseModel]:
+def _section_from_dataclass(
+    cls: type[Any], name: str, extra_fields: Mapping[str, Any], *, number_bounds: Mapping[str, float] | None = None
+) -> type[BaseModel]:
     """A pydantic model with every field of the dataclass ``cls``, optional (None: library default).
 
-    Built from the dataclass itself so a new `CompactionConfig` option is a config key at once.
+    Built from the dataclass itself so a new `CompactionConfig` option is a config key at once; the
+    types and ranges are `CompactionConfig`'s own (its tables), so the file is checked as it is read.
     """
     hints = typing.get_type_hints(cls)
     fields: dict[str, Any] = dict(extra_fields)
     for f in dataclasses.fields(cls):
         annotation = hints[f.name]
-        if dataclasses.is_dataclass(annotation):
-            annotation = _section_from_dataclass(annotation, name + "_" + f.name, {})  # type: ignore[arg-type]
+        bounds: dict[str, Any] = {}
+        if f.name in _INT_FIELDS:
+            annotation = Int
+            bounds = {"ge": _INT_FIELDS[f.name][0], "le": _INT_FIELDS[f.name][1]}
+        elif f.name in _FLOAT_FIELDS:
+            annotation = Number
+            bounds = _bounds(*_FLOAT_FIELDS[f.name])
+        elif annotation is float:
+            annotation = Number
+            bounds = dict(number_bounds or {})
+        elif dataclasses.is_dataclass(annotation):
+            annotation = _section_from_dataclass(
+                annotation,  # type: ignore[arg-type]
+                name + "_" + f.name,
+                {},
+                number_bounds={"ge": 0.0, "le": _MAX_WEIGHT},
+            )
         elif get_origin(annotation) is tuple:
             annotation = list[get_args(annotation)[0]]  # type: ignore[misc]
         elif get_origin(annotation) is collections.abc.Mapping:
-            annotation = dict[get_args(annotation)]  # type: ignore[misc]
-        bounds: dict[str, Any] = dict(_COMPACTION_BOUNDS.get(f.name, {}))
+            key, value = get_args(annotation)
+            annotation = dict[key, {int: Int, float: Number}.get(value, value)]  # type: ignore[misc,valid-type]
         fields[f.name] = (annotation | None, Field(default=None, **bounds))
-    model: type[BaseModel] = create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
+    model: type[BaseModel] = create_model(name, __config__=_SECTION_CONFIG, **fields)
     return model
 
 
@@ -191,11 +217,11 @@ ComponentName = Literal["system", "tools", "history", "tool_results", "memory", 
 class BudgetsSection(BaseModel):
     """``[budgets]``: hard limits per view component as shares of the effective budget."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _SECTION_CONFIG
 
-    shares: dict[ComponentName, float] | None = None
+    shares: dict[ComponentName, Number] | None = None
     """Default: system 0.2, tools 0.15, history 0.7, tool_results 0.5, memory 0.1."""
-    soft_ratio: float = Field(default=0.8, gt=0.0, le=1.0)
+    soft_ratio: Number = Field(default=0.8, gt=0.0, le=1.0)
     """Soft limit as a share of the hard one."""
 
 
@@ -205,7 +231,7 @@ class StoreSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     url: str | None = None
-    """Session store URL; default ``sqlite:///<user dir>/sessions.db``."""
+    """Session store URL (a leading ``~`` in a SQLite path is expanded); default: ``sessions.db`` in the user dir."""
 
 
 class SummarizerSection(BaseModel):
@@ -220,13 +246,18 @@ class SummarizerSection(BaseModel):
 class ModelOverride(BaseModel):
     """``[models.<name>]``: your deployment's limits for a model."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _SECTION_CONFIG
 
-    context_length: int | None = Field(default=None, gt=0)
-    max_output: int | None = Field(default=None, gt=0)
+    context_length: Int | None = Field(default=None, gt=0)
+    max_output: Int | None = Field(default=None, gt=0)
 
 
 # --- the settings --------------------------------------------------------------------------------
+
+STORE_URL_FORMS = (
+    "memory://, sqlite:///relative.db, sqlite:////absolute.db, sqlite:///~/path.db (a writable directory), "
+    "redis://HOST:PORT/DB, redis+cluster://H1:PORT,H2:PORT/, postgresql://USER@HOST/DB"
+)
 
 _FILE_DATA: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("contextkeeper_file_data")
 
@@ -242,6 +273,7 @@ class Settings(BaseSettings):
         env_prefix=ENV_PREFIX,
         env_nested_delimiter="__",
         extra="forbid",
+        allow_inf_nan=False,
         nested_model_default_partial_update=True,
     )
 
@@ -271,9 +303,9 @@ class Settings(BaseSettings):
     # --- derived library objects -----------------------------------------------------------
     @property
     def store_url(self) -> str:
-        """The session store URL (default: SQLite in the user directory)."""
+        """The session store URL (default: SQLite in the user directory; a leading ``~`` is expanded)."""
         if self.store.url:
-            return self.store.url
+            return expand_store_url(self.store.url)
         return f"sqlite:///{user_dir() / 'sessions.db'}"
 
     def model_override(self, model: str | None) -> ModelOverride | None:
@@ -382,7 +414,7 @@ class Settings(BaseSettings):
         """
         self.thresholds()
         self.compaction_config()
-        _check_store_url(self.store_url)
+        check_store_url(self.store_url)
 
 
 class _FileOnlySettings(Settings):
@@ -398,16 +430,6 @@ class _FileOnlySettings(Settings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (InitSettingsSource(settings_cls, init_kwargs=_FILE_DATA.get({})),)
-
-
-def _check_store_url(url: str) -> None:
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme not in {"memory", "sqlite", "redis", "rediss", "unix", "postgres", "postgresql"}:
-        raise ConfigError(
-            f"store URL {url!r} has an unknown scheme; use memory://, sqlite:///path.db, redis://host:6379/0 "
-            "or postgresql://user@host/db.",
-            key="store.url",
-        )
 
 
 # --- files ---------------------------------------------------------------------------------------
@@ -438,29 +460,154 @@ def _is_yaml(path: Path) -> bool:
     return path.suffix.lower() in (".yaml", ".yml")
 
 
-def _parse(path: Path) -> tuple[dict[str, Any], str]:
-    """Parse a config file; ConfigError with the line on a syntax error."""
+MAX_CONFIG_BYTES = 1024 * 1024
+"""Largest config file read (1 MiB); a config file is a few kilobytes."""
+MAX_YAML_ALIASES = 100
+"""Most YAML aliases (``*name``) in a config file."""
+MAX_CONFIG_NODES = 10_000
+"""Most values in a config file once its YAML aliases are expanded (a billion-laughs file has 10**9)."""
+MAX_CONFIG_DEPTH = 32
+"""Deepest nesting of tables and lists in a config file."""
+
+
+class _YamlLimitError(yaml.composer.ComposerError):
+    """A YAML file over the alias or size limits."""
+
+
+class _BoundedYamlLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that refuses alias bombs: counts aliases and the values they expand to.
+
+    PyYAML shares an aliased node instead of copying it, so parsing stays cheap, but everything
+    that walks the result (validation, line lookup) sees the expanded tree: 9 levels of 10
+    aliases are a billion values. Each node's expanded size is known once it is composed, so an
+    alias adds the size of what it names, and the file is refused before anything walks it.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._sizes: dict[int, int] = {}
+        self._aliases = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event: Any = self.peek_event()  # type: ignore[no-untyped-call]
+            target = self.anchors.get(event.anchor)
+            if target is not None:
+                self._aliases += 1
+                if self._aliases > MAX_YAML_ALIASES:
+                    raise _YamlLimitError(None, None, f"more than {MAX_YAML_ALIASES} aliases (*name)", event.start_mark)
+                if id(target) not in self._sizes:
+                    raise _YamlLimitError(
+                        None, None, f"alias *{event.anchor} refers to a value that contains it", event.start_mark
+                    )
+        node = super().compose_node(parent, index)
+        if node is None or id(node) in self._sizes:  # an alias: the node is the anchored one
+            return node
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        else:
+            children = []
+        size = 1 + sum(self._sizes.get(id(child), 1) for child in children)
+        if size > MAX_CONFIG_NODES:
+            raise _YamlLimitError(
+                None,
+                None,
+                f"the document expands to more than {MAX_CONFIG_NODES} values (aliases included)",
+                node.start_mark,
+            )
+        self._sizes[id(node)] = size
+        return node
+
+
+def _depth_problem(data: Any) -> int | None:
+    """The nesting depth of ``data`` when it exceeds `MAX_CONFIG_DEPTH` (None when it does not)."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_CONFIG_DEPTH:
+            return depth
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+    return None
+
+
+def _read_bounded(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        with path.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
         raise ConfigError(f"cannot read config file {str(path)!r}: {exc}", key="config") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{path}: the config file is larger than {MAX_CONFIG_BYTES // 1024} KiB; a config file holds a few "
+            "settings, check that this is the right file.",
+            key="config.size",
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}:{line}: the config file is not UTF-8 text; save it as UTF-8.", key="config.encoding"
+        ) from None
+
+
+_FILE_LIMITS = {
+    "config.size": f"a file of at most {MAX_CONFIG_BYTES // 1024} KiB",
+    "config.encoding": "UTF-8 text",
+    "config.limits": f"at most {MAX_YAML_ALIASES} YAML aliases, {MAX_CONFIG_NODES} values with aliases expanded, "
+    f"{MAX_CONFIG_DEPTH} levels of nesting",
+}
+
+
+def _parse(path: Path) -> tuple[dict[str, Any], str]:
+    """Parse a config file; ConfigError with the line on a syntax error.
+
+    Bounded: at most `MAX_CONFIG_BYTES`, `MAX_YAML_ALIASES` aliases expanding to at most
+    `MAX_CONFIG_NODES` values, nested at most `MAX_CONFIG_DEPTH` deep.
+    """
+    text = _read_bounded(path)
     if _is_yaml(path):
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_BoundedYamlLoader)
+        except _YamlLimitError as exc:
+            line = exc.problem_mark.line + 1 if exc.problem_mark is not None else 0
+            raise ConfigError(f"{path}:{line}: YAML over the limits: {exc.problem}", key="config.limits") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f":{mark.line + 1}" if mark is not None else ""
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise ConfigError(f"{path}{where}: invalid YAML: {problem}", key="config") from None
+            raise ConfigError(f"{path}{where}: invalid YAML: {problem}", key="config.syntax") from None
+        except RecursionError:
+            raise ConfigError(
+                f"{path}: invalid YAML: nested deeper than {MAX_CONFIG_DEPTH} levels", key="config.limits"
+            ) from None
         if data is None:
             data = {}
     else:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: invalid TOML: {exc}", key="config") from None
+            raise ConfigError(f"{path}: invalid TOML: {exc}", key="config.syntax") from None
+        except RecursionError:
+            raise ConfigError(
+                f"{path}: invalid TOML: nested deeper than {MAX_CONFIG_DEPTH} levels", key="config.limits"
+            ) from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a table of sections, got {type(data).__name__}.")
+        raise ConfigError(
+            f"{path}: the top level must be a table of sections, got {type(data).__name__}.", key="config.syntax"
+        )
+    depth = _depth_problem(data)
+    if depth is not None:
+        raise ConfigError(
+            f"{path}: values are nested deeper than {MAX_CONFIG_DEPTH} levels; a config file has sections "
+            "with keys and small tables.",
+            key="config.limits",
+        )
     return data, text
 
 
@@ -490,7 +637,9 @@ def load_settings(config: str | os.PathLike[str] | None = None, **flags: Any) ->
     try:
         settings = Settings(**flags)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()
+        )
         source = f" (file {path} or CONTEXTKEEPER_* variables)" if path else " (CONTEXTKEEPER_* variables)"
         raise ConfigError(
             f"invalid settings{source}: {problems}; run `contextkeeper config validate` for lines and allowed values.",
@@ -580,8 +729,8 @@ def _yaml_lines(text: str) -> dict[tuple[str, ...], int]:
                 walk(value_node, key)
 
     try:
-        root = yaml.compose(text)
-    except yaml.YAMLError:
+        root = yaml.compose(text, Loader=_BoundedYamlLoader)
+    except (yaml.YAMLError, RecursionError):
         return lines
     if root is not None:
         walk(root, ())
@@ -599,6 +748,8 @@ def _line_of(lines: Mapping[tuple[str, ...], int], loc: Sequence[str]) -> int | 
 
 def _describe(annotation: Any, field: Any | None = None) -> str:
     """What a field accepts, in words (for the ``allowed`` column)."""
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
     origin = get_origin(annotation)
     args = get_args(annotation)
     if origin is typing.Union or (origin is not None and str(origin) == "<class 'types.UnionType'>"):
@@ -661,11 +812,11 @@ def _problems_from(exc: ValidationError, source: str, lines: Mapping[tuple[str, 
             key = ENV_PREFIX + "__".join(p.upper() for p in loc)
         else:
             key = ".".join(loc)
-        message = err["msg"]
+        message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             message = f"unknown key {loc[-1]!r}"
         value = err.get("input")
-        if err["type"] != "extra_forbidden" and not isinstance(value, dict):
+        if err["type"] not in ("extra_forbidden", "value_error") and not isinstance(value, dict):
             message = f"{message}, got {value!r}"
         out.append(
             ConfigProblem(
@@ -715,14 +866,9 @@ def _semantic_problems(settings: Settings, source: str, lines: Mapping[tuple[str
             add(".".join(where), where, message, allowed)
     if settings.store.url is not None:
         try:
-            _check_store_url(settings.store.url)
+            check_store_url(settings.store_url)
         except ConfigError as exc:
-            add(
-                "store.url",
-                ("store", "url"),
-                str(exc),
-                "memory://, sqlite:///PATH, redis://HOST:PORT/DB, postgresql://...",
-            )
+            add("store.url", ("store", "url"), str(exc), STORE_URL_FORMS)
     shares = settings.budgets.shares or {}
     for name, share in shares.items():
         if not 0 < share <= 1:
@@ -757,9 +903,9 @@ def validate_config_file(path: str | os.PathLike[str] | None, *, environment: bo
                 ConfigProblem(
                     source=str(p),
                     line=int(m.group(1)) if m else None,
-                    key="(syntax)",
+                    key={"config.size": "(size)", "config.limits": "(limits)"}.get(exc.key or "", "(syntax)"),
                     message=message.removeprefix(f"{p}: ").removeprefix(f"{p}:{m.group(1) if m else ''}: "),
-                    allowed="valid YAML" if _is_yaml(p) else "valid TOML",
+                    allowed=_FILE_LIMITS.get(exc.key or "", "valid YAML" if _is_yaml(p) else "valid TOML"),
                 )
             ]
         lines = _yaml_lines(text) if _is_yaml(p) else _toml_lines(text)

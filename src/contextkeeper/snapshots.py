@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .exceptions import SnapshotError
+from pydantic import ValidationError
+
+from .exceptions import SchemaError, SnapshotError
 from .messages import Message, MessagesAdapter
 
 __all__ = [
@@ -216,6 +218,40 @@ def _render_messages(messages: Sequence[Message]) -> str:
     return "\n".join(lines)
 
 
+def _snapshot_messages(raw: bytes, *, session_id: str, snapshot_id: str) -> list[Message]:
+    """The messages of a stored snapshot document.
+
+    Raises:
+        SchemaError: the document is corrupted (not UTF-8 JSON, or not the snapshot format); the
+            message names the session, the snapshot and the field.
+    """
+
+    def corrupted(problem: str) -> SchemaError:
+        return SchemaError(
+            f"Session {session_id!r}: snapshot {snapshot_id!r} is corrupted ({problem}); the transcript still holds "
+            "the originals: delete the snapshot from the store (it is rebuilt from the transcript when read) or "
+            "restore the session from an export.",
+            session_id=session_id,
+        )
+
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise corrupted(f"its document is not UTF-8 JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise corrupted(f"its document is a {type(doc).__name__}, not an object")
+    items = doc.get("messages", [])
+    if not isinstance(items, list):
+        raise corrupted(f"`messages` is a {type(items).__name__}, not a list")
+    messages: list[Message] = []
+    for index, item in enumerate(items):
+        try:
+            messages.append(Message.from_dict(item))
+        except (ValidationError, TypeError, ValueError) as exc:
+            raise corrupted(f"`messages[{index}]` is not a message: {str(exc).splitlines()[0]}") from None
+    return messages
+
+
 def read_context(
     ref: str,
     *,
@@ -229,6 +265,7 @@ def read_context(
 
     Raises:
         SnapshotError: a malformed or unknown reference, or a page out of range.
+        SchemaError: the snapshot's stored document is corrupted.
     """
     if not isinstance(page, int) or page < 1:
         raise SnapshotError(f"page must be a positive integer, got {page!r}")
@@ -243,9 +280,9 @@ def read_context(
         a, b = ids.index(first), ids.index(last)
         text = _render_messages(msgs[min(a, b) : max(a, b) + 1])
     else:
-        raw = snapshots.get_snapshot(session_id, check_snapshot_id(ref))
-        doc = json.loads(raw)
-        text = _render_messages([Message.from_dict(d) for d in doc.get("messages", [])])
+        snapshot_id = check_snapshot_id(ref)
+        raw = snapshots.get_snapshot(session_id, snapshot_id)
+        text = _render_messages(_snapshot_messages(raw, session_id=session_id, snapshot_id=snapshot_id))
     pages = max(1, -(-len(text) // page_chars))
     if page > pages:
         raise SnapshotError(f"{ref!r} has {pages} page(s); page {page} does not exist")

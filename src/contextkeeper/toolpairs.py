@@ -29,6 +29,10 @@ Repair policy (`repair`), which never invents content:
    assistant message when nothing else is left in it (text, image or unknown content);
    pending calls of the last assistant message are kept when ``allow_pending_tail``.
 
+A session's view does not drop an abandoned call (a call that a later user or assistant message
+followed before its result came): `abandoned_result` answers it with a marked stand-in result,
+so the view stays valid while the transcript keeps exactly what was added.
+
 A valid list comes back as a new list holding the SAME message objects; a message is only copied
 when some of its tool calls are dropped (it keeps its id). Inputs are never modified. Both
 functions are O(n) in the number of messages.
@@ -42,9 +46,19 @@ from typing import Literal
 
 from .adapters._common import has_opaque_content
 from .exceptions import MessageError, ToolPairError
-from .messages import Message
+from .messages import Message, TextPart, ToolCall
 
-__all__ = ["Problem", "ProblemKind", "check", "is_valid", "pending_calls", "repair", "validate"]
+__all__ = [
+    "ABANDONED_RESULT_TEXT",
+    "Problem",
+    "ProblemKind",
+    "abandoned_result",
+    "check",
+    "is_valid",
+    "pending_calls",
+    "repair",
+    "validate",
+]
 
 ProblemKind = Literal[
     "orphan-result",
@@ -56,6 +70,9 @@ ProblemKind = Literal[
     "empty-message",
 ]
 _PAIR_KINDS = frozenset({"orphan-result", "missing-result", "pending-call", "duplicate-result", "out-of-order"})
+
+ABANDONED_RESULT_TEXT = "[no result: the call was abandoned]"
+"""Text of the stand-in result a view shows for an abandoned call."""
 
 ORPHAN = -1
 """`_Pairing.link` value of a tool result whose call is unknown."""
@@ -356,3 +373,22 @@ def repair(
         out.append(m)
         out.extend(seq[r] for r in found)
     return out
+
+
+def abandoned_result(call_message: Message, call: ToolCall) -> Message:
+    """The stand-in result a view shows for ``call``, abandoned without its result.
+
+    Marked as an error result (``is_error``) and with ``extra={"contextkeeper": "abandoned"}``;
+    its id derives from the call's message id and call id, so every view shows the same one.
+    """
+    return Message(
+        role="tool",
+        parts=(TextPart(text=ABANDONED_RESULT_TEXT),),
+        message_id=f"{call_message.message_id}~abandoned~{call.call_id}",
+        tool_call_id=call.call_id,
+        name=call.name,
+        is_error=True,
+        turn=call_message.turn,
+        source_ids=(call_message.message_id,),
+        extra={"contextkeeper": "abandoned"},
+    )

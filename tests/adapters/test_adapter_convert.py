@@ -242,3 +242,11 @@ def test_base64_images_become_data_urls_and_back():
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ"}}]}
     ]
     assert anthropic.from_messages([replace(m, extra={})])[1] == [{"role": "user", "content": [block]}]
+
+
+def test_langchain_keeps_a_call_whose_arguments_are_not_an_object_as_an_invalid_tool_call():
+    for arguments in ["[1, 2]", '"text"', '{"path": "src/a']:
+        call = ToolCall(call_id="c1", name="read_file", arguments=arguments)
+        (out,) = from_messages([Message.assistant("", tool_calls=[call])], format="langchain")
+        assert out.tool_calls == []
+        assert [(c["id"], c["name"], c["args"]) for c in out.invalid_tool_calls] == [("c1", "read_file", arguments)]

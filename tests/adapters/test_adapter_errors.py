@@ -14,6 +14,20 @@ from contextkeeper.messages import Message
 CALL = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
 SURROGATE = "bad \ud800 text"
 
+
+def nested(levels: int) -> dict[str, object]:
+    root: dict[str, object] = {}
+    node = root
+    for _ in range(levels):
+        child: dict[str, object] = {}
+        node["a"] = child
+        node = child
+    return root
+
+
+DEEP = nested(150)  # deeper than accepted, shallow enough for the test's own deepcopy
+DEEP_TEXT = '{"a":' * 5000 + "1" + "}" * 5000
+
 CASES = [
     # (format, items, index, field, words the message must contain)
     (
@@ -116,6 +130,29 @@ CASES = [
         "content[1].text",
         ["lone surrogate"],
     ),
+    # nesting no recursive code should walk: refused before conversion, by item
+    ("openai", [{"role": "user", "content": "hi", "metadata": DEEP}], 0, "(item)", ["deeper than 100"]),
+    (
+        "openai",
+        [{"role": "assistant", "tool_calls": [{**CALL, "function": {"name": "f", "arguments": DEEP_TEXT}}]}],
+        0,
+        "tool_calls[0].function.arguments",
+        ["deeper than 100"],
+    ),
+    (
+        "responses",
+        [{"type": "function_call", "call_id": "c", "name": "f", "arguments": DEEP_TEXT}],
+        0,
+        "arguments",
+        ["deeper than 100"],
+    ),
+    (
+        "anthropic",
+        [{"role": "user", "content": [{"type": "text", "text": "x", "cache": DEEP}]}],
+        0,
+        "(item)",
+        ["deeper than 100"],
+    ),
 ]
 
 
@@ -132,6 +169,16 @@ def test_bad_input_names_index_field_and_fix(fmt, items, index, field, words):
         assert word in text
     assert isinstance(error, UsageError) and isinstance(error, ContextKeeperError)
     assert items == before
+
+
+@pytest.mark.parametrize("fmt", ["openai", "responses", "anthropic"])
+def test_dicts_nested_5000_deep_are_refused_without_recursing(fmt):
+    item = {"role": "user", "content": "hi", "metadata": nested(5000)}
+    if fmt == "responses":
+        item["type"] = "message"
+    with pytest.raises(MessageError, match="deeper than 100") as info:
+        to_messages([{"role": "user", "content": "first"}, item], format=fmt)
+    assert info.value.index == 1
 
 
 def test_anthropic_system_errors_name_the_system_parameter():
@@ -151,6 +198,9 @@ def test_langchain_bad_items():
     with pytest.raises(MessageError) as surrogate:
         to_messages([AIMessage(content=SURROGATE)], format="langchain")
     assert surrogate.value.field == "content"
+    with pytest.raises(MessageError, match="deeper than 100") as deep:
+        to_messages([AIMessage(content="x", tool_calls=[{"name": "f", "args": DEEP, "id": "c1"}])], format="langchain")
+    assert deep.value.index == 0
 
 
 def test_langchain_without_its_extra_names_the_install_command(monkeypatch):
@@ -181,3 +231,55 @@ def test_message_objects_in_the_input_are_checked_and_kept():
     with pytest.raises(MessageError) as info:
         to_messages([Message.user(SURROGATE)], format="openai")
     assert info.value.index == 0
+
+
+def _deep_list(levels: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("fmt", ["openai", "responses", "anthropic"])
+@pytest.mark.parametrize("item", [10**5000, _deep_list(5000)], ids=["int-too-long-to-print", "list-5000-deep"])
+def test_an_item_that_cannot_be_printed_gets_a_message_error(fmt, item):
+    # the error message describes the bad item; describing it must not fail in turn
+    with pytest.raises(MessageError) as caught:
+        to_messages([item], format=fmt)
+    assert caught.value.index == 0 and len(str(caught.value)) < 600
+
+
+def test_langchain_objects_forced_past_their_validation_get_a_message_error():
+    lc = pytest.importorskip("langchain_core.messages")
+    bad = [
+        lc.HumanMessage.model_construct(content=False),
+        lc.ChatMessage.model_construct(content="hi", role=["user"]),
+        # fields LangChain refuses would make the view fail to convert back later
+        lc.AIMessage.model_construct(content="hi", id=False, tool_calls=[], invalid_tool_calls=[]),
+        lc.ToolMessage.model_construct(content="hi", tool_call_id="c1", status=7),
+        lc.SystemMessage.model_construct(content="hi", additional_kwargs=[1]),
+    ]
+    for i, item in enumerate(bad):
+        with pytest.raises(MessageError) as caught:
+            to_messages([item], format="langchain")
+        assert caught.value.index == 0, i
+
+
+@pytest.mark.parametrize("fmt", [None, "openai", "responses", "anthropic"])
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"type": [], "role": "user", "content": "x"},
+        {"role": [], "content": "x"},
+        {"role": {"a": 1}, "content": "x"},
+        {"role": 10**5000, "content": "x"},
+        {"role": "user", "content": [{"type": {}, "text": "x"}]},
+    ],
+    ids=["list-type", "list-role", "dict-role", "int-role", "dict-block-type"],
+)
+def test_roles_and_types_of_the_wrong_type_get_a_message_error_or_are_kept(fmt, item):
+    # detection and every format read them without a raw TypeError/ValueError
+    try:
+        to_messages([item], format=fmt)
+    except MessageError as exc:
+        assert exc.index == 0

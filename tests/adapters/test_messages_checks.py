@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -53,3 +54,63 @@ def test_tool_calls_are_cached_and_equal_to_the_parts() -> None:
     assert message.tool_calls == (call,)
     assert message.tool_calls is message.tool_calls  # built once
     assert Message.user("hi").tool_calls == ()
+
+
+# --- text no store can keep, JSON no parser should recurse into ----------------------------------
+DEEP_ARGUMENTS = '{"a":' * 5000 + "1" + "}" * 5000
+
+
+def assistant_call(arguments: str) -> Message:
+    return Message.assistant(tool_calls=[ToolCall(call_id="c1", name="grep", arguments=arguments)], message_id="m7")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ('{"p": "\\ud83d"}', "lone surrogate"),  # an escape that decodes to half a pair
+        ('{"p": ["x", "\\uDC00"]}', "lone surrogate"),
+        ('{"p": "\ud83d"}', "lone surrogate"),  # the raw code point
+        (DEEP_ARGUMENTS, "deeper than 100 levels"),
+        ("[" * 5000 + "]" * 5000, "deeper than 100 levels"),
+        ('{"n": ' + "9" * 5000 + "}", "cannot be read"),
+    ],
+)
+def test_tool_arguments_no_store_can_keep_are_refused_with_the_message_and_field(arguments: str, problem: str) -> None:
+    with pytest.raises(MessageError, match=problem) as info:
+        check_message(assistant_call(arguments), index=4)
+    assert info.value.field == "parts[0].arguments" and info.value.index == 4
+    assert "message 4 ('m7')" in str(info.value)
+
+
+def test_a_whole_escaped_pair_and_brackets_in_strings_are_fine() -> None:
+    check_message(assistant_call('{"p": "\\ud83d\\ude00", "q": "' + "[" * 300 + '"}'), index=0)
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"note": "half \ud83d"}, "extra.note"),
+        ({"score": float("nan")}, "extra.score"),
+        ({"obj": object()}, "extra.obj"),
+        ({"deep": json.loads('{"a":' * 150 + "1" + "}" * 150)}, "extra.deep" + ".a" * 100),
+    ],
+)
+def test_metadata_must_be_storable_json(extra: dict[str, Any], field: str) -> None:
+    with pytest.raises(MessageError, match="extra") as info:
+        check_message(Message.user("hi", extra=extra, message_id="m1"), index=0)
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"message_id": "m\ud800"}, "message_id"),
+        ({"message_id": ""}, "message_id"),
+        ({"message_id": 7}, "message_id"),
+        ({"name": "n\udfff"}, "name"),
+    ],
+)
+def test_ids_and_names_are_checked_like_text(changes: dict[str, Any], field: str) -> None:
+    with pytest.raises(MessageError) as info:
+        check_message(Message(role="user", parts=(TextPart(text="hi"),), **changes), index=0)
+    assert info.value.field == field

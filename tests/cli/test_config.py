@@ -98,3 +98,64 @@ def test_missing_config_file_flag(runner: CliRunner, tmp_path: Path) -> None:
     result = runner.invoke(app, ["--config", str(tmp_path / "nope.toml"), "config", "show"])
     assert result.exit_code == 2
     assert "does not exist" in result.stderr
+
+
+def _readme_toml() -> str:
+    """The example config file of the README (its ```toml block)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    return readme.split("```toml\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_example_config_validates_and_works_at_use(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "me"))  # the example's store lives under ~
+    cfg = tmp_path / "contextkeeper.toml"
+    cfg.write_text(_readme_toml(), encoding="utf-8")
+    validated = runner.invoke(app, ["--config", str(cfg), "config", "validate"])
+    assert validated.exit_code == 0, validated.stdout + validated.stderr
+    listed = runner.invoke(app, ["--config", str(cfg), "sessions", "list", "--json"])
+    assert listed.exit_code == 0, listed.stderr
+    store = json.loads(listed.stdout)["store"]
+    assert "<" not in store and store.startswith(f"sqlite:///{tmp_path / 'me'}")
+    assert Path(store.removeprefix("sqlite:///")).is_file()
+
+
+def test_validate_catches_a_placeholder_store_path(runner: CliRunner, tmp_path: Path) -> None:
+    cfg = tmp_path / "ck.toml"
+    cfg.write_text('[store]\nurl = "sqlite:///<user dir>/sessions.db"\n')
+    result = runner.invoke(app, ["config", "validate", str(cfg)])
+    assert result.exit_code == 1
+    assert f"{cfg}:2: store.url:" in result.stdout and "placeholder" in result.stdout
+    # and using it fails the same way, before anything is created
+    used = runner.invoke(app, ["--config", str(cfg), "sessions", "list"])
+    assert used.exit_code == 2 and "placeholder" in used.stderr
+    assert not (tmp_path / "work" / "<user dir>").exists()
+
+
+def test_validate_checks_store_urls_offline_and_connects_on_request(runner: CliRunner, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[store]\nurl = "redis://localhost:abc/0"\n')
+    result = runner.invoke(app, ["config", "validate", str(bad), "--json"])
+    assert result.exit_code == 1
+    [problem] = json.loads(result.stdout)["problems"]
+    assert problem["key"] == "store.url" and "port 'abc'" in problem["message"]
+    dead = tmp_path / "dead.toml"
+    dead.write_text('[store]\nurl = "redis://127.0.0.1:1/0"\n')  # nothing listens on port 1
+    offline = runner.invoke(app, ["config", "validate", str(dead)])
+    assert offline.exit_code == 0, offline.stdout  # no connection by default
+    online = runner.invoke(app, ["config", "validate", str(dead), "--connect"])
+    assert online.exit_code == 1 and "cannot use the store" in online.stdout
+    ok = tmp_path / "ok.toml"
+    ok.write_text(f'[store]\nurl = "sqlite:///{tmp_path / "db" / "ck.db"}"\n')
+    connected = runner.invoke(app, ["config", "validate", str(ok), "--connect"])
+    assert connected.exit_code == 0, connected.stdout
+
+
+def test_validate_refuses_a_yaml_alias_bomb(runner: CliRunner, tmp_path: Path) -> None:
+    levels = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    levels += [f"{c}: &{c} [{','.join(['*' + p] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi", strict=True)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(levels) + "\n")
+    result = runner.invoke(app, ["config", "validate", str(bomb)])
+    assert result.exit_code == 1 and "(limits)" in result.stdout and "aliases" in result.stdout

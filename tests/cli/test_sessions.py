@@ -116,7 +116,7 @@ def test_unknown_session(runner: CliRunner, store_url: str) -> None:
 def test_bad_store_url(runner: CliRunner) -> None:
     result = invoke(runner, "sessions", "list", "--store", "ftp://x")
     assert result.exit_code == 2
-    assert "unknown store URL scheme 'ftp'" in result.stderr
+    assert "unknown scheme 'ftp'" in result.stderr and "memory://" in result.stderr
 
 
 def test_inspect_resumes_the_stored_view(runner: CliRunner, store_url: str) -> None:
@@ -135,3 +135,34 @@ def test_inspect_resumes_the_stored_view(runner: CliRunner, store_url: str) -> N
         assert len(store.read_audit("s1")) == audit_before, "inspect writes nothing"
     table = invoke(runner, "inspect", "s1", "--store", store_url)
     assert "progress ledger" in table.stdout and "audit log" in table.stdout
+
+
+def test_errors_name_the_flag_or_argument_not_the_parameter(runner: CliRunner, store_url: str, tmp_path: Path) -> None:
+    export = tmp_path / "s1.jsonl"
+    assert invoke(runner, "sessions", "export", "s1", "--store", store_url, "--out", str(export)).exit_code == 0
+    empty = invoke(runner, "sessions", "import", str(export), "--store", store_url, "--id", "")
+    assert empty.exit_code == 2 and "`--id` is empty" in empty.stderr and "session_id" not in empty.stderr
+    taken = invoke(runner, "sessions", "import", str(export), "--store", store_url)
+    assert "already exists" in taken.stderr and "another `--id`" in taken.stderr
+    long_id = invoke(runner, "inspect", "x" * 300, "--store", store_url)
+    assert long_id.exit_code == 2 and "the SESSION_ID argument" in long_id.stderr
+    assert "session_id" not in long_id.stderr
+
+
+def test_store_help_shows_the_config_section_name(runner: CliRunner) -> None:
+    for command in (["sessions", "list"], ["inspect"], ["demo"]):
+        result = runner.invoke(app, [*command, "--help"])
+        text = " ".join(result.stdout.replace("│", " ").split())
+        assert "(default: [store] url" in text, result.stdout  # rich markup would swallow it unescaped
+
+
+def test_stored_text_that_looks_like_markup_is_shown_as_is(runner: CliRunner, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    with open_store(url) as store:
+        session = Session("[b]odd[/b]", window=8000, counter="heuristic", store=store)
+        session.add([{"role": "user", "content": "why does [/red] break the [bold] log?"}])
+    shown = invoke(runner, "sessions", "show", "[b]odd[/b]", "--store", url)
+    assert shown.exit_code == 0, shown.stderr
+    assert "[b]odd[/b]" in shown.stdout and "[/red]" in shown.stdout
+    listed = invoke(runner, "sessions", "list", "--store", url)
+    assert "[b]odd[/b]" in listed.stdout

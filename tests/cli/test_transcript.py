@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -291,3 +292,78 @@ def test_count_unknown_model_without_window(runner: CliRunner, chat_file: Path) 
     result = runner.invoke(app, ["count", str(chat_file), "--model", "acme-llm-7"])
     assert result.exit_code == 2
     assert "unknown model" in _one_error_line(result)
+
+
+# --- count and compact agree; errors name flags ---------------------------------------------------
+
+_SUMMARY = re.compile(r"compacted (\d+) messages \(([\d,]+) tokens\).*?(?:, plus ([\d,]+) in tool schemas)?; budget")
+
+
+def _compact_total(result: Any) -> tuple[int, int]:
+    """(message tokens, tool-schema tokens) from compact's one-line summary."""
+    match = _SUMMARY.search(" ".join(result.stderr.split()))
+    assert match, result.stderr
+    return int(match.group(2).replace(",", "")), int((match.group(3) or "0").replace(",", ""))
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--budget", "20000"],  # no model: both count as for gpt-4o
+        ["--model", "gpt-4o"],
+        ["--model", "claude-sonnet-4-5"],  # Anthropic framing for both
+        ["--model", "acme-llm-7", "--window", "64000"],
+    ],
+)
+def test_count_and_compact_report_the_same_total(
+    runner: CliRunner, tmp_path: Path, chat_messages: list[dict[str, Any]], flags: list[str]
+) -> None:
+    tools = [{"type": "function", "function": {"name": "grep", "parameters": {"type": "object", "properties": {}}}}]
+    body = tmp_path / "request.json"
+    body.write_text(json.dumps({"model": "x", "tools": tools, "messages": chat_messages}))
+    count_flags = [f for f in flags if f not in ("--budget", "20000")]
+    counted = runner.invoke(app, ["count", str(body), *count_flags, "--json"])
+    assert counted.exit_code == 0, counted.stderr
+    data = json.loads(counted.stdout)
+    compacted = _compact(runner, str(body), *flags)
+    assert compacted.exit_code == 0, compacted.stderr
+    messages, schemas = _compact_total(compacted)
+    assert messages == data["budget"]["used"]
+    assert schemas == data["by_component"]["tool_schemas"] > 0
+    assert messages + schemas == data["total_tokens"]
+
+
+def test_an_unknown_model_error_names_the_flag(runner: CliRunner, chat_file: Path) -> None:
+    for command in ("compact", "count"):
+        line = _one_error_line(runner.invoke(app, [command, str(chat_file), "--model", "acme-llm-7"]))
+        assert "`--window`" in line and "window=" not in line
+        assert "max_output=" not in line and "register_model" not in line and "[models." in line
+
+
+def test_a_file_name_with_brackets_is_printed_as_is(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "run[b]1.json"
+    path.write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    result = runner.invoke(app, ["count", str(path)])
+    assert result.exit_code == 0, result.stderr
+    assert "run[b]1.json" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("deep.json", "[" * 5000 + "]" * 5000),
+        ("unclosed.json", "[" * 5000),
+        ("deep.jsonl", '{"role": "user", "content": "hi"}\n' + '{"a":' * 5000 + "1" + "}" * 5000 + "\n"),
+        ("huge-number.json", '[{"role": "user", "content": "hi", "n": ' + "9" * 5000 + "}]"),
+    ],
+)
+@pytest.mark.parametrize("command", ["count", "compact"])
+def test_a_transcript_nested_too_deep_or_with_a_huge_number_is_one_error_line(
+    runner: CliRunner, tmp_path: Path, command: str, name: str, text: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    result = runner.invoke(app, [command, str(path), "--model", "gpt-4o"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith(f"error: {path}") and "unexpected" not in result.stderr
+    assert len(result.stderr.splitlines()) == 1

@@ -131,6 +131,12 @@ def is_context_block(m: Message) -> bool:
     return m.role == "user" and (extra.get("contextkeeper") == "context" or m.message_id.startswith("ck_context_"))
 
 
+def is_abandoned_stand_in(m: Message) -> bool:
+    """The stand-in result a view shows for a call abandoned without its result."""
+    extra = m.extra if isinstance(m.extra, dict) else {}
+    return m.role == "tool" and extra.get("contextkeeper") == "abandoned"
+
+
 def pending_tail(transcript: Sequence[Message]) -> tuple[Message | None, list[Message]]:
     """The last assistant message whose calls are not all answered, and the results it has so far."""
     for i in range(len(transcript) - 1, -1, -1):
@@ -149,13 +155,14 @@ def pending_tail(transcript: Sequence[Message]) -> tuple[Message | None, list[Me
 def check_view(s: Session, pv: PreparedView, added: Sequence[Message]) -> None:
     """Every invariant of a prepared view (see the issue): fits, pairs, protected set, transcript."""
     view, status = pv.view, pv.status
-    budget = s.budget.effective
+    budget = s.budget.effective  # in the counter's tokens: calibration lowers it, never the counts
     # fits, by the session's own accountant, recounted from scratch
-    assert status.budget == budget
-    assert status.used <= budget, (status.used, budget)
+    assert status.budget == s.budget.calibrated_effective and status.calibration == s.budget.scale
+    assert status.used == s.budget.calibrated(status.used_raw)
+    assert status.used_raw <= budget, (status.used_raw, budget)
     recount = TokenAccountant(s.accountant.counter, framing=s.accountant.framing).count_messages(view)
     assert recount <= budget, (recount, budget)
-    assert recount == status.used, f"status.used={status.used} but the view counts {recount} tokens"
+    assert recount == status.used_raw, f"status.used_raw={status.used_raw} but the view counts {recount} tokens"
     # tool pairs intact (a pending tail allowed)
     assert toolpairs.validate(view) == [], toolpairs.validate(view)
     # the transcript is exactly what was added: same objects, same order
@@ -165,11 +172,25 @@ def check_view(s: Session, pv: PreparedView, added: Sequence[Message]) -> None:
     # no duplicates; originals in transcript order (stand-ins at their original's place)
     assert len({m.message_id for m in view}) == len(view)
     ids = transcript_index(transcript)
-    order = [source_of(m, ids) for m in view]
-    for m, idx in zip(view, order, strict=True):
+    # Tool results sit in their call's round (toolpairs checked that above), after it: a result that
+    # came late (after later messages) is ordered by its call, then by its own place; the stand-in
+    # result of an abandoned call comes last in its round.
+    keys: list[tuple[int, float]] = []
+    call_at = -1
+    for m in view:
+        idx = source_of(m, ids)
+        if is_abandoned_stand_in(m):
+            keys.append((call_at, float("inf")))
+            continue
         assert idx is not None or is_context_block(m), f"view message {m.message_id} comes from nowhere"
-    known = [i for i in order if i is not None]
-    assert known == sorted(known), "view messages out of transcript order"
+        if idx is None:
+            continue
+        if m.role == "tool":
+            keys.append((call_at, float(idx)))
+        else:
+            call_at = idx
+            keys.append((idx, -1.0))
+    assert keys == sorted(keys), "view messages out of transcript order"
     # starts with the leading system message(s), and every system/developer message is kept as is
     lead = []
     for m in transcript:

@@ -8,7 +8,7 @@ import pytest
 
 from contextkeeper import toolpairs
 from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.exceptions import BudgetExceeded, ConfigError, ContextOverflowError
+from contextkeeper.exceptions import BudgetExceeded, ConfigError, ContextOverflowError, OverflowUnresolved
 from contextkeeper.messages import Message
 from contextkeeper.session import AsyncSession, PreparedView, Session
 
@@ -196,15 +196,17 @@ def test_call_with_retry_reraises_after_exactly_one_retry() -> None:
 @pytest.mark.parametrize("retries", [0, 2])
 def test_reactive_retries_is_configurable(retries: int) -> None:
     s, _, _ = filled(config=CompactionConfig(reactive_retries=retries))
-    calls = []
+    calls: list[int] = []
 
     def call(messages: list[Any]) -> str:
-        calls.append(1)
+        calls.append(s.status().used_raw)
         raise overflow()
 
-    with pytest.raises(ContextOverflowError):
+    with pytest.raises(ContextOverflowError) as caught:
         s.call_with_retry(call)
-    assert len(calls) == retries + 1
+    # each retry sends a smaller view; a view emergency compaction cannot shrink is not sent again
+    assert calls == sorted(set(calls), reverse=True)
+    assert len(calls) == retries + 1 or (isinstance(caught.value, OverflowUnresolved) and len(calls) < retries + 1)
 
 
 def test_call_with_retry_does_not_retry_other_errors() -> None:
@@ -243,9 +245,10 @@ async def test_async_call_with_retry() -> None:
         raise overflow()
 
     seen.clear()
-    with pytest.raises(ContextOverflowError):
+    with pytest.raises(ContextOverflowError) as caught:
         await s.call_with_retry(always)
-    assert len(seen) == 2
+    # the view is already at the emergency target: compacting again cuts nothing, so it is not resent
+    assert len(seen) == 1 and isinstance(caught.value, OverflowUnresolved)
 
 
 # --- anti-thrashing ------------------------------------------------------------------------

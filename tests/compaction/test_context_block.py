@@ -24,15 +24,15 @@ def book_with_evictions(n: int = 8, effective: int = 6000) -> object:
 
 def test_no_block_before_anything_left_the_view() -> None:
     book = make_book([Message.user("hi"), Message.assistant("hello")])
-    context_block.render(book, CONFIG, turn=1)
+    context_block.render(book, CONFIG)
     assert book.context is None and book.context_tokens == 0
 
 
 def test_the_block_lists_the_evicted_steps_within_its_room() -> None:
     book = book_with_evictions()
-    context_block.render(book, CONFIG, turn=7, target=2000)
+    context_block.render(book, CONFIG, target=2000)
     block = book.context
-    assert block is not None and block.role == "user" and block.message_id == "ck_context_7"
+    assert block is not None and block.role == "user" and block.message_id == context_block.context_id(block.text)
     assert block.text.startswith(context_block.CONTEXT_HEADER)
     assert 'read_context("#<step>")' in block.text
     assert "INV-702" in block.text  # the ledger line of an evicted step, with its facts
@@ -49,7 +49,7 @@ def test_sections_come_before_the_ledger_summary_first() -> None:
     room = context_block.context_room(book, CONFIG, None)
     parts = context_block.sections(book, room)
     assert parts[0].startswith("Summary of messages m1..m2:") and "Use the March rates." in parts[1]
-    context_block.render(book, CONFIG, turn=1)
+    context_block.render(book, CONFIG)
     text = book.context.text  # type: ignore[union-attr]
     assert text.index("Summary of messages") < text.index("Use the March rates.")
 
@@ -57,6 +57,6 @@ def test_sections_come_before_the_ledger_summary_first() -> None:
 def test_without_room_the_block_falls_back_to_its_header() -> None:
     book = book_with_evictions(effective=6000)
     book.room = Room(effective=book.room.effective, ledger_cap=12)  # a block of at most 12 tokens
-    context_block.render(book, CONFIG, turn=3)
+    context_block.render(book, CONFIG)
     assert book.context is None or book.context.text.startswith(context_block.CONTEXT_HEADER)
     assert book.context_tokens <= 12

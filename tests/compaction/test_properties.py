@@ -209,8 +209,8 @@ def run_program(s: Session, batches: list[Step]) -> list[PreparedView | BudgetEx
     outcomes: list[PreparedView | BudgetExceeded] = []
     prev: PreparedView | None = None
     new: list[Message] = []
-    high = s.config.high_water * s.budget.effective
     for batch in batches:
+        high = s.config.high_water * s.budget.effective  # reported usage calibrates the budget as it goes
         if isinstance(batch, list):
             s.add(batch)
             added.extend(batch)
@@ -219,7 +219,7 @@ def run_program(s: Session, batches: list[Step]) -> list[PreparedView | BudgetEx
         if isinstance(batch, Note):
             if prev is None:  # usage before any prepare: see test_regressions
                 continue
-            used = prev.status.used
+            used = prev.status.used_raw
             s.on_turn_end(
                 {"prompt_tokens": used + 7}, step="checked the records", status="failed" if batch.failed else "done"
             )
@@ -267,7 +267,7 @@ def run_program(s: Session, batches: list[Step]) -> list[PreparedView | BudgetEx
             starts = rec.since(mark, "compaction.started")
             assert all(e.trigger == "reactive" for e in starts)
         elif prev is not None:
-            before = prev.status.used + sum(s.accountant.count_message(m) for m in new)
+            before = prev.status.used_raw + sum(s.accountant.count_message(m) for m in new)
             if before <= high:
                 assert not compacted, f"compaction ran at {before} tokens, below high water {high:.0f}"
                 assert len(pv.view) == len(prev.view) + len(new)

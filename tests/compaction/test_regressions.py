@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from contextkeeper.compaction.config import CompactionConfig
 from contextkeeper.compaction.summarizer import SummaryRequest
 from contextkeeper.exceptions import SnapshotError
@@ -36,7 +38,9 @@ def test_ledger_step_numbers_are_unique_and_resolve_to_their_step() -> None:
     listed = re.findall(r"^#(\d+) ", block.text, flags=re.M)
     assert len(listed) == len(set(listed)), listed
     first_note = next(e for e in s.ledger.entries if e.kind == "note")
-    assert "Find order ORD-1" not in s.read_context(f"#{first_note.step}")
+    # a note's number is not a step: '#-1' names no round (it never counts rounds from the end)
+    with pytest.raises(SnapshotError, match="unknown step reference"):
+        s.read_context(f"#{first_note.step}")
 
 
 # 2 ---------------------------------------------------------------------------------------------

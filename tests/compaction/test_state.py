@@ -29,7 +29,7 @@ def test_export_then_import_restores_states_records_and_counters() -> None:
     clear.run(book, 0, CONFIG, protected=book.protected(1))
     evict.run(book, book.total() // 2, CONFIG, protected=book.protected(1))
     book.summary, book.summary_span, book.summarized_upto = "Audited SH-0.", ("a", "b"), 3
-    context_block.render(book, CONFIG, turn=5)
+    context_block.render(book, CONFIG)
     book.rebuild()
     counters = Counters(turn=5, compactions={"clear": 1, "evict": 1}, deepen=0.1, breaker_failures=1)
     calibration = Calibration()
@@ -41,7 +41,7 @@ def test_export_then_import_restores_states_records_and_counters() -> None:
     assert [(r.state, r.ledger_step) for r in again.rounds] == [(r.state, r.ledger_step) for r in book.rounds]
     assert again.ledger.to_dict() == book.ledger.to_dict()
     assert (again.summary, again.summary_span, again.summarized_upto) == ("Audited SH-0.", ("a", "b"), 3)
-    context_block.render(again, CONFIG, turn=5)
+    context_block.render(again, CONFIG)
     again.rebuild()
     assert [(m.message_id, m.text) for m in again.view] == [(m.message_id, m.text) for m in book.view]
     assert book_totals_ok(again)

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from contextkeeper.exceptions import ContextOverflowError, UpstreamError, UsageError
+from contextkeeper.exceptions import ContextOverflowError, StreamInterrupted, UpstreamError, UsageError
 from contextkeeper.llm import (
     AsyncOpenAIChatModel,
     ModelResponse,
@@ -302,7 +302,7 @@ async def test_connection_dropped_mid_stream(make_model: Callable[..., Any], ser
     server.push(ScriptedReply(text="one two three four five six", disconnect_after=3), "next")
     model = make_model()
     events, error = await model.stream_until_error([Message.user("go")])
-    assert isinstance(error, UpstreamError) and not isinstance(error, ContextOverflowError)
+    assert isinstance(error, StreamInterrupted) and not isinstance(error, ContextOverflowError)
     assert "closed the connection" in str(error)
     assert [e.text for e in events if isinstance(e, TextDelta)] == ["one ", "two "]
     # The client is still usable afterwards.
@@ -441,3 +441,12 @@ async def test_servers_that_send_decoded_arguments_and_no_call_ids(
     (call,) = response.tool_calls
     assert call.name == "ls" and json.loads(call.arguments) == {"path": "/tmp"}
     assert call.call_id.startswith("call_")
+
+
+def test_the_reply_limit_goes_in_the_field_the_server_expects(server: ScriptedOpenAIServer) -> None:
+    # api.openai.com's reasoning models reject `max_tokens`; other servers expect it
+    messages = [Message.user("go")]
+    with OpenAIChatModel("o3") as remote, OpenAIChatModel("m", base_url=server.base_url) as local:
+        for model, field in ((remote, "max_completion_tokens"), (local, "max_tokens")):
+            body = model._body(messages, tools=None, max_tokens=64, temperature=None, stream=False)
+            assert body[field] == 64 and len({"max_tokens", "max_completion_tokens"} & set(body)) == 1

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 from typing import Any
+
+import anyio
 
 from contextkeeper.exceptions import VersionConflict
 from contextkeeper.messages import Message
-from contextkeeper.stores import open_store
+from contextkeeper.stores import open_async_store, open_store
 
 
 def batch(worker: int, number: int) -> list[Message]:
@@ -69,3 +73,21 @@ def append_and_compact(
                 state, version = store.load_state(session_id)
     store.close()
     results.put((worker, conflicts))
+
+
+def hold_lock_until_killed(url: str, options: dict[str, Any], session_id: str, mode: str, ready_path: str) -> None:
+    """Take the session's lock (through the sync or the async store), say so in ``ready_path``, then hang."""
+    if mode == "sync":
+        store = open_store(url, **options)
+        with store.lock(session_id, timeout=10):
+            Path(ready_path).write_text("locked")
+            time.sleep(3600)
+        return
+
+    async def hold() -> None:
+        store = open_async_store(url, **options)
+        async with store.lock(session_id, timeout=10):
+            Path(ready_path).write_text("locked")
+            await anyio.sleep(3600)
+
+    anyio.run(hold)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
+import os
+import socket
 import threading
 import time
 from typing import Any
@@ -96,9 +99,74 @@ def test_create_is_idempotent_and_returns_the_existing_session(store: Any, clock
         message_count=0,
     )
     clock.advance(5)
-    again = store.create_session("s1", tenant="other", model="x", metadata={"new": True})
+    again = store.create_session("s1", tenant="acme", model="x", metadata={"new": True})
     assert again == first
     assert store.get_session("s1") == first
+
+
+# --- tenants -------------------------------------------------------------------------------------
+
+
+def _tenant_calls(store: Any, session_id: str, tenant: str) -> dict[str, Any]:
+    """Every store call that names a session, made for ``tenant``."""
+    return {
+        "get_session": lambda: store.get_session(session_id, tenant=tenant),
+        "touch": lambda: store.touch(session_id, tenant=tenant),
+        "append_messages": lambda: store.append_messages(session_id, rounds(1, prefix="evil"), tenant=tenant),
+        "load_messages": lambda: store.load_messages(session_id, tenant=tenant),
+        "count_messages": lambda: store.count_messages(session_id, tenant=tenant),
+        "get_message": lambda: store.get_message(session_id, "m-0", tenant=tenant),
+        "load_state": lambda: store.load_state(session_id, tenant=tenant),
+        "save_state": lambda: store.save_state(session_id, {"evil": True}, expected_version=1, tenant=tenant),
+        "put_snapshot": lambda: store.put_snapshot(session_id, "snap", b"evil", tenant=tenant),
+        "get_snapshot": lambda: store.get_snapshot(session_id, "snap", tenant=tenant),
+        "list_snapshots": lambda: store.list_snapshots(session_id, tenant=tenant),
+        "append_audit": lambda: store.append_audit(session_id, {"evil": True}, tenant=tenant),
+        "read_audit": lambda: store.read_audit(session_id, tenant=tenant),
+        "export_session": lambda: list(store.export_session(session_id, tenant=tenant)),
+        "lock": lambda: store.lock(session_id, timeout=0.2, tenant=tenant).__enter__(),
+        "archive": lambda: store.archive(session_id, tenant=tenant),
+        "delete_session": lambda: store.delete_session(session_id, tenant=tenant),
+    }
+
+
+def test_another_tenants_session_fails_exactly_like_a_missing_one(store: Any) -> None:
+    store.create_session("shared", tenant="acme", metadata={"owner": "acme"})
+    store.append_messages("shared", rounds(3), tenant="acme")
+    store.save_state("shared", {"v": 1}, expected_version=0, tenant="acme")
+    store.put_snapshot("shared", "snap", b"acme's", tenant="acme")
+    store.append_audit("shared", {"n": 1}, tenant="acme")
+    before = list(store.export_session("shared"))
+
+    for name, call in _tenant_calls(store, "shared", "evil").items():
+        with pytest.raises(SessionNotFound) as foreign:
+            call()
+        with pytest.raises(SessionNotFound) as missing:
+            _tenant_calls(store, "nowhere", "evil")[name]()
+        # the same error: a tenant cannot even tell the other tenant's session exists
+        assert str(foreign.value).replace("'shared'", "ID") == str(missing.value).replace("'nowhere'", "ID"), name
+        assert foreign.value.session_id == "shared"
+    with pytest.raises(SessionNotFound, match="another tenant"):
+        store.create_session("shared", tenant="evil")
+    assert store.list_sessions(tenant="evil") == ([], None)
+
+    # nothing of acme's changed, and acme's own calls (naming acme, or no tenant) still work
+    assert list(store.export_session("shared", tenant="acme")) == before
+    assert store.get_session("shared", tenant="acme").metadata == {"owner": "acme"}
+    assert store.count_messages("shared", tenant="acme") == 3
+    with store.lock("shared", timeout=1.0, tenant="acme"):  # the failed lock call took nothing
+        pass
+    assert store.append_messages("shared", rounds(4), tenant="acme") == 1
+    store.delete_session("shared", tenant="acme")
+    with pytest.raises(SessionNotFound):
+        store.get_session("shared")
+
+
+def test_an_invalid_tenant_is_a_usage_error(store: Any) -> None:
+    store.create_session("s")
+    for bad in ("", "a\nb", 7):
+        with pytest.raises(UsageError, match="tenant"):
+            store.load_messages("s", tenant=bad)
 
 
 def test_missing_session_raises_session_not_found(store: Any) -> None:
@@ -513,3 +581,73 @@ def test_lock_serializes_read_modify_write(backend: Backend) -> None:
         thread.join()
     assert conflicts == []
     assert stores[0].load_state("s") == ({"count": 15}, 15)
+
+
+def test_a_live_holder_keeps_its_lock_past_its_lease_and_the_timeout_says_who(backend: Backend) -> None:
+    """The holder's heartbeat renews its short lease, so a slow holder is never mistaken for a dead one."""
+    holder = backend.make(lock_lease=0.5)
+    other = backend.make(lock_lease=0.5)
+    holder.create_session("s")
+    with holder.lock("s", timeout=1.0):
+        deadline = time.monotonic() + 1.5  # three leases
+        while time.monotonic() < deadline:
+            with pytest.raises(LockTimeout) as info, other.lock("s", timeout=0.1):
+                pass
+        text = str(info.value)
+        assert "compacting" not in text  # only what is known
+        if backend.name == "postgres":
+            assert "held by Postgres backend pid" in text and "connected since" in text
+            assert info.value.expires_in is None
+        else:
+            assert f"held by {socket.gethostname()} pid {os.getpid()} since " in text
+            assert "lease expires in" in text
+            assert info.value.holder == f"{socket.gethostname()} pid {os.getpid()}"
+            assert info.value.since is not None and abs(info.value.since - time.time()) < 5
+            assert info.value.expires_in is not None and 0 <= info.value.expires_in <= 0.5
+    with other.lock("s", timeout=1.0):
+        pass
+
+
+def test_the_lock_block_s_own_error_comes_out_unchanged(backend: Backend) -> None:
+    store = backend.make()
+    store.create_session("s")
+    with pytest.raises(VersionConflict):
+        with store.lock("s", timeout=1.0):
+            store.save_state("s", {}, expected_version=0)
+            store.save_state("s", {}, expected_version=0)
+    with store.lock("s", timeout=1.0):  # released
+        pass
+
+
+def _run_op(store: Any, op: Any) -> Any:
+    """Run one backend operation on a sync store or (through its portal) an async one."""
+    inner = getattr(store, "inner", None)
+    if inner is None:
+        return store._run(op, write=True)
+    return store.portal.call(functools.partial(inner._run, op, write=True))
+
+
+def _ops(store: Any) -> Any:
+    return getattr(store, "inner", store)._ops
+
+
+def test_a_dead_holders_lease_runs_out_and_its_late_release_frees_nothing(backend: Backend) -> None:
+    if backend.name == "postgres":
+        pytest.skip("Postgres's advisory lock ends with its holder's connection (test_faults kills a holder)")
+    holder, other = backend.make(), backend.make()
+    holder.create_session("s")
+    # A holder that died right after taking the lock: nobody renews its 1 s lease. Leases run on
+    # the wall clock every process shares, not on the stores' (fake) clock.
+    dead = "f00d|other-host|4242|1750000000.000"
+    assert _run_op(holder, _ops(holder).try_lock("s", dead, lease=1.0, now=time.time()))
+    with pytest.raises(LockTimeout, match="held by other-host pid 4242 since .*lease expires in 0") as info:
+        with other.lock("s", timeout=0.05):
+            pass
+    assert info.value.holder == "other-host pid 4242" and info.value.since == 1_750_000_000.0
+    started = time.monotonic()
+    with other.lock("s", timeout=10):
+        assert time.monotonic() - started < 3  # one lease, not the old 60 s
+        _run_op(holder, _ops(holder).unlock("s", dead))  # the stale holder wakes up and releases
+        with pytest.raises(LockTimeout):
+            with holder.lock("s", timeout=0.05):
+                pass

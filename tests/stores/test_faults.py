@@ -1,4 +1,5 @@
-"""Faults: writers killed mid-append, concurrent writers and compactors, a Redis server that dies."""
+"""Faults: writers killed mid-append, lock holders killed, concurrent writers and compactors, a Redis
+server that dies."""
 
 from __future__ import annotations
 
@@ -15,16 +16,21 @@ from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import redis
 
-from contextkeeper.exceptions import StoreUnavailable
+from compaction._helpers import Recorder
+from contextkeeper import toolpairs
+from contextkeeper.exceptions import LockTimeout, SessionLost, SessionNotFound, StoreUnavailable
 from contextkeeper.messages import Message
-from contextkeeper.stores import open_store
-from contextkeeper.stores.redis import RedisStore
+from contextkeeper.session import AsyncSession, Session
+from contextkeeper.stores import DEFAULT_LOCK_LEASE, open_store
+from contextkeeper.stores.redis import AsyncRedisStore, RedisStore
 
 from . import _writer
 from .conftest import service_missing
+from .test_session_binding import MAX_ROUNDS, OPTIONS, make_round, opening, shape
 
 KILLS = 50
 ROUNDS = 40
@@ -109,6 +115,43 @@ def test_writers_killed_mid_append_leave_no_partial_batch(
     assert len(by_worker) == KILLS
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("name", ["sqlite", "redis", "redis-cluster", "postgres"])
+def test_a_killed_lock_holder_frees_the_lock_within_5_seconds(
+    name: str, mode: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A compactor SIGKILLed while it holds the session lock delays the next compaction by at most one lease.
+
+    The holder's heartbeat stops with it, so its short lease runs out (SQLite, Redis); Postgres
+    drops the advisory lock with the dead holder's connection.
+    """
+    url, options = _location(name, request, tmp_path)
+    with open_store(url, **options) as store:
+        store.create_session("s")
+    ready = tmp_path / "locked"
+    process = _context().Process(
+        target=_writer.hold_lock_until_killed, args=(url, options, "s", mode, str(ready)), daemon=True
+    )
+    process.start()
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        assert process.is_alive(), f"the holder died by itself (exit code {process.exitcode})"
+        assert time.monotonic() < deadline, "the holder did not take the lock in 30 s"
+        time.sleep(0.01)
+    with open_store(url, **options) as store:
+        with pytest.raises(LockTimeout, match=f"pid {process.pid}|Postgres backend pid"):
+            with store.lock("s", timeout=0.3):
+                pass
+        process.kill()
+        process.join(10)
+        assert process.exitcode == -signal.SIGKILL
+        started = time.monotonic()
+        with store.lock("s", timeout=10):
+            waited = time.monotonic() - started
+    assert waited < 5.0, f"the next compaction waited {waited:.1f} s for a dead holder's lock"
+    assert waited < DEFAULT_LOCK_LEASE + 0.5
+
+
 @pytest.mark.parametrize("name", ["sqlite", "redis", "redis-cluster", "postgres"])
 def test_two_processes_append_and_compact_concurrently(
     name: str, request: pytest.FixtureRequest, tmp_path: Path
@@ -166,6 +209,7 @@ class _RedisServer:
     """A private redis-server (AOF, fsync always) that the test may kill and restart."""
 
     def __init__(self, binary: str, directory: Path) -> None:
+        self.directory = directory
         self.port = _free_port()
         self.args = [
             binary,
@@ -202,6 +246,12 @@ class _RedisServer:
         assert self.process is not None
         self.process.kill()
         self.process.wait(10)
+
+    def wipe(self) -> None:
+        """Lose every key, as a server restarted without persistence does (call it while stopped)."""
+        assert self.process is None or self.process.poll() is not None, "stop the server first"
+        shutil.rmtree(self.directory / "appendonlydir", ignore_errors=True)
+        (self.directory / "dump.rdb").unlink(missing_ok=True)
 
 
 @pytest.fixture
@@ -250,3 +300,138 @@ def test_redis_dying_mid_session_raises_store_unavailable_and_keeps_state(redis_
         assert store.save_state("s", {"summary": "after"}, expected_version=1) == 2
         assert [m.message_id for m in store.load_messages("s")][-1] == "after"
         assert store.count_messages("s") == 21
+
+
+# --- a live Session whose Redis fails -------------------------------------------------------------
+
+
+def _until_compaction_is_due(s: Session) -> None:
+    """Add rounds (preparing after each) until the next prepare would compact."""
+    s.add(opening())
+    for i in range(MAX_ROUNDS):
+        s.add(make_round("d", i))
+        if s.engine.needs_compaction():
+            return
+        s.prepare()
+    pytest.fail("no compaction fell due")
+
+
+def _alerts(rec: Recorder) -> list[str]:
+    return [event.alert for event in rec.of("alert") if event.alert.startswith("store-")]
+
+
+def test_a_compaction_due_while_redis_is_down_runs_in_memory_and_is_saved_when_it_is_back(
+    redis_server: _RedisServer,
+) -> None:
+    with RedisStore.from_url(redis_server.url) as store:
+        s = Session("s", store=store, **OPTIONS)
+        rec = Recorder()
+        s.subscribe(rec)
+        _until_compaction_is_due(s)
+        redis_server.kill()
+
+        pv = s.prepare(format="internal")
+        assert pv.status.layer is not None, "the due compaction ran"
+        assert pv.status.used <= s.budget.effective and toolpairs.validate(pv.view) == []
+        assert pv.status.degraded == s.status().degraded == "store-unavailable"
+        assert _alerts(rec) == ["store-unavailable"]
+        with pytest.raises(StoreUnavailable):  # write-through: an add is acknowledged only once stored
+            s.add(make_round("d", 99))
+        again = s.prepare(format="internal")  # still down: the view stays in memory, no second alert
+        assert again.status.degraded == "store-unavailable" and _alerts(rec) == ["store-unavailable"]
+
+        redis_server.start()
+        saved = s.prepare(format="internal")
+        assert saved.status.degraded is None and s.status().degraded is None
+        assert _alerts(rec) == ["store-unavailable", "store-recovered"]
+        state, version = store.load_state("s")
+        assert state is not None and version == 1
+        stored_snapshots = set(store.list_snapshots("s"))
+        assert {m.snapshot_id for m in saved.view if m.snapshot_id} <= stored_snapshots
+        assert "store-unavailable" in [e.get("alert") for e in store.read_audit("s")]  # the audit waited too
+    with RedisStore.from_url(redis_server.url) as other:
+        resumed = Session("s", store=other, **OPTIONS).prepare(format="internal")
+        assert shape(resumed.view) == shape(saved.view)
+
+
+def test_a_session_whose_redis_restarted_empty_says_so_and_is_restored(redis_server: _RedisServer) -> None:
+    with RedisStore.from_url(redis_server.url) as store:
+        s = Session("s", store=store, tenant="acme", **OPTIONS)
+        rec = Recorder()
+        s.subscribe(rec)
+        _until_compaction_is_due(s)
+        before = s.prepare(format="internal")
+        redis_server.kill()
+        redis_server.wipe()
+        redis_server.start()
+
+        with pytest.raises(SessionLost) as info:
+            s.add(make_round("g", 0))
+        text = str(info.value)
+        assert isinstance(info.value, SessionNotFound) and info.value.session_id == "s"
+        assert "'s' is gone from its store" in text and "restore_to_store()" in text
+        assert f"({len(s.transcript)} messages)" in text
+        assert s.status().degraded == "store-lost" and _alerts(rec) == ["store-lost"]
+        with pytest.raises(SessionLost):  # no message goes to a store that lacks the ones before it
+            s.add(make_round("g", 0))
+        assert s.prepare(format="internal").view == before.view  # the view lives on in memory
+
+        s.restore_to_store()
+        assert s.status().degraded is None and _alerts(rec) == ["store-lost", "store-recovered"]
+        assert store.load_messages("s", tenant="acme") == s.transcript
+        assert store.get_session("s").tenant == "acme"
+        assert store.load_state("s")[1] == 1
+        assert s.add(make_round("g", 0)) == 2
+        view = s.prepare(format="internal")
+    with RedisStore.from_url(redis_server.url) as other:
+        t = Session("s", store=other, tenant="acme", **OPTIONS)
+        assert t.transcript == s.transcript
+        assert shape(t.prepare(format="internal").view) == shape(view.view)
+
+
+def test_an_async_session_rides_out_a_redis_outage_and_a_restart_that_lost_it(redis_server: _RedisServer) -> None:
+    async def scenario() -> None:
+        store = AsyncRedisStore.connect(redis_server.url)
+        try:
+            s = await AsyncSession.open("s", store=store, **OPTIONS)
+            rec = Recorder()
+            s.subscribe(rec)
+            s.add(opening())
+            for i in range(MAX_ROUNDS):
+                s.add(make_round("a", i))
+                if s.engine.needs_compaction():
+                    break
+                await s.prepare()
+            redis_server.kill()
+            pv = await s.prepare(format="internal")  # the adds wait in memory, the compaction runs there
+            assert pv.status.layer is not None and pv.status.degraded == "store-unavailable"
+            assert pv.status.used <= s.budget.effective and toolpairs.validate(pv.view) == []
+            s.add(make_round("a", 100))  # buffered: written by a later prepare
+            await s.prepare()
+            redis_server.start()
+            saved = await s.prepare(format="internal")
+            assert saved.status.degraded is None
+            assert await store.load_messages("s") == s.transcript
+            assert (await store.load_state("s"))[1] == 1
+            assert _alerts(rec) == ["store-unavailable", "store-recovered"]
+
+            redis_server.kill()
+            redis_server.wipe()
+            redis_server.start()
+            s.add(make_round("a", 101))
+            lost = await s.prepare(format="internal")  # the view still fits, in memory
+            assert lost.status.degraded == "store-lost" and lost.status.used <= s.budget.effective
+            with pytest.raises(SessionLost, match="restore_to_store"):
+                await s.flush()
+            await s.restore_to_store()
+            assert s.status().degraded is None
+            assert await store.load_messages("s") == s.transcript
+            assert _alerts(rec) == ["store-unavailable", "store-recovered", "store-lost", "store-recovered"]
+            other = await AsyncSession.open("s", store=store, **OPTIONS)
+            assert shape((await other.prepare(format="internal")).view) == shape(
+                (await s.prepare(format="internal")).view
+            )
+        finally:
+            await store.aclose()
+
+    anyio.run(scenario)

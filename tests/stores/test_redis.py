@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +15,6 @@ from redis.crc import key_slot
 
 from contextkeeper.exceptions import (
     ConfigError,
-    LockTimeout,
     SchemaError,
     SessionNotFound,
     StoreUnavailable,
@@ -23,6 +23,7 @@ from contextkeeper.exceptions import (
 from contextkeeper.messages import Message
 from contextkeeper.stores import AsyncRedisStore, RedisStore, open_async_store, open_store
 
+from .conftest import PortalStore
 from .test_contract import NASTY_IDS
 
 
@@ -144,22 +145,58 @@ def test_a_namespace_from_a_newer_release_is_refused(redis_url: str, redis_prefi
     assert "upgrade contextkeeper" in str(info.value)
 
 
-def test_lock_lease_runs_on_the_server_clock(redis_url: str, redis_prefix: str) -> None:
-    with (
-        RedisStore.from_url(redis_url, prefix=redis_prefix, lock_lease=0.3) as holder,
-        RedisStore.from_url(redis_url, prefix=redis_prefix) as other,
-    ):
-        holder.create_session("s")
-        held = holder.lock("s")
-        held.__enter__()  # the holder stalls past its lease
-        with pytest.raises(LockTimeout):
-            with other.lock("s", timeout=0.05):
-                pass
-        with other.lock("s", timeout=2):
-            held.__exit__(None, None, None)  # the late release must not free the new owner's lock
-            with pytest.raises(LockTimeout):
-                with holder.lock("s", timeout=0.05):
-                    pass
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_two_prefixes_that_used_to_share_keys_stay_apart(
+    redis_url: str, redis_prefix: str, client: redis.Redis, mode: str, portal: Any
+) -> None:
+    """``P`` and ``P:tenant`` once shared keys: P's index of tenant ``sessions`` was P:tenant's main index
+    (so P's listing deleted P:tenant's entries) and P's index of tenant ``schema`` was P:tenant's schema key."""
+    short, longer = redis_prefix, redis_prefix + ":tenant"
+
+    def make(prefix: str) -> Any:
+        if mode == "sync":
+            return RedisStore.connect(redis_url, prefix=prefix)
+        return PortalStore(portal, portal.call(functools.partial(AsyncRedisStore.connect, redis_url, prefix=prefix)))
+
+    a, b = make(short), make(longer)
+    try:
+        b.create_session("b1")
+        b.create_session("b2", tenant="sessions")
+        a.create_session("a1", tenant="sessions")
+        a.create_session("a2", tenant="schema")  # was a ZADD onto P:tenant's schema string (WRONGTYPE)
+        assert [i.session_id for i in a.list_sessions(tenant="sessions")[0]] == ["a1"]
+        assert [i.session_id for i in a.list_sessions(tenant="schema")[0]] == ["a2"]
+        assert [i.session_id for i in b.list_sessions()[0]] == ["b1", "b2"]  # nothing of b's was deleted
+        assert [i.session_id for i in b.list_sessions(tenant="sessions")[0]] == ["b2"]
+        assert [i.session_id for i in a.list_sessions()[0]] == ["a1", "a2"]
+        # a key scan of P does not take P:tenant's sessions for its own
+        if mode == "sync":
+            assert a.reindex() == 2
+            assert [i.session_id for i in a.list_sessions()[0]] == ["a1", "a2"]
+        a.delete_session("a1")
+        assert [i.session_id for i in b.list_sessions(tenant="sessions")[0]] == ["b2"]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_namespace_of_schema_1_gets_its_tenant_listings_copied(
+    redis_url: str, redis_prefix: str, client: redis.Redis
+) -> None:
+    with RedisStore.from_url(redis_url, prefix=redis_prefix) as store:
+        for session_id, tenant in (("s1", "acme"), ("s2", "acme"), ("s3", "beta/x")):
+            store.create_session(session_id, tenant=tenant)
+    # What schema version 1 left behind: the tenant listings under prefix:tenant:<tenant>.
+    for tenant in ("acme", "beta/x"):
+        encoded = quote(tenant, safe="")
+        client.rename(f"{redis_prefix}:tenant={encoded}", f"{redis_prefix}:tenant:{encoded}")
+    client.set(f"{redis_prefix}:schema", 1)
+    with RedisStore.from_url(redis_url, prefix=redis_prefix) as store:
+        assert [i.session_id for i in store.list_sessions(tenant="acme")[0]] == ["s1", "s2"]
+        assert [i.session_id for i in store.list_sessions(tenant="beta/x")[0]] == ["s3"]
+    assert client.get(f"{redis_prefix}:schema") == b"2"
+    # the old keys stay: one of them could be another prefix's main index
+    assert client.zcard(f"{redis_prefix}:tenant:acme") == 2
 
 
 def test_a_retried_save_recognizes_its_own_write(store: RedisStore) -> None:

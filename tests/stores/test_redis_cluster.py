@@ -91,7 +91,7 @@ def test_a_sessions_keys_share_one_slot_and_sessions_spread_over_every_master(
     # Besides session keys, only the namespace's indexes and schema marker (outside any session slot).
     others = sorted(key for key in located if not key.startswith(b"{"))
     assert others == sorted(
-        f"{redis_cluster_prefix}:{name}".encode() for name in ("schema", "sessions", "tenant:default")
+        f"{redis_cluster_prefix}:{name}".encode() for name in ("schema", "sessions", "tenant=default")
     )
 
 

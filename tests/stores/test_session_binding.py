@@ -27,7 +27,7 @@ from compaction._helpers import Recorder, make_text, tool_round
 from contextkeeper import toolpairs
 from contextkeeper.adapters import from_messages
 from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.exceptions import SnapshotError
+from contextkeeper.exceptions import SchemaError, SessionLost, SessionNotFound, SnapshotError
 from contextkeeper.messages import Message
 from contextkeeper.session import AsyncSession, PreparedView, Session
 from contextkeeper.snapshots import MemorySnapshotStore
@@ -636,3 +636,64 @@ def test_async_prepared_messages_stay_the_view_across_reloads(async_backend: Bac
             assert pv.messages == from_messages(pv.view, format="openai"), f"step {step}: session {tag}"
 
     portal.call(scenario)
+
+
+# --- tenants and corrupted snapshots -------------------------------------------------------------
+
+
+def test_sync_session_of_another_tenant_fails_like_a_missing_one(sync_backend: Backend) -> None:
+    store = sync_backend.make()
+    owner = Session(SID, store=store, tenant="acme", **OPTIONS)
+    head = opening()
+    owner.add(head)
+    with pytest.raises(SessionNotFound) as info:
+        Session(SID, store=sync_backend.make(), tenant="evil", **OPTIONS)
+    assert info.value.session_id == SID
+    assert store.load_messages(SID, tenant="acme") == head  # nothing was appended
+    assert store.get_session(SID).tenant == "acme"
+    # the id deleted, then taken by another tenant: the live session does not write into that session
+    store.delete_session(SID)
+    store.create_session(SID, tenant="evil")
+    with pytest.raises(SessionLost):
+        owner.add(make_round("x", 0))
+    assert store.count_messages(SID) == 0
+
+
+def test_async_session_of_another_tenant_fails_like_a_missing_one(
+    async_backend: Backend, portal: BlockingPortal
+) -> None:
+    store, other = async_store(async_backend), async_store(async_backend)
+
+    async def scenario() -> None:
+        owner = await AsyncSession.open(SID, store=store, tenant="acme", **OPTIONS)
+        head = opening()
+        owner.add(head)
+        await owner.flush()
+        with pytest.raises(SessionNotFound):
+            await AsyncSession.open(SID, store=other, tenant="evil", **OPTIONS)
+        assert await store.load_messages(SID, tenant="acme") == head
+        await store.delete_session(SID)
+        await store.create_session(SID, tenant="evil")
+        owner.add(make_round("x", 0))
+        with pytest.raises(SessionLost):
+            await owner.flush()
+        assert await store.count_messages(SID) == 0
+
+    portal.call(scenario)
+
+
+def test_sync_corrupted_snapshot_is_a_schema_error_naming_it(sync_backend: Backend) -> None:
+    store = sync_backend.make()
+    s = Session(SID, store=store, **OPTIONS)
+    s.add(opening())
+    pv, _ = grow(s, store)
+    target = snapshot_of(stand_ins(pv)[0])
+    for blob, field in ((b"{not json", "not UTF-8 JSON"), (b"\xff\xfe", "not UTF-8 JSON"), (b"[1]", "not an object")):
+        store.put_snapshot(SID, target, blob)
+        with pytest.raises(SchemaError) as info:
+            s.read_context(target)
+        assert info.value.session_id == SID
+        assert repr(target) in str(info.value) and field in str(info.value)
+    store.put_snapshot(SID, target, json.dumps({"messages": [{"role": "user", "parts": 3}]}).encode())
+    with pytest.raises(SchemaError, match=r"`messages\[0\]`"):
+        s.read_context(target)

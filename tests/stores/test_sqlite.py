@@ -9,12 +9,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from contextkeeper.exceptions import ConfigError, LockTimeout, SchemaError, StoreError, StoreUnavailable
+from contextkeeper.exceptions import ConfigError, SchemaError, StoreError, StoreUnavailable
 from contextkeeper.messages import Message
 from contextkeeper.stores import AsyncSqliteStore, SqliteStore, open_async_store, open_store
 from contextkeeper.stores.sqlite import sqlite_path_from_url
-
-from .conftest import FakeClock
 
 
 def test_wal_busy_timeout_and_migrations_table(tmp_path: Path) -> None:
@@ -151,27 +149,6 @@ def test_a_writer_stuck_behind_another_process_gets_store_unavailable(tmp_path: 
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
-
-
-def test_a_dead_holders_lock_is_taken_over_after_the_lease(tmp_path: Path) -> None:
-    clock = FakeClock()
-    holder = SqliteStore.connect(tmp_path / "ck.db", clock=clock, lock_lease=30)
-    other = SqliteStore.connect(tmp_path / "ck.db", clock=clock, lock_lease=30)
-    holder.create_session("s")
-    held = holder.lock("s")
-    held.__enter__()  # the holder "dies" without releasing
-    with pytest.raises(LockTimeout):
-        with other.lock("s", timeout=0.05):
-            pass
-    clock.advance(31)
-    with other.lock("s", timeout=0.05):
-        # The stale holder wakes up and releases: that must not free the new owner's lock.
-        held.__exit__(None, None, None)
-        with pytest.raises(LockTimeout):
-            with holder.lock("s", timeout=0.05):
-                pass
-    holder.close()
-    other.close()
 
 
 def test_threads_share_one_store(tmp_path: Path) -> None:

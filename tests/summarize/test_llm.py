@@ -334,3 +334,62 @@ def test_a_failing_summarizer_counts_for_the_session_breaker(server: ScriptedOpe
         view = session.prepare(format="internal")
     assert session.engine.breaker.total_failures == 1
     assert view.status.used <= 3000
+
+
+def plain_history() -> list[Message]:
+    """A span with no identifiers at all: nothing for the identifier check to miss."""
+    return [
+        Message.user("please make the introduction of the essay friendlier and a little shorter", message_id="p1"),
+        Message.assistant("sure, I rewrote the opening so that it greets the reader first", message_id="p2"),
+        Message.user("good, now soften the tone of the closing paragraph as well", message_id="p3"),
+        Message.assistant("done, the closing paragraph now thanks the reader warmly", message_id="p4"),
+    ]
+
+
+def _message_lines(prompt: str) -> str:
+    """The rendered messages between the prompt's delimiters, without the delimiters."""
+    return prompt.split("<<<\n", 1)[1].split("\n>>>", 1)[0]
+
+
+ECHOES = {
+    "whole prompt": lambda body: body["messages"][-1]["content"],
+    "message lines": lambda body: _message_lines(body["messages"][-1]["content"]),
+    "system prompt": lambda body: body["messages"][0]["content"],
+    "lines without ids": lambda body: "\n".join(
+        line.split(": ", 1)[1] for line in _message_lines(body["messages"][-1]["content"]).splitlines()
+    ),
+}
+
+
+@pytest.mark.parametrize("echo", list(ECHOES))
+async def test_a_reply_that_echoes_the_prompt_is_rejected(kit: Kit, server: ScriptedOpenAIServer, echo: str) -> None:
+    server.default = ECHOES[echo]
+    summarizer = kit.summarizer(kit.http(server))
+    req = request(plain_history(), 300)
+    result = await kit.result(summarizer, req)
+    assert result.source == "fallback" and result.failure is not None and result.failure.kind == "rejected"
+    assert "prompt" in result.failure.detail
+    assert result.text == fallback_text(req)
+
+
+async def test_a_summary_that_quotes_the_messages_in_part_is_kept(kit: Kit, server: ScriptedOpenAIServer) -> None:
+    server.default = (
+        "Task: edit the essay\nCompleted steps:\n- rewrote the opening so that it greets the reader first\n"
+        "- softened the closing paragraph\nNext step: wait for feedback"
+    )
+    result = await kit.result(kit.summarizer(kit.http(server)), request(plain_history(), 300))
+    assert result.ok and result.source == "llm"
+
+
+def test_an_echoing_summarizer_counts_for_the_session_breaker(server: ScriptedOpenAIServer) -> None:
+    # an echo keeps every identifier of the span, so only the echo check can catch it
+    server.default = ECHOES["whole prompt"]
+    msgs, _ = coding_session(40)
+    with OpenAIChatModel("scripted", base_url=server.base_url, max_retries=0) as model:
+        summarizer = LLMSummarizer(model, counter=CL100K, max_input_tokens=100_000)  # one call, no map-reduce
+        session = Session(window=3000, counter=CL100K, reserved_output=0, summarizer=summarizer)
+        session.add(msgs)
+        session.prepare(format="internal")
+    assert server.requests and session.engine.breaker.total_failures == 1
+    assert summarizer.last_failure is not None and summarizer.last_failure.kind == "rejected"
+    assert "<<<" not in (session.engine.summary or "") and "Write the summary." not in (session.engine.summary or "")

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from contextkeeper.testing import ScriptedDisconnect, ScriptedError, ScriptedOpenAIServer, ScriptedReply
+from contextkeeper.testing import ScriptedDisconnect, ScriptedError, ScriptedOpenAIServer, ScriptedReply, ScriptedStream
 
 
 def _post(server: ScriptedOpenAIServer, body: dict[str, Any], path: str = "/v1/chat/completions") -> httpx.Response:
@@ -98,3 +98,36 @@ def test_stop_does_not_wait_for_slow_replies() -> None:
     assert time.monotonic() - started < 2
     with pytest.raises(RuntimeError, match="not running"):
         server.base_url  # noqa: B018
+
+
+def test_a_window_refuses_long_prompts_in_openai_wording_without_taking_a_script_item() -> None:
+    count = lambda body: 10 * len(body["messages"])  # noqa: E731
+    with ScriptedOpenAIServer(["answered"], n_ctx=30, count_tokens=count) as server:
+        long = {"model": "m", "messages": [{"role": "user", "content": "x"}] * 3, "max_tokens": 5}
+        refused = _post(server, long)
+        short = _post(server, {"model": "m", "messages": [{"role": "user", "content": "x"}]})
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert error["message"].startswith("This model's maximum context length is 30 tokens. However, you requested 35")
+    assert "(30 in the messages, 5 in the completion)" in error["message"]
+    assert short.json()["choices"][0]["message"]["content"] == "answered"
+    assert short.json()["usage"]["prompt_tokens"] == 10  # the server's own count
+
+
+def test_llama_cpp_python_mode_streams_nothing_for_a_long_prompt_and_never_usage() -> None:
+    count = lambda body: 10 * len(body["messages"])  # noqa: E731
+    with ScriptedOpenAIServer.llama_cpp_python(["short answer"], n_ctx=30, count_tokens=count) as server:
+        stream = {"model": "m", "stream": True, "stream_options": {"include_usage": True}}
+        refused = _post(server, {**stream, "messages": [{"role": "user", "content": "x"}] * 3})
+        answered = _post(server, {**stream, "messages": [{"role": "user", "content": "x"}]})
+        plain = _post(server, {"model": "m", "messages": [{"role": "user", "content": "x"}] * 3})
+    assert refused.status_code == 200 and refused.text == ""  # an empty event stream
+    assert answered.text.endswith("data: [DONE]\n\n") and '"usage"' not in answered.text
+    assert plain.status_code == 400 and "maximum context length is 30" in plain.text
+
+
+def test_scripted_stream_sends_events_verbatim() -> None:
+    with ScriptedOpenAIServer([ScriptedStream(events=["not json", {"a": 1}], done=False)]) as server:
+        response = _post(server, {"model": "m", "messages": [], "stream": True})
+    assert response.text == 'data: not json\n\ndata: {"a": 1}\n\n'

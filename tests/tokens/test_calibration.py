@@ -96,3 +96,50 @@ def test_bad_settings(kwargs):
 def test_from_dict_rejects_malformed_state():
     with pytest.raises(ConfigError, match="to_dict"):
         Calibration.from_dict({"alpha": 0.2})
+
+
+def test_the_factor_is_applied_only_after_min_samples_and_in_steps():
+    cal = Calibration(min_samples=3)
+    cal.record(1000, 1291)
+    cal.record(1000, 1291)
+    assert cal.factor == pytest.approx(1.291) and cal.applied == 1.0  # two samples: not yet
+    cal.record(1000, 1291)
+    assert cal.applied == 1.29
+
+
+def test_the_applied_factor_stays_within_the_clamp():
+    cal = Calibration(min_samples=1)
+    cal.record(100, 900)
+    assert cal.applied == 2.0
+    low = Calibration(min_samples=1)
+    low.record(900, 100)
+    assert low.applied == 0.5
+
+
+def test_a_served_window_is_kept_only_when_smaller():
+    cal = Calibration()
+    assert cal.adopt_window(4096) is True and cal.served_window == 4096
+    assert cal.adopt_window(8192) is False and cal.served_window == 4096
+    assert cal.adopt_window(2048) is True and cal.served_window == 2048
+    with pytest.raises(UsageError, match="positive int"):
+        cal.adopt_window(0)
+    back = Calibration.from_dict(json.loads(json.dumps(cal.to_dict())))
+    assert back.served_window == 2048 and back.min_samples == cal.min_samples
+
+
+def test_state_saved_before_min_samples_and_served_window_existed_still_loads():
+    old = {"alpha": 0.2, "min_factor": 0.5, "max_factor": 2.0, "window": 20, "factor": 1.2, "samples": 5}
+    cal = Calibration.from_dict(old)
+    assert cal.applied == 1.2 and cal.served_window is None
+
+
+@pytest.mark.parametrize("state", [{"factor": float("nan")}, {"served_window": -5}, {"min_samples": 0}])
+def test_from_dict_rejects_bad_new_fields(state):
+    good = Calibration().to_dict()
+    with pytest.raises(ConfigError, match="to_dict"):
+        Calibration.from_dict({**good, **state})
+
+
+def test_bad_min_samples():
+    with pytest.raises(ConfigError, match="min_samples"):
+        Calibration(min_samples=0)

@@ -75,7 +75,8 @@ def detect_format(items: Sequence[Any]) -> Format:
 
 
 def _markers(item: Mapping[str, Any]) -> Format | None:
-    if item.get("type") in _RESPONSES_TYPES:
+    kind = item.get("type")
+    if isinstance(kind, str) and kind in _RESPONSES_TYPES:  # a list or dict there is no marker (and unhashable)
         return "responses"
     if item.get("role") == "tool" or "tool_calls" in item or "tool_call_id" in item:
         return "openai"
@@ -85,6 +86,8 @@ def _markers(item: Mapping[str, Any]) -> Format | None:
             if not isinstance(block, Mapping):
                 continue
             kind = block.get("type")
+            if not isinstance(kind, str):
+                continue
             if kind in _RESPONSES_PARTS:
                 return "responses"
             if kind in _OPENAI_PARTS:

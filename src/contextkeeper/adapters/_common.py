@@ -32,10 +32,12 @@ indices, so hints stay JSON-serializable and survive a trip through a session st
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from .. import _json
 from ..exceptions import MessageError
 from ..messages import Message, ThinkingPart
 
@@ -203,15 +205,36 @@ def bad(index: int | None, field: str, problem: str, fix: str) -> MessageError:
     return MessageError(f"{where(index)}: `{field}` {problem}; {fix}.", index=index, field=field)
 
 
+def show(value: Any) -> str:
+    """``repr(value)`` for an error message, short and never failing.
+
+    A value nested thousands deep is shown to a few levels, an integer with more digits than
+    Python prints by its size, an object whose ``repr`` raises by its type.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"<int of about {int(value.bit_length() * 0.30103) + 1:,} digits>"
+    try:
+        text = _SHORT_REPR.repr(value)
+    except Exception:  # a hostile object's __repr__ (or __len__) may raise anything
+        return f"<unprintable {type(value).__name__}>"
+    return f"{text[:60]}{'...' if len(text) > 60 else ''}"
+
+
 def describe(value: Any) -> str:
-    """A short description of a bad value for an error message."""
-    text = repr(value)
-    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
+    """A short description of a bad value for an error message: its type and `show` of it."""
+    return f"{type(value).__name__} {show(value)}"
+
+
+_SHORT_REPR = reprlib.Repr()
+"""Reprs that stop at three levels of nesting: a 5,000-deep list prints without recursing."""
+_SHORT_REPR.maxlevel = 3
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = _SHORT_REPR.maxlong = 80
 
 
 def require_mapping(item: Any, index: int, what: str, example: str) -> Mapping[str, Any]:
-    """The item as a mapping, or a `MessageError` saying what was expected."""
+    """The item as a mapping, or a `MessageError` saying what was expected (or that it nests too deep)."""
     if isinstance(item, Mapping):
+        check_depth(item, index)
         return item
     raise MessageError(
         f"{where(index)}: expected {what} (a dict like {example}), got {describe(item)}; "
@@ -219,6 +242,17 @@ def require_mapping(item: Any, index: int, what: str, example: str) -> Mapping[s
         index=index,
         field="(item)",
     )
+
+
+def check_depth(item: Any, index: int | None) -> None:
+    """A `MessageError` when the item's dicts and lists nest deeper than `_json.MAX_DEPTH` levels."""
+    if _json.nests_deeper(item, _json.MAX_DEPTH):
+        raise bad(
+            index,
+            "(item)",
+            f"nests dicts or lists deeper than {_json.MAX_DEPTH} levels",
+            "flatten the data (or send it as text)",
+        )
 
 
 def check_text(value: Any, index: int | None, field: str) -> str:
@@ -245,23 +279,25 @@ def check_id(value: Any, index: int | None, field: str) -> str:
 
 
 def check_arguments(value: Any, index: int | None, field: str) -> str:
-    """Tool-call arguments: a JSON text, else a `MessageError`."""
+    """Tool-call arguments: a JSON text (bounded in depth), else a `MessageError`."""
     text = check_text(value, index, field)
     if text:
         try:
-            json.loads(text)
-        except json.JSONDecodeError as exc:
+            _json.loads(text)
+        except _json.BadJSON as exc:
             raise bad(
                 index,
                 field,
-                f"is not valid JSON ({exc.msg} at char {exc.pos}): {text[:60]!r}",
-                "pass the arguments as a JSON text (json.dumps them)",
+                f"{exc.problem}: {text[:60]!r}",
+                f"pass the arguments as a JSON text (json.dumps them), at most {_json.MAX_DEPTH} levels deep",
             ) from None
     return text
 
 
 def dump_arguments(value: Any, index: int | None, field: str) -> str:
     """Structured tool input (Anthropic ``input``, LangChain ``args``) as the JSON text of the model."""
+    if _json.nests_deeper(value, _json.MAX_DEPTH):
+        raise bad(index, field, f"nests deeper than {_json.MAX_DEPTH} levels", "flatten the input")
     try:
         text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
@@ -272,5 +308,9 @@ def dump_arguments(value: Any, index: int | None, field: str) -> str:
 
 
 def load_arguments(arguments: str) -> Any:
-    """The model's JSON argument text as structured input (``{}`` for an empty text)."""
-    return json.loads(arguments) if arguments else {}
+    """The model's JSON argument text as structured input (``{}`` for an empty text).
+
+    Raises:
+        ValueError: the text is not JSON or nests too deep (`contextkeeper._json.BadJSON`).
+    """
+    return _json.loads(arguments) if arguments else {}

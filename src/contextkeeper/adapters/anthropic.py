@@ -92,7 +92,10 @@ def to_messages(messages: Sequence[Any], *, system: Any = None) -> list[Message]
             )
         else:
             raise c.bad(
-                i, "role", f"is unknown ({role!r})", "use 'user' or 'assistant' (pass the system prompt as `system=`)"
+                i,
+                "role",
+                f"is unknown ({c.show(role)})",
+                "use 'user' or 'assistant' (pass the system prompt as `system=`)",
             )
     return out
 
@@ -173,7 +176,7 @@ def _parse_blocks(
             kind in ("text", "image", "tool_use", "thinking", "redacted_thinking", "tool_result")
             and kind not in allowed
         ):
-            raise c.bad(i, f"{sub}.type", f"is {kind!r}, which does not belong here", _placement_fix(kind))
+            raise c.bad(i, f"{sub}.type", f"is {c.show(kind)}, which does not belong here", _placement_fix(kind))
         if kind == "text":
             parts.append(TextPart(text=c.check_text(block.get("text"), i, f"{sub}.text")))
         elif kind == "image" and (image := _image(block, i, sub)) is not None:

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from pydantic import ValidationError
+
 from ..exceptions import MessageError
 from ..messages import ImagePart, Message, Part, Role, TextPart, ThinkingPart, ToolCall, check_message
 from . import _common as c
@@ -108,15 +110,17 @@ def _role(item: Any, i: int) -> Role:
     cls = type(item).__name__
     if cls in _CLASS_ROLES:
         role = _CLASS_ROLES[cls]
-        if role == "system" and item.additional_kwargs.get("__openai_role__") == "developer":
+        extra = getattr(item, "additional_kwargs", None)
+        if role == "system" and isinstance(extra, Mapping) and extra.get("__openai_role__") == "developer":
             return "developer"
         return cast(Role, role)
     if cls in ("FunctionMessage", "FunctionMessageChunk"):
         raise c.bad(i, "type", "is a legacy FunctionMessage", "send tool results as ToolMessage(tool_call_id=...)")
     if cls in ("ChatMessage", "ChatMessageChunk"):
-        chat_role = _CHAT_ROLES.get(item.role)
+        given = getattr(item, "role", None)
+        chat_role = _CHAT_ROLES.get(given) if isinstance(given, str) else None
         if chat_role is None:
-            raise c.bad(i, "role", f"is unknown ({item.role!r})", f"use one of {sorted(_CHAT_ROLES)}")
+            raise c.bad(i, "role", f"is unknown ({c.describe(given)})", f"use one of {sorted(_CHAT_ROLES)}")
         return cast(Role, chat_role)
     raise c.bad(i, "type", f"is an unsupported message class {cls}", "use System/Human/AI/ToolMessage")
 
@@ -124,7 +128,14 @@ def _role(item: Any, i: int) -> Role:
 def _parse(item: Any, i: int, lc: Any) -> Message:
     role = _role(item, i)
     cls = type(item).__name__
-    src = {**item.model_dump(), "__class__": cls}
+    try:  # an object made with model_construct may hold anything: no warnings, a typed error
+        src = {**item.model_dump(warnings=False), "__class__": cls}
+    except Exception as exc:
+        raise c.bad(
+            i, "(item)", f"cannot be read as a {cls} ({type(exc).__name__})", "build it with its constructor"
+        ) from None
+    c.check_depth(src, i)
+    _check_valid(item, src, i)
     hints: c.JSONDict = {}
     if cls != _DEFAULT_CLASS[role]:
         hints["cls"] = cls
@@ -161,6 +172,19 @@ def _parse(item: Any, i: int, lc: Any) -> Message:
     )
     check_message(message, index=i)
     return c.record(message, src, hints, FORMAT, _generic_dump(lc), _MAPPED)
+
+
+def _check_valid(item: Any, src: Mapping[str, Any], i: int) -> None:
+    """A `MessageError` for an object built past LangChain's validation (``model_construct``) with
+    fields LangChain itself refuses: converting it back would fail later, in the middle of a view."""
+    try:
+        type(item).model_validate({k: v for k, v in src.items() if k != "__class__"})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "(item)"
+        raise c.bad(
+            i, where, f"is invalid for a {type(item).__name__} ({error['msg']})", "build it with its constructor"
+        ) from None
 
 
 def _parse_blocks(content: list[Any], i: int, parts: list[Part], hints: c.JSONDict) -> None:
@@ -205,10 +229,20 @@ def _parse_blocks(content: list[Any], i: int, parts: list[Part], hints: c.JSONDi
 
 
 # --- writing ----------------------------------------------------------------------------------
+def _object_arguments(arguments: str) -> dict[str, Any] | None:
+    """A call's arguments as the dict LangChain's ``args`` must be, or None when they are not a JSON object."""
+    try:
+        args = c.load_arguments(arguments)
+    except ValueError:
+        return None
+    return args if isinstance(args, dict) else None
+
+
 def _render_data(m: Message, hints: Mapping[str, Any] | None, exact: bool) -> c.JSONDict:
     """The constructor arguments of the LangChain message (plus ``__class__``)."""
     blocks: list[Any] = []
     calls: list[c.JSONDict] = []
+    invalid: list[c.JSONDict] = []
     plain = True
     for p in m.parts:
         if isinstance(p, TextPart):
@@ -220,7 +254,19 @@ def _render_data(m: Message, hints: Mapping[str, Any] | None, exact: bool) -> c.
             blocks.append({"type": "image_url", "image_url": image})
             plain = False
         elif isinstance(p, ToolCall):
-            calls.append({"name": p.name, "args": c.load_arguments(p.arguments), "id": p.call_id, "type": "tool_call"})
+            args = _object_arguments(p.arguments)
+            if args is None:  # LangChain keeps a call whose arguments are not a JSON object as invalid
+                invalid.append(
+                    {
+                        "name": p.name,
+                        "args": p.arguments,
+                        "id": p.call_id,
+                        "error": "the arguments are not a JSON object",
+                        "type": "invalid_tool_call",
+                    }
+                )
+            else:
+                calls.append({"name": p.name, "args": args, "id": p.call_id, "type": "tool_call"})
         elif hints is not None:  # thinking: only what came in through LangChain
             block: c.JSONDict = {"type": "thinking", "thinking": p.text}
             if p.signature is not None:
@@ -245,6 +291,8 @@ def _render_data(m: Message, hints: Mapping[str, Any] | None, exact: bool) -> c.
         data["additional_kwargs"] = dict(_DEVELOPER)
     if m.role == "assistant":
         data["tool_calls"] = calls
+        if invalid:
+            data["invalid_tool_calls"] = invalid
     if m.role == "tool":
         data["tool_call_id"] = m.tool_call_id
         if m.is_error:

@@ -22,10 +22,10 @@ has no field for it).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ..exceptions import MessageError
-from ..messages import ROLES, ImagePart, Message, Part, TextPart, ToolCall, check_message
+from ..messages import ROLES, ImagePart, Message, Part, Role, TextPart, ToolCall, check_message
 from . import _common as c
 
 __all__ = ["FORMAT", "from_messages", "to_messages"]
@@ -78,8 +78,8 @@ def _parse(item: Any, i: int, names: dict[str, str]) -> Message:
             "send tool results as {'role': 'tool', 'tool_call_id': <call id>, 'content': ...} answering an "
             "assistant `tool_calls` entry",
         )
-    if role not in ROLES:
-        raise c.bad(i, "role", f"is unknown ({role!r})", f"use one of {sorted(ROLES)}")
+    if not isinstance(role, str) or role not in ROLES:
+        raise c.bad(i, "role", f"is unknown ({c.show(role)})", f"use one of {sorted(ROLES)}")
     if src.get("function_call") is not None:
         raise c.bad(
             i,
@@ -105,7 +105,7 @@ def _parse(item: Any, i: int, names: dict[str, str]) -> Message:
     tool_calls = src.get("tool_calls")
     if tool_calls is not None:
         if role != "assistant":
-            raise c.bad(i, "tool_calls", f"is set on a {role!r} message", "only assistant messages call tools")
+            raise c.bad(i, "tool_calls", f"is set on a {c.show(role)} message", "only assistant messages call tools")
         if not isinstance(tool_calls, list):
             raise c.bad(i, "tool_calls", f"must be a list, got {c.describe(tool_calls)}", "pass a list of calls")
         for j, call in enumerate(tool_calls):
@@ -129,7 +129,7 @@ def _parse(item: Any, i: int, names: dict[str, str]) -> Message:
     if isinstance(source_id, str) and source_id:
         kwargs["message_id"] = source_id
         hints["id"] = True
-    message = Message(role=role, parts=tuple(parts), tool_call_id=tool_call_id, name=name, **kwargs)
+    message = Message(role=cast(Role, role), parts=tuple(parts), tool_call_id=tool_call_id, name=name, **kwargs)
     check_message(message, index=i)
     return c.record(message, src, hints, FORMAT, _render, _MAPPED)
 
@@ -167,7 +167,7 @@ def _parse_call(call: Any, i: int, j: int) -> ToolCall:
     kind = call.get("type", "function")
     if kind != "function":
         raise c.bad(
-            i, f"{field}.type", f"is {kind!r}", "only function tool calls are supported; convert the call to one"
+            i, f"{field}.type", f"is {c.show(kind)}", "only function tool calls are supported; convert the call to one"
         )
     fn = call.get("function")
     if isinstance(fn, Mapping):

@@ -111,7 +111,7 @@ def _item_type(src: Mapping[str, Any], i: int) -> str:
     raise c.bad(
         i,
         "type",
-        f"is {kind!r}, which contextkeeper does not read",
+        f"is {c.show(kind)}, which contextkeeper does not read",
         f"pass only {', '.join(_ITEM_TYPES)} items (resolve item references and hosted tool calls first)",
     )
 
@@ -156,7 +156,7 @@ def _source_id(src: Mapping[str, Any]) -> str | None:
 def _parse_message(src: Mapping[str, Any], i: int) -> Message:
     role = src.get("role")
     if role not in _INPUT_ROLES:
-        raise c.bad(i, "role", f"is {role!r}", "use 'user', 'system', 'developer' or 'assistant'")
+        raise c.bad(i, "role", f"is {c.show(role)}", "use 'user', 'system', 'developer' or 'assistant'")
     hints: c.JSONDict = {}
     parts: list[Part] = []
     _parse_content(src.get("content"), i, "content", parts, hints)

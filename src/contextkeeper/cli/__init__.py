@@ -6,6 +6,7 @@ for a failure and 2 for a usage mistake; ``--debug`` shows the traceback instead
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -39,13 +40,14 @@ class _Group(TyperGroup):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
-        debug = "--debug" in (sys.argv[1:] if args is None else list(args))
+        argv = [str(a) for a in (sys.argv[1:] if args is None else list(args))]
+        debug = "--debug" in argv
         try:
             rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False, **extra)
         except _common.CLIError as exc:
             if debug:
                 raise
-            typer.echo(f"error: {_one_line(exc)}", err=True)
+            typer.echo(f"error: {self._for_cli(_one_line(exc), argv)}", err=True)
             return self._exit(exc.exit_code, standalone_mode)
         except _cx.UsageError as exc:
             if type(exc).__name__ == "NoArgsIsHelpError" and exc.ctx is not None:
@@ -63,7 +65,7 @@ class _Group(TyperGroup):
         except (ContextKeeperError, OSError, ImportError) as exc:
             if debug:
                 raise
-            typer.echo(f"error: {_one_line(exc)}", err=True)
+            typer.echo(f"error: {self._for_cli(_one_line(exc), argv)}", err=True)
             return self._exit(_common.exit_code_for(exc), standalone_mode)
         except Exception as exc:
             if debug:
@@ -76,11 +78,49 @@ class _Group(TyperGroup):
         code = rv if isinstance(rv, int) else 0
         return self._exit(code, standalone_mode)
 
+    def _leaf(self, argv: list[str]) -> Any:
+        """The command that ``argv`` runs (this group when it names none)."""
+        command: Any = self
+        for token in argv:
+            commands = getattr(command, "commands", None)
+            if commands is not None and token in commands:
+                command = commands[token]
+        return command
+
+    def _for_cli(self, message: str, argv: list[str]) -> str:
+        """``message`` with the library's parameter names replaced by the command's flags.
+
+        The library words its errors for Python callers (`` `window=` ``, `` `session_id` ``); on the
+        command line the same value is a flag (``--window``) or an argument (``SESSION_ID``).
+        """
+        flags = dict(_LIBRARY_ONLY)
+        for param in getattr(self._leaf(argv), "params", ()):
+            if param.name not in _LIBRARY_NAMES:
+                continue
+            if param.param_type_name == "option":
+                long = [o for o in param.opts if o.startswith("--")]
+                flags[param.name] = f"`{max(long, key=len) if long else param.opts[0]}`"
+            else:
+                flags[param.name] = f"the {param.metavar or param.name.upper()} argument"
+        return _PARAM_RE.sub(lambda m: flags.get(m.group(1), m.group(0)), message)
+
     @staticmethod
     def _exit(code: int, standalone_mode: bool) -> int:
         if standalone_mode:
             sys.exit(code)
         return code
+
+
+_LIBRARY_NAMES = frozenset({"window", "model", "budget", "session_id", "format", "store", "tenant", "reserved_output"})
+"""Library parameter names that a command's flag or argument of the same name stands for."""
+_LIBRARY_ONLY = {
+    "window": "`max_context_tokens` in `[agent_context]` of the config file",
+    "max_output": '`max_output` in a `[models."NAME"]` table of the config file',
+    "reserved_output": "`reserved_tokens` in `[agent_context]` of the config file",
+    "register_model(ModelInfo(...))": 'a `[models."NAME"]` table (`context_length`, `max_output`) in the config file',
+}
+"""What stands for a library parameter on the command line when the command has no flag for it."""
+_PARAM_RE = re.compile(r"`([a-z_]+(?:\(ModelInfo\(\.\.\.\)\))?)=?`")
 
 
 def _one_line_text(text: str) -> str:
@@ -136,11 +176,10 @@ app.add_typer(bench_app, name="bench")
 
 @app.command("serve")
 def serve_command() -> None:
-    """Run the OpenAI-compatible proxy service (not available yet)."""
+    """Run the OpenAI-compatible proxy service (not available in this version)."""
     raise _common.CLIError(
-        "`contextkeeper serve` is not available yet: the proxy service (sessions REST, SSE events, "
-        "/metrics, dashboard) comes with the service issue, which is not filed yet. Use the library "
-        "API (contextkeeper.session.Session) meanwhile.",
+        "`contextkeeper serve` is not available in this version: this release has no proxy service (sessions "
+        "REST, SSE events, /metrics, dashboard). Use the library API (contextkeeper.Session) in your own process.",
         exit_code=2,
     )
 

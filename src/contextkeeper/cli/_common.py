@@ -13,7 +13,9 @@ from typing import Any, Literal
 
 import typer
 from rich.console import Console
+from rich.markup import escape as plain
 
+from .. import _json
 from ..adapters import FORMATS, Format, anthropic as anthropic_adapter, detect_format, from_messages, to_messages
 from ..compaction.summarizer import Summarizer
 from ..exceptions import ConfigError, MessageError, UsageError
@@ -22,6 +24,7 @@ from ..session import Session
 from ..settings import Settings, load_settings
 from ..snapshots import SnapshotStore
 from ..stores import SessionStore
+from ..tokens import Framing, TokenCounter, counter_for_model, framing_for_provider, get_counter
 
 __all__ = [
     "CLIError",
@@ -33,8 +36,10 @@ __all__ = [
     "get_settings",
     "load_transcript",
     "out",
+    "plain",
     "print_json",
     "render_transcript",
+    "token_counting",
 ]
 
 out = Console(highlight=False)
@@ -122,6 +127,25 @@ def _json_error(path: Path, exc: json.JSONDecodeError, *, line_offset: int = 0) 
     return CLIError(f"{path}: invalid JSON at line {line}, column {exc.colno}: {exc.msg}.")
 
 
+def _loads(path: Path, text: str, *, line: int = 1) -> Any:
+    """``json.loads`` within `contextkeeper._json.MAX_DEPTH` levels; `json.JSONDecodeError` for invalid JSON.
+
+    Raises:
+        CLIError: JSON nested deeper than a transcript ever is, or a number Python cannot hold.
+    """
+    if _json.too_deep(text, _json.MAX_DEPTH):
+        raise CLIError(
+            f"{path}: the JSON from line {line} on nests deeper than {_json.MAX_DEPTH} levels; a transcript is a "
+            "list of messages a few levels deep."
+        )
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except (ValueError, RecursionError) as exc:  # an integer of more than 4,300 digits; an unclosed deep list
+        raise CLIError(f"{path}: the JSON from line {line} on cannot be read ({exc}).") from None
+
+
 def _parse_document(path: Path, text: str) -> tuple[Any, bool]:
     """(document, is_jsonl): one JSON document, or JSONL (one JSON value per line)."""
     stripped = text.strip()
@@ -130,11 +154,11 @@ def _parse_document(path: Path, text: str) -> tuple[Any, bool]:
     jsonl = path.suffix.lower() == ".jsonl"
     if not jsonl:
         try:
-            return json.loads(stripped), False
+            return _loads(path, stripped), False
         except json.JSONDecodeError as exc:
             first = stripped.splitlines()[0]
             try:
-                json.loads(first)
+                _loads(path, first)
             except json.JSONDecodeError:
                 raise _json_error(path, exc, line_offset=text[: text.index(stripped[0])].count("\n")) from None
             if len(stripped.splitlines()) < 2:
@@ -145,7 +169,7 @@ def _parse_document(path: Path, text: str) -> tuple[Any, bool]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            rows.append(_loads(path, line, line=n))
         except json.JSONDecodeError as exc:
             raise _json_error(path, exc, line_offset=n - 1) from None
     return rows, True
@@ -295,11 +319,13 @@ def build_session(
             ctx_window_opt = lookup_model(model or "").context_window
         ctx_window = ctx_window_opt
         reserved = settings.reserved_output_for(model, ctx_window)
+    provider = "openai"
     if model is not None:
         from ..models import lookup_model
 
-        lookup_model(model, window=ctx_window)  # raises UnknownModelError before anything else runs
-    counter = settings.tokenizer
+        # raises UnknownModelError before anything else runs
+        provider = lookup_model(model, window=ctx_window).provider
+    counter, framing = token_counting(settings, model, provider)
     effective_guess = max(1, ctx_window - reserved)
     config = settings.compaction_config(effective=effective_guess)
     kwargs: dict[str, Any] = {}
@@ -314,6 +340,7 @@ def build_session(
         reserved_output=reserved,
         tools=tools,
         counter=counter,
+        framing=framing,
         config=config,
         summarizer=summarizer,
         format=format,
@@ -321,6 +348,20 @@ def build_session(
         **kwargs,
     )
     return session
+
+
+DEFAULT_COUNT_MODEL = "gpt-4o"
+"""Whose tokenizer counts a transcript when neither ``--model`` nor ``model``/``tokenizer`` is configured."""
+
+
+def token_counting(settings: Settings, model: str | None, provider: str = "openai") -> tuple[TokenCounter, Framing]:
+    """The token counter and framing of ``model``: the same for ``count`` and ``compact``, so their totals agree.
+
+    The counter is the ``tokenizer`` setting, else the model's (`DEFAULT_COUNT_MODEL`'s without a
+    model); the framing (per-message overhead) is the provider's.
+    """
+    counter = get_counter(settings.tokenizer) if settings.tokenizer else counter_for_model(model or DEFAULT_COUNT_MODEL)
+    return counter, framing_for_provider(provider)
 
 
 def exit_code_for(exc: BaseException) -> int:
@@ -336,11 +377,11 @@ def exit_code_for(exc: BaseException) -> int:
 
 @contextlib.contextmanager
 def progress_bar(description: str, total: int | None, *, enabled: bool = True) -> Iterator[Any]:
-    """A rich progress bar on stderr; yields ``advance(n=1)`` (a no-op when disabled)."""
+    """A rich progress bar on stderr; yields ``advance(n=1, description=None)`` (a no-op when disabled)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     if not enabled:
-        yield lambda n=1: None
+        yield lambda n=1, description=None: None
         return
     with Progress(
         TextColumn("{task.description}"),
@@ -351,4 +392,4 @@ def progress_bar(description: str, total: int | None, *, enabled: bool = True) -
         transient=True,
     ) as progress:
         task = progress.add_task(description, total=total)
-        yield lambda n=1: progress.advance(task, n)
+        yield lambda n=1, description=None: progress.update(task, advance=n, description=description)

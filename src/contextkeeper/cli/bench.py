@@ -2,7 +2,8 @@
 
 ``probes`` and ``stores`` run in this process; ``tokens`` and ``trim`` run the scripts of the
 repository's ``benchmarks/`` folder (and the shared ``peers_bench.py`` harness) as subprocesses,
-so they need a source checkout. ``locomo`` and ``memory`` come with the long-term memory issue.
+so they need a source checkout. ``locomo`` and ``memory`` need long-term memory, which this version
+does not have.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import typer
 from rich.table import Table
 
 from ..benchmarks.probes import run_probes
-from ._common import CLIError, err, out, progress_bar
+from ._common import CLIError, err, out, plain, progress_bar
 
-__all__ = ["bench_app", "repo_root"]
+__all__ = ["bench_app", "fidelity_table", "repo_root"]
 
-bench_app = typer.Typer(help="Run the benchmarks (tables on stdout, JSON with --json).", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Run the benchmarks (progress on stderr, a table on stdout, JSON with --json OUT).", no_args_is_help=True
+)
 
 JsonPath = Annotated[Path | None, typer.Option("--json", help="Write the results here.", metavar="OUT")]
 
@@ -80,7 +83,7 @@ def probes(
 
         result = run_probes(data, values, progress=progress, summarizer_factory=factory)
         result["summarizer"] = summarizer
-    table = Table(title=f"probes: {data.name}")
+    table = Table(title=f"probes: {plain(data.name)}")
     for col in ("budget", "retention", "found/total", "all fit", "pairs ok", "seconds"):
         table.add_column(col)
     for budget, row in result["budgets"].items():
@@ -103,14 +106,56 @@ def fidelity(
     llm: Annotated[bool, typer.Option(help="Also run the LLM summarizer against the scripted local server.")] = True,
     json_out: JsonPath = None,
 ) -> None:
-    """Share of probe identifiers the summary of the evicted part alone keeps."""
+    """Share of probe identifiers the summary of the evicted part alone keeps (a table; JSON with --json)."""
     if not data.is_file():
         raise typer.BadParameter(f"{data}: no such file", param_hint="--data")
     from ..benchmarks.fidelity import run_fidelity
 
-    result = run_fidelity(data, budgets=_budgets(budgets), llm=llm)
-    out.print_json(data={k: v for k, v in result.items() if k != "traces"}, default=str)
+    values = _budgets(budgets)
+    phases = 2 * len(values) + (3 if llm else 0)  # extractive and running per budget, three LLM scripts
+    with progress_bar(f"fidelity {data.name}", phases) as advance:
+        result = run_fidelity(data, budgets=values, llm=llm, progress=lambda done: advance(1, f"fidelity: {done}"))
+    out.print(
+        fidelity_table(result, title=f"fidelity: {plain(data.name)} ({result['traces']} traces, {result['counter']})")
+    )
     _write_json(json_out, result)
+
+
+def fidelity_table(result: dict[str, Any], *, title: str) -> Table:
+    """One row per summarizer and summary size: probe retention, identifiers kept, failures, time."""
+    table = Table(title=title)
+    table.add_column("summarizer", no_wrap=True)
+    for col in ("tokens", "retention", "found", "ids kept", "failures", "s"):
+        table.add_column(col, justify="right", no_wrap=True)
+    over = 0
+
+    def add(name: str, size: object, row: dict[str, Any]) -> None:
+        nonlocal over
+        ids = row.get("identifiers_kept_mean")
+        failures = row.get("failures")
+        over += int(row.get("over_budget") or 0)
+        table.add_row(
+            name,
+            str(size),
+            f"{row['retention']:.3f}",
+            f"{row['found']}/{row['total']}",
+            f"{ids:.3f}" if isinstance(ids, int | float) else "-",
+            "-" if failures is None else f"{failures}/{row.get('model_calls', 0)}",
+            f"{row['seconds']:.1f}",
+        )
+
+    for mode, label in (("extractive", "extractive"), ("extractive_running", "running")):
+        for size, row in result.get(mode, {}).items():
+            add(label, size, row)
+    llm = result.get("llm") or {}
+    for name, row in llm.items():
+        if isinstance(row, dict):
+            add(f"llm {name.replace('_', '-')}", llm.get("max_tokens", "-"), row)
+    table.caption = (
+        "retention: probe strings found in the summary; ids kept: share of identifiers kept (mean); "
+        f"failures: rejected summaries / model calls; summaries over their budget: {over}"
+    )
+    return table
 
 
 @bench_app.command("stores")
@@ -143,12 +188,12 @@ def stores(
     def report(name: str, figures: dict[str, Any]) -> None:
         err.print(f"  {name}: done")
         if "error" in figures:
-            table.add_row(name, "-", "-", "-", str(figures["error"])[:80])
+            table.add_row(name, "-", "-", "-", plain(str(figures["error"])[:80]))
             return
         if name == "sqlite":
             sqlite.update(figures)
         note = ""
-        if sqlite and name not in ("sqlite", "memory"):  # the issue's yardstick: within 3x of SQLite
+        if sqlite and name not in ("sqlite", "memory"):  # the yardstick: within 3x of SQLite
             note = (
                 f"{sqlite['append_msgs_per_s'] / figures['append_msgs_per_s']:.1f}x / "
                 f"{figures['load_5000_ms'] / sqlite['load_5000_ms']:.1f}x / "
@@ -189,7 +234,7 @@ def repo_root() -> Path:
 def _run(args: list[str], root: Path) -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
-    err.print(f"running: {' '.join(args)}", soft_wrap=True)
+    err.print(f"running: {plain(' '.join(args))}", soft_wrap=True)
     return subprocess.call(args, cwd=root, env=env)
 
 
@@ -242,19 +287,19 @@ def trim(
         raise CLIError(f"peers_bench.py failed (exit code {code}); see its output above.")
 
 
-_MEMORY_ISSUE = (
-    "comes with the long-term memory issue (sensory/short-term/long-term memory with BM25 and dense recall), "
-    "which is not filed yet; nothing is run"
+_NO_MEMORY = (
+    "is not available in this version: it measures long-term memory recall (sensory, short-term and long-term "
+    "memory with BM25 and dense retrieval), which this release does not have; nothing is run"
 )
 
 
 @bench_app.command("locomo", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def locomo() -> None:
-    """LoCoMo long-term recall (not available yet: needs the memory pipeline)."""
-    raise CLIError(f"`bench locomo` {_MEMORY_ISSUE}.", exit_code=2)
+    """LoCoMo long-term recall (not available in this version: needs long-term memory)."""
+    raise CLIError(f"`bench locomo` {_NO_MEMORY}.", exit_code=2)
 
 
 @bench_app.command("memory", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def memory() -> None:
-    """Memory recall benchmark (not available yet: needs the memory pipeline)."""
-    raise CLIError(f"`bench memory` {_MEMORY_ISSUE}.", exit_code=2)
+    """Memory recall benchmark (not available in this version: needs long-term memory)."""
+    raise CLIError(f"`bench memory` {_NO_MEMORY}.", exit_code=2)

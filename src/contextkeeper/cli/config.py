@@ -9,8 +9,18 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ..settings import config_file_of, find_config_file, iter_env_keys, user_dir, validate_config_file
-from ._common import CLIError, get_settings, out, print_json, state
+from ..exceptions import ContextKeeperError
+from ..settings import (
+    ConfigProblem,
+    config_file_of,
+    find_config_file,
+    iter_env_keys,
+    load_settings,
+    user_dir,
+    validate_config_file,
+)
+from ._common import CLIError, get_settings, out, plain, print_json, state
+from .sessions import open_cli_store
 
 __all__ = ["config_app"]
 
@@ -58,11 +68,11 @@ def show_command(
     if json_out:
         print_json(result)
         return
-    out.print(f"config file: {result['config_file'] or '(none)'}")
-    out.print(f"user dir:    {result['user_dir']}")
-    out.print(f"environment: {', '.join(env_keys) or '(no CONTEXTKEEPER_* variables)'}")
-    out.print(f"store:       {settings.store_url}")
-    out.print(f"summarizer:  {settings.summarizer.model}")
+    out.print(f"config file: {plain(result['config_file'] or '(none)')}")
+    out.print(f"user dir:    {plain(result['user_dir'])}")
+    out.print(f"environment: {plain(', '.join(env_keys) or '(no CONTEXTKEEPER_* variables)')}")
+    out.print(f"store:       {plain(settings.store_url)}")
+    out.print(f"summarizer:  {plain(settings.summarizer.model)}")
     if "model" in derived:
         m = derived["model"]
         out.print(
@@ -77,14 +87,14 @@ def show_command(
     table.add_column("set by")
     explicit = settings.compaction_options()
     for key, value in derived["compaction"].items():
-        table.add_row(key, str(value), "config" if key in explicit else "default")
+        table.add_row(key, plain(str(value)), "config" if key in explicit else "default")
     out.print(table)
     if settings.models:
-        overrides = Table(title="[models] overrides")
+        overrides = Table(title="\\[models] overrides")
         for col in ("model", "context_length", "max_output"):
             overrides.add_column(col)
         for name, o in settings.models.items():
-            overrides.add_row(name, str(o.context_length or "-"), str(o.max_output or "-"))
+            overrides.add_row(plain(name), str(o.context_length or "-"), str(o.max_output or "-"))
         out.print(overrides)
 
 
@@ -95,12 +105,21 @@ def validate_command(
         Path | None, typer.Argument(help="Config file (default: the one in force, see `config show`).")
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    connect: Annotated[
+        bool, typer.Option("--connect", help="Also open the session store and list one session (a network call).")
+    ] = False,
 ) -> None:
-    """Check a config file and the CONTEXTKEEPER_* variables; list every invalid key with its line."""
+    """Check a config file and the CONTEXTKEEPER_* variables; list every invalid key with its line.
+
+    Store URLs are checked without connecting (scheme, host, port, options, a writable SQLite
+    directory); --connect also opens the store.
+    """
     if file is not None and not file.is_file():
         raise CLIError(f"{file}: no such file; check the path.", exit_code=2)
     path = file if file is not None else find_config_file(state(ctx).config)
     problems = validate_config_file(path)
+    if connect and not problems:
+        problems = _connect_problems(path)
     if json_out:
         print_json(
             {"file": str(path) if path else None, "ok": not problems, "problems": [p.to_dict() for p in problems]}
@@ -115,3 +134,22 @@ def validate_command(
             typer.echo(f"ok: {where} and the CONTEXTKEEPER_* variables are valid")
     if problems:
         raise typer.Exit(1)
+
+
+def _connect_problems(path: Path | None) -> list[ConfigProblem]:
+    """Open the store the configuration names and list one session; the failure as a problem."""
+    settings = load_settings(path)
+    try:
+        with open_cli_store(settings) as store:
+            store.list_sessions(limit=1)
+    except (ContextKeeperError, OSError, ImportError) as exc:
+        return [
+            ConfigProblem(
+                source=str(path) if path else "environment",
+                line=None,
+                key="store.url",
+                message=f"cannot use the store {settings.store_url!r}: {exc}",
+                allowed="a store that is reachable with the given URL",
+            )
+        ]
+    return []

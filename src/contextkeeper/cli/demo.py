@@ -145,7 +145,7 @@ def _final_table(r: DemoResult, report: Path) -> Table:
         ("report", str(report)),
     ]
     for k, v in rows:
-        table.add_row(k, v)
+        table.add_row(k, Text(v))  # paths and URLs as they are (a "[" in them is not markup)
     return table
 
 
@@ -166,7 +166,7 @@ def demo_command(
         ),
     ] = None,
     store: Annotated[
-        str | None, typer.Option(help="Session store URL (default: [store] url, else SQLite in the user dir).")
+        str | None, typer.Option(help="Session store URL (default: \\[store] url, else SQLite in the user dir).")
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON instead of the table.")] = False,
 ) -> None:

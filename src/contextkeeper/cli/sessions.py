@@ -13,11 +13,13 @@ from typing import Annotated, Any
 import typer
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
+from .._store_url import check_store_url, sqlite_file
 from ..exceptions import SessionNotFound
-from ..settings import Settings, user_dir
+from ..settings import Settings
 from ..stores import SessionInfo, SessionStore, open_store
-from ._common import CLIError, atomic_write, build_session, err, get_settings, out, print_json
+from ._common import CLIError, atomic_write, build_session, err, get_settings, out, plain, print_json
 
 __all__ = ["STATUS_SLOT", "inspect_command", "open_cli_store", "sessions_app"]
 
@@ -28,17 +30,23 @@ sessions_app = typer.Typer(help="List, show, export, import and delete stored se
 
 StoreOpt = Annotated[
     str | None,
-    typer.Option("--store", "-s", help="Session store URL (default: [store] url, else SQLite in the user dir)."),
+    typer.Option("--store", "-s", help="Session store URL (default: \\[store] url, else SQLite in the user dir)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
 @contextlib.contextmanager
 def open_cli_store(settings: Settings) -> Iterator[SessionStore]:
-    """Open the store of the settings (creating the user directory for the default SQLite file)."""
+    """Open the store of the settings (creating the directory of a SQLite file, the user dir by default).
+
+    Raises:
+        ConfigError: the URL is invalid (checked before anything is created or connected).
+    """
     url = settings.store_url
-    if url.startswith("sqlite:///") and settings.store.url is None:
-        user_dir().mkdir(parents=True, exist_ok=True)
+    check_store_url(url)
+    database = sqlite_file(url)
+    if database is not None:  # the directory of the database file (the user dir by default)
+        database.parent.mkdir(parents=True, exist_ok=True)
     store = open_store(url)
     try:
         yield store
@@ -89,14 +97,14 @@ def list_command(
     if json_out:
         print_json({"store": settings.store_url, "sessions": [r.to_dict() for r in rows]})
         return
-    table = Table(title=f"{len(rows)} session(s) in {settings.store_url}")
+    table = Table(title=f"{len(rows)} session(s) in {plain(settings.store_url)}")
     for col in ("session", "tenant", "model", "window", "messages", "last active", "archived"):
         table.add_column(col, justify="right" if col in ("window", "messages") else "left")
     for r in rows:
         table.add_row(
-            r.session_id,
-            r.tenant,
-            r.model or "-",
+            Text(r.session_id),
+            Text(r.tenant),
+            Text(r.model or "-"),
             f"{r.window:,}" if r.window else "-",
             f"{r.message_count:,}",
             _when(r.last_active),
@@ -132,11 +140,13 @@ def show_command(
         return
     out.print(
         Panel.fit(
-            f"tenant {info.tenant} · model {info.model or '-'} · window {info.window or '-'}\n"
-            f"created {_when(info.created_at)} · last active {_when(info.last_active)}"
-            f"{' · archived ' + _when(info.archived_at) if info.archived else ''}\n"
-            f"{total:,} messages · {len(snapshots):,} snapshots · metadata {dict(info.metadata) or '-'}",
-            title=info.session_id,
+            Text(
+                f"tenant {info.tenant} · model {info.model or '-'} · window {info.window or '-'}\n"
+                f"created {_when(info.created_at)} · last active {_when(info.last_active)}"
+                f"{' · archived ' + _when(info.archived_at) if info.archived else ''}\n"
+                f"{total:,} messages · {len(snapshots):,} snapshots · metadata {dict(info.metadata) or '-'}"
+            ),
+            title=plain(info.session_id),
         )
     )
     if last:
@@ -146,7 +156,7 @@ def show_command(
         for i, m in enumerate(last, total - len(last)):
             calls = ", ".join(c.name for c in m.tool_calls)
             text = " ".join(m.text.split())[:100] or (f"→ {calls}" if calls else "")
-            table.add_row(str(i), m.role, m.message_id, text)
+            table.add_row(str(i), m.role, Text(m.message_id), Text(text))
         out.print(table)
 
 
@@ -167,7 +177,7 @@ def export_command(
         typer.echo(text, nl=False)
     else:
         atomic_write(out_path, text)
-        err.print(f"exported {session_id} ({len(lines)} lines) to {out_path}")
+        err.print(f"exported {plain(session_id)} ({len(lines)} lines) to {plain(str(out_path))}")
 
 
 @sessions_app.command("import")
@@ -192,7 +202,7 @@ def import_command(
             raise CLIError(f"{file}: cannot read the file ({exc}).") from None
     with open_cli_store(settings) as st:
         info = st.import_session(lines, session_id=session_id)
-    err.print(f"imported {info.session_id} ({info.message_count:,} messages) into {settings.store_url}")
+    err.print(f"imported {plain(info.session_id)} ({info.message_count:,} messages) into {plain(settings.store_url)}")
 
 
 @sessions_app.command("delete")
@@ -211,7 +221,7 @@ def delete_command(
         ):
             raise CLIError("not deleted.")
         st.delete_session(session_id)
-    err.print(f"deleted {session_id}")
+    err.print(f"deleted {plain(session_id)}")
 
 
 def inspect_command(
@@ -268,26 +278,31 @@ def inspect_command(
     r = result["view"]
     out.print(
         Panel.fit(
-            f"model {info.model or '-'} · window {info.window or '-'} · {len(messages):,} messages in the transcript\n"
-            f"view now: {r['used']:,} / {r['budget']:,} tokens ({r['ratio']:.1%}, {r['state']}), "
-            f"{r['view_messages']} messages; breakdown {r['breakdown']}",
-            title=f"inspect {session_id}",
+            Text(
+                f"model {info.model or '-'} · window {info.window or '-'} · {len(messages):,} messages in the "
+                f"transcript\nview now: {r['used']:,} / {r['budget']:,} tokens ({r['ratio']:.1%}, {r['state']}), "
+                f"{r['view_messages']} messages; breakdown {r['breakdown']}"
+            ),
+            title=f"inspect {plain(session_id)}",
         )
     )
     if saved and saved.get("status"):
         s = saved["status"]
         out.print(
-            f"saved status (v{version}): {s.get('used', 0):,} / {s.get('budget', 0):,} tokens, state "
-            f"{s.get('state')}, compactions {s.get('compactions')}"
+            Text(
+                f"saved status (v{version}): {s.get('used', 0):,} / {s.get('budget', 0):,} tokens, state "
+                f"{s.get('state')}, compactions {s.get('compactions')}"
+            )
         )
     table = Table(title=f"audit log: {len(audit)} events")
     table.add_column("kind")
     table.add_column("count", justify="right")
     for kind, n in kinds.most_common():
-        table.add_row(kind, str(n))
+        table.add_row(Text(kind), str(n))
     for layer, n in layers.most_common():
         table.add_row(f"  compactions: {layer}", str(n))
     out.print(table)
-    out.print(f"snapshots: {len(snapshots):,}" + (f" (first: {', '.join(snapshots[:3])})" if snapshots else ""))
-    out.print(Panel(result["summary"] or "(no summary: the summary layer has not run)", title="summary"))
-    out.print(Panel(ledger_text or "(empty: nothing has left the view)", title="progress ledger"))
+    out.print(Text(f"snapshots: {len(snapshots):,}" + (f" (first: {', '.join(snapshots[:3])})" if snapshots else "")))
+    # model-written text: shown as is (a "[/x]" in a summary must not be read as markup)
+    out.print(Panel(Text(result["summary"] or "(no summary: the summary layer has not run)"), title="summary"))
+    out.print(Panel(Text(ledger_text or "(empty: nothing has left the view)"), title="progress ledger"))

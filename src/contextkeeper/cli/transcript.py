@@ -17,9 +17,9 @@ from ..messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
 from ..models import lookup_model
 from ..settings import Settings
 from ..snapshots import FileSnapshotStore, SnapshotStore
-from ..tokens import counter_for_model, framing_for_provider, get_counter
 from ..tokens.accountant import TokenAccountant
 from ._common import (
+    DEFAULT_COUNT_MODEL,
     CLIError,
     atomic_write,
     build_session,
@@ -27,9 +27,11 @@ from ._common import (
     get_settings,
     load_transcript,
     out,
+    plain,
     print_json,
     progress_bar,
     render_transcript,
+    token_counting,
 )
 
 __all__ = ["compact_command", "count_command", "summarizer_for"]
@@ -113,7 +115,8 @@ def compact_command(
         for i in range(0, len(messages), chunk):
             session.add(messages[i : i + chunk])
             advance(len(messages[i : i + chunk]))
-    before = session.accountant.count_messages(messages)
+    before = session.accountant.count_messages(messages)  # what `count` reports as the messages' tokens
+    schemas = session.accountant.count_tools(loaded.tools) if loaded.tools else 0
     prepared = session.prepare(format="internal")
     text = render_transcript(loaded, prepared.view)
     if out_path is not None:
@@ -121,12 +124,13 @@ def compact_command(
     else:
         typer.echo(text, nl=False)
     status = prepared.status
+    tool_note = f", plus {schemas:,} in tool schemas" if schemas else ""
     layers = ", ".join(f"{k}×{v}" for k, v in sorted(status.compactions.items())) or "none needed"
     snaps = len(session.snapshots.list_snapshots(session.session_id))
-    where = f" in {snapshots}" if snapshots is not None else " (pass --snapshots DIR to keep them)"
+    where = f" in {plain(str(snapshots))}" if snapshots is not None else " (pass --snapshots DIR to keep them)"
     err.print(
         f"compacted {len(messages)} messages ({before:,} tokens) → {len(prepared.view)} messages "
-        f"({status.used:,} tokens), budget {status.budget:,} ({status.ratio:.0%}, {status.state}); "
+        f"({status.used:,} tokens){tool_note}; budget {status.budget:,} ({status.ratio:.0%}, {status.state}); "
         f"layers: {layers}; {snaps} snapshot(s){where if snaps else ''}; {note}; "
         f"{time.perf_counter() - started:.2f}s",
         soft_wrap=True,
@@ -177,11 +181,11 @@ def count_command(
     """Token breakdown of a transcript by role and component, for a model."""
     settings = get_settings(ctx)
     loaded = load_transcript(file, format=format)
-    model = model or settings.model or "gpt-4o"
+    model = model or settings.model or DEFAULT_COUNT_MODEL
     ctx_window = settings.window_for(model, window)
     info = lookup_model(model, window=ctx_window)
-    counter = get_counter(settings.tokenizer) if settings.tokenizer else counter_for_model(model)
-    acc = TokenAccountant(counter, framing=framing_for_provider(info.provider))
+    counter, framing = token_counting(settings, model, info.provider)
+    acc = TokenAccountant(counter, framing=framing)
     by_role, components = _breakdown(loaded.messages, acc)
     if loaded.tools:
         components["tool_schemas"] = acc.count_tools(loaded.tools)
@@ -223,7 +227,10 @@ def count_command(
     if json_out:
         print_json(result)
         return
-    roles = Table(title=f"{file.name}: {len(loaded.messages)} messages ({loaded.format}), {info.name} / {counter.name}")
+    roles = Table(
+        title=f"{plain(file.name)}: {len(loaded.messages)} messages ({loaded.format}), {plain(info.name)} / "
+        f"{plain(counter.name)}"
+    )
     roles.add_column("role")
     roles.add_column("messages", justify="right")
     roles.add_column("tokens", justify="right")

@@ -68,9 +68,18 @@ class Room:
     """The rounds that must stay plus a minimal context block do not fit under the target."""
     floor: int = 0
     """Tokens of what no layer may remove (system, pinned, the current request, calls in flight)."""
+    work_cap: int = 0
+    """Most tokens the working set may take in the context block (``working_set_share`` of ``ledger_cap``)."""
+    work_need: int = 0
+    """Tokens the working set needs in the context block (with its header), measured when a compaction starts."""
 
     @classmethod
-    def of(cls, effective: int, config: CompactionConfig, *, tight: bool = False, floor: int = 0) -> Room:
+    def of(
+        cls, effective: int, config: CompactionConfig, *, tight: bool = False, floor: int = 0, work_need: int = 0
+    ) -> Room:
         """The room of a budget under ``config``."""
         ledger_cap = min(config.ledger_max_tokens, int(config.ledger_share * effective))
-        return cls(effective=effective, ledger_cap=ledger_cap, tight=tight, floor=floor)
+        work_cap = int(ledger_cap * config.working_set_share)
+        return cls(
+            effective=effective, ledger_cap=ledger_cap, tight=tight, floor=floor, work_cap=work_cap, work_need=work_need
+        )

@@ -11,6 +11,18 @@ through `show` and `evict`; the context block (`context_block`) renders the book
 (ledger, notes, running summary) into the first message; the orchestrator (`engine`) decides
 when layers run. The cached view list lives here too: between compactions a turn only appends
 to it, so the prefix a provider cached stays byte-identical.
+
+What may enter (`check`): every message is checked (`check_message`), ids are idempotent (the
+same content again is skipped, different content under a used id is an error), and tool results
+must answer a call that is waiting or was abandoned. A call is *abandoned* when any message other
+than a tool result follows it before its result: a user message, the next assistant turn
+(another writer's, on a shared session), a system message. Its round then shows a marked
+stand-in result (`contextkeeper.toolpairs.abandoned_result`) right after its other results, so
+every view stays valid for the provider; the transcript is not touched. The call no longer
+counts as open (`has_open_calls()` clears) and its round is no longer protected as in flight.
+When the real result arrives later, it is accepted: it replaces the stand-in next to its call in
+the view (the view is rendered again, once). A call id used again by a newer call belongs to the
+newer call from then on.
 """
 
 from __future__ import annotations
@@ -24,11 +36,13 @@ from ..events import EventBus, SnapshotWritten
 from ..exceptions import MessageError, ToolPairError
 from ..keyinfo import is_error_line, key_lines, salient_facts
 from ..ledger import Ledger, LedgerEntry, entry_for_round, request_facts
-from ..messages import Message, check_message
+from ..messages import Message, check_message, same_content
 from ..notes import Notes
 from ..rounds import Round, is_reply, opening_kind
 from ..snapshots import SnapshotStore, encode_snapshot, make_snapshot_id
 from ..tokens.accountant import TokenAccountant
+from ..toolpairs import abandoned_result
+from ..workingset import WorkingSet
 from .base import Room
 
 __all__ = ["BookRound", "RoundBook", "RoundState"]
@@ -60,6 +74,9 @@ class BookRound(Round):
     entry: LedgerEntry | None = None
     """Ledger entry prepared ahead, appended when the round leaves the view."""
     prepared: bool = False
+    fillers: list[Message] | None = None
+    """Stand-in results of abandoned calls, shown after the round's other results."""
+    filler_tokens: int = 0
 
     # a book's rounds are compared and hashed by identity (as the book's own bookkeeping does)
     __eq__ = object.__eq__
@@ -69,13 +86,13 @@ class BookRound(Round):
     def view_tokens(self) -> int:
         if self.state == "evicted":
             return 0
-        return self.shown_tokens if self.shown is not None else self.tokens
+        return (self.shown_tokens if self.shown is not None else self.tokens) + self.filler_tokens
 
     @property
     def view_tool_tokens(self) -> int:
         if self.state == "evicted":
             return 0
-        return self.shown_tool_tokens if self.shown is not None else self.tool_tokens
+        return (self.shown_tool_tokens if self.shown is not None else self.tool_tokens) + self.filler_tokens
 
 
 class RoundBook:
@@ -105,9 +122,14 @@ class RoundBook:
         self.last_user_round: BookRound | None = None
         self.last_assistant_index = -1
         """Index of the newest assistant message (outputs before it have been used)."""
-        self._ids: set[str] = set()
+        self._ids: dict[str, int] = {}
+        """Transcript index by message id."""
         self._open_calls: dict[str, BookRound] = {}
         """Calls without a result yet, by call id (ids may be reused once answered, as real traces do)."""
+        self._abandoned: dict[str, BookRound] = {}
+        """Calls a later message abandoned before their result came, by call id."""
+        self.replies = 0
+        """Assistant messages in the transcript: the turns thrashing is measured in (derived on replay)."""
         self._answered: set[str] = set()
         self._live_from = 0
         """Every round before this ordinal is evicted or a system round: loops start here."""
@@ -126,6 +148,8 @@ class RoundBook:
         self.ledger = Ledger(max_entries=ledger_max_entries)
         self.notes = Notes()
         """Structured notes (decisions, finished subtasks, lessons, open items), shown in the context block."""
+        self.working_set = WorkingSet()
+        """Files, commands, errors and symbols the agent acted on, ranked; shown in the context block."""
         self.summary: str | None = None
         self.summary_span: tuple[str, str] | None = None
         self.summarized_upto = -1
@@ -144,15 +168,17 @@ class RoundBook:
 
     # --- adding ---------------------------------------------------------------------------
     def check(self, messages: Sequence[Message]) -> list[Message]:
-        """The messages `commit` would add (new ids only), after checking all of them; changes nothing.
+        """The messages `commit` would add (new ids only, in order), after checking all of them; changes nothing.
 
         Raises:
-            MessageError: a malformed message (index, field and fix named).
-            ToolPairError: a result for an unknown call, a second result, a call id still pending.
+            MessageError: a malformed message, or an id already used by a different message.
+            ToolPairError: a result for an unknown call, a second result for a call, or a message
+                that makes two calls with the same id.
         """
-        batch_calls: set[str] = set()
-        batch_answered: set[str] = set()
-        batch_ids: set[str] = set()
+        waiting = set(self._open_calls)  # calls without a result at this point of the batch
+        abandoned = set(self._abandoned)
+        answered: set[str] = set()  # answered within the batch
+        seen: dict[str, Message] = {}
         fresh: list[Message] = []
         for i, m in enumerate(messages):
             if not isinstance(m, Message):
@@ -162,38 +188,50 @@ class RoundBook:
                     index=i,
                 )
             check_message(m, index=i)
-            if m.message_id in self._ids or m.message_id in batch_ids:
-                continue
-            batch_ids.add(m.message_id)
+            earlier = seen.get(m.message_id)
+            if earlier is None:
+                at = self._ids.get(m.message_id)
+                earlier = self.transcript[at] if at is not None else None
+            if earlier is not None:
+                if not same_content(earlier, m):
+                    raise _id_conflict(earlier, m, index=i, session_id=self.session_id)
+                continue  # the same message again: idempotent
+            seen[m.message_id] = m
             if m.role == "tool":
                 cid = m.tool_call_id or ""
-                is_open = (cid in self._open_calls and cid not in batch_answered) or cid in batch_calls
-                if not is_open:
-                    if cid in self._answered or cid in batch_answered:
-                        raise ToolPairError(
-                            f"message {i}: a second result for call {cid!r}; send one result per call "
-                            "(merge the outputs into one message).",
-                            index=i,
-                            call_id=cid,
-                        )
+                if cid in waiting:
+                    waiting.discard(cid)
+                elif cid in abandoned:
+                    abandoned.discard(cid)  # a late result: it takes the stand-in's place
+                elif cid in answered or cid in self._answered:
+                    raise ToolPairError(
+                        f"message {i}: a second result for call {cid!r}; send one result per call "
+                        "(merge the outputs into one message).",
+                        index=i,
+                        call_id=cid,
+                    )
+                else:
                     raise ToolPairError(
                         f"message {i}: tool result for unknown call {cid!r}; add the assistant message "
                         "that makes this call first.",
                         index=i,
                         call_id=cid,
                     )
-                batch_calls.discard(cid)
-                batch_answered.add(cid)
-            for call in m.tool_calls:
-                cid = call.call_id
-                if cid in batch_calls or (cid in self._open_calls and cid not in batch_answered):
-                    raise ToolPairError(
-                        f"message {i}: tool call id {cid!r} is already waiting for its result; "
-                        "a call id may be reused only after its result was added.",
-                        index=i,
-                        call_id=cid,
-                    )
-                batch_calls.add(cid)
+                answered.add(cid)
+            else:
+                abandoned |= waiting  # any other message abandons the calls still waiting
+                waiting = set()
+                for call in m.tool_calls:
+                    cid = call.call_id
+                    if cid in waiting:
+                        raise ToolPairError(
+                            f"message {i}: two tool calls share the id {cid!r}; give each call its own id.",
+                            index=i,
+                            call_id=cid,
+                        )
+                    waiting.add(cid)
+                    abandoned.discard(cid)  # the id now belongs to the newer call
+                    answered.discard(cid)
             fresh.append(m)
         return fresh
 
@@ -213,13 +251,16 @@ class RoundBook:
         n = self.accountant.count_message(m, shared=m.role in ("system", "developer"))
         self.transcript.append(m)
         self.counts.append(n)
-        self._ids.add(m.message_id)
+        self._ids[m.message_id] = index
         if m.role == "assistant":
             self.last_assistant_index = index
+            self.replies += 1
+        if m.role != "tool" and self._open_calls:
+            self._abandon_open_calls()
         last = self.rounds[-1] if self.rounds else None
         if m.role == "tool":
             cid = m.tool_call_id or ""
-            r = self._open_calls.pop(cid)
+            r = self._open_calls.pop(cid, None) or self._take_late_result(cid)
             self._detach(r)
             r.add_index(index)
             r.tokens += n
@@ -251,6 +292,7 @@ class RoundBook:
                 for cid in r.call_ids:
                     self._open_calls[cid] = r
                     self._answered.discard(cid)
+                    self._abandoned.pop(cid, None)  # the id belongs to the newer call now
             elif r.kind == "system":
                 self.system_rounds.append(r)
             elif m.role == "user":
@@ -263,6 +305,46 @@ class RoundBook:
         if not self.dirty:
             self.view.append(m)
             self.view_tokens += n
+
+    def _abandon_open_calls(self) -> None:
+        """A message other than a tool result arrived: every call still waiting is abandoned.
+
+        Its round shows a stand-in result after its other results (appended to the cached view when
+        the view only grows, which it does: waiting calls always belong to the newest round).
+        """
+        for cid, r in self._open_calls.items():
+            call_message = self.transcript[r.start]
+            call = next(c for c in call_message.tool_calls if c.call_id == cid)
+            stand_in = abandoned_result(call_message, call)
+            n = self.accountant.count_message(stand_in)
+            self._detach(r)
+            r.pending = tuple(c for c in r.pending if c != cid)
+            r.fillers = [*(r.fillers or ()), stand_in]
+            r.filler_tokens += n
+            self._attach(r)
+            self._abandoned[cid] = r
+            if not self.dirty and r.state != "evicted":
+                self.view.append(stand_in)
+                self.view_tokens += n
+        self._open_calls.clear()
+
+    def _take_late_result(self, call_id: str) -> BookRound:
+        """The round of an abandoned call whose result arrived after all, its stand-in removed.
+
+        What was prepared from the round while the result was missing (stand-ins, ledger entry,
+        facts) is made again from the transcript when next needed; the view is rendered again.
+        """
+        r = self._abandoned.pop(call_id)
+        self._detach(r)
+        fillers = r.fillers or []
+        stand_in = next(f for f in fillers if f.tool_call_id == call_id)
+        fillers.remove(stand_in)
+        r.filler_tokens -= self.accountant.count_message(stand_in)
+        r.fillers = fillers or None
+        r.prepared, r.ready, r.entry, r.facts = False, None, None, None
+        self._attach(r)
+        self.dirty = True
+        return r
 
     # --- round states ---------------------------------------------------------------------
     def _detach(self, r: BookRound) -> None:
@@ -380,7 +462,8 @@ class RoundBook:
         expected = min(max(room.ledger_cap, self.context_tokens), base + 24 * max(0, grown))
         if room.tight:
             expected = max(expected, min(room.ledger_cap, room.effective // 4))
-        return expected
+        # the working set is kept ahead of the newest rounds' bulk: a large recent output shrinks first
+        return max(expected, room.work_need)
 
     # --- facts ----------------------------------------------------------------------------
     def message_facts(self, index: int) -> list[str]:
@@ -495,6 +578,8 @@ class RoundBook:
             if r.kind == "tool-call" and r.shown is None and len(r) > 1:
                 # a result may have arrived late: render results right after their call
                 msgs = sorted(msgs, key=lambda m: 0 if m.role != "tool" else 1)
+            if r.fillers:
+                msgs = [*msgs, *r.fillers]
             tokens += r.view_tokens
             if r.kind == "system" and not kept_started:
                 head.extend(msgs)
@@ -510,3 +595,19 @@ class RoundBook:
         self.view_tokens = tokens
         self.dirty = False
         self.view_generation += 1
+
+
+def _brief(m: Message) -> str:
+    text = m.text or ", ".join(f"{c.name}(…)" for c in m.tool_calls) or "(no text)"
+    return f"{m.role} {text[:40]!r}"
+
+
+def _id_conflict(earlier: Message, m: Message, *, index: int, session_id: str) -> MessageError:
+    """The error for ``m`` reusing the id of a different message already in the session (or batch)."""
+    return MessageError(
+        f"message {index}: id {m.message_id!r} is already used in session {session_id!r} by a different message "
+        f"(stored: {_brief(earlier)}; now: {_brief(m)}); give each message its own id (leave `message_id` out "
+        "for a fresh one). Adding the same content again under its id is fine: it is skipped.",
+        index=index,
+        field="message_id",
+    )

@@ -20,7 +20,7 @@ from .base import Change
 from .book import BookRound, RoundBook
 from .config import CompactionConfig
 
-__all__ = ["CLEAR", "Cut", "clear_round", "run", "stand_ins"]
+__all__ = ["CLEAR", "Cut", "clear_round", "cleared_stand_in", "run", "stand_ins"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +122,11 @@ def stand_ins(book: RoundBook, r: BookRound, config: CompactionConfig, cut: Cut 
                 continue
         shown.append(m_shown)
     return shown if changed else None
+
+
+def cleared_stand_in(book: RoundBook, config: CompactionConfig, index: int, snapshot_id: str) -> Message:
+    """The plain cleared stand-in of output ``index`` (made again exactly from the transcript)."""
+    return _stand_in(book, config, index, snapshot_id, shorten=False, max_tokens=0)
 
 
 def _stand_in(

@@ -16,11 +16,13 @@ strategy names as its keys (``tool-results`` gates clear at 0.75, ``progressive`
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..exceptions import ConfigError
+from ..messages import ROLES
 
 __all__ = [
     "CASCADE_KEYS",
@@ -49,6 +51,45 @@ CASCADE_KEYS: Mapping[Layer, Strategy] = {"clear": "tool-results", "evict": "pro
 """The cascade table's key for each layer: the table keeps the seed's strategy names, the code uses layer names."""
 
 
+LAYERS: tuple[Layer, ...] = ("clear", "evict", "summarize")
+_CASCADE_TABLE = 'a table of strategy = utilization in (0, 2], e.g. {"tool-results": 0.75, "progressive": 0.85}'
+CONTENT_TYPES: tuple[str, ...] = ("tool", "thinking", "message")
+"""Content types of the ``type_ttl`` table."""
+
+_MAX_INT = 1_000_000_000
+_MAX_WEIGHT = 1000.0
+
+
+def _bad(key: str, value: object, allowed: str) -> ConfigError:
+    return ConfigError(f"compaction config: {key}={value!r} is invalid; allowed: {allowed}.", key=key)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    """An int or a finite float (never a bool, NaN or infinity)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return _is_int(value) or math.isfinite(value)
+
+
+def _check_int(key: str, value: object, low: int, high: int = _MAX_INT) -> None:
+    if not _is_int(value) or not low <= value <= high:  # type: ignore[operator]
+        raise _bad(key, value, f"an integer in [{low}, {high}]")
+
+
+def _check_share(key: str, value: object, low: float, high: float, *, low_open: bool, high_open: bool) -> None:
+    ok = _is_number(value)
+    if ok:
+        number = float(value)  # type: ignore[arg-type]
+        ok = (low < number if low_open else low <= number) and (number < high if high_open else number <= high)
+    if not ok:
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise _bad(key, value, f"a finite number in {interval}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class HybridWeights:
     """Weights of the hybrid eviction score (higher score = kept longer)."""
@@ -57,6 +98,116 @@ class HybridWeights:
     priority: float = 0.3
     type: float = 0.2
     references: float = 0.2
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            _check_share(
+                f"hybrid_weights.{f.name}", getattr(self, f.name), 0.0, _MAX_WEIGHT, low_open=False, high_open=False
+            )
+
+
+_INT_FIELDS: dict[str, tuple[int, int]] = {
+    "tool_result_min_tokens": (1, _MAX_INT),
+    "progressive_line_after": (1, _MAX_INT),
+    "keep_recent_rounds": (1, _MAX_INT),
+    "clear_after_rounds": (1, _MAX_INT),
+    "cleared_head_chars": (0, _MAX_INT),
+    "cleared_max_facts": (0, _MAX_INT),
+    "scan_chars": (0, _MAX_INT),
+    "min_clear_tokens": (0, _MAX_INT),
+    "preview_head_chars": (0, _MAX_INT),
+    "preview_tail_chars": (0, _MAX_INT),
+    "ledger_max_tokens": (1, _MAX_INT),
+    "ledger_max_entries": (1, _MAX_INT),
+    "summary_max_tokens": (1, _MAX_INT),
+    "max_summarizer_failures": (1, _MAX_INT),
+    "reactive_keep_rounds": (0, _MAX_INT),
+    "reactive_retries": (0, 10),
+    "thrash_window_turns": (1, _MAX_INT),
+    "thrash_repeats": (1, _MAX_INT),
+}
+"""Integer options and their inclusive range."""
+
+_FLOAT_FIELDS: dict[str, tuple[float, float, bool, bool]] = {
+    "high_water": (0.0, 1.0, True, False),
+    "low_water": (0.0, 1.0, True, True),
+    "compaction_budget_ms": (0.0, 1e12, False, False),
+    "prepare_slice_ms": (0.0, 1e12, True, False),
+    "merge_similarity": (0.0, 1.0, True, False),
+    "ledger_share": (0.0, 0.9, True, False),
+    "working_set_share": (0.0, 1.0, False, False),
+    "summary_min_identifiers": (0.0, 1.0, False, False),
+    "breaker_cooldown_s": (0.0, 1e12, False, False),
+    "reactive_low_water": (0.0, 1.0, True, True),
+    "thrash_deepen_by": (0.0, 1.0, False, True),
+    "min_low_water": (0.0, 1.0, True, True),
+}
+"""Number options: (low, high, low excluded, high excluded)."""
+
+
+def _check_table(key: str, value: object, keys: tuple[str, ...], check: Any, example: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _bad(key, value, f"a table of {example}")
+    for name, item in value.items():
+        if not isinstance(name, str) or name not in keys:
+            raise _bad(key, dict(value), f"keys among {', '.join(keys)} ({example})")
+        check(f"{key}.{name}", item)
+    return dict(value)
+
+
+def _check_fields(config: CompactionConfig) -> None:
+    """Type and range of every option on its own (the order between options is checked after)."""
+    for key, (low, high) in _INT_FIELDS.items():
+        _check_int(key, getattr(config, key), low, high)
+    for key, (flow, fhigh, low_open, high_open) in _FLOAT_FIELDS.items():
+        _check_share(key, getattr(config, key), flow, fhigh, low_open=low_open, high_open=high_open)
+    if 0.0 < config.thrash_deepen_by < 0.001:
+        raise _bad("thrash_deepen_by", config.thrash_deepen_by, "0 (never deepen) or a share in [0.001, 1)")
+    if not isinstance(config.require_user_first, bool):
+        raise _bad("require_user_first", config.require_user_first, "true or false")
+    if not isinstance(config.eviction_policy, str) or config.eviction_policy not in EVICTION_POLICIES:
+        raise _bad("eviction_policy", config.eviction_policy, ", ".join(EVICTION_POLICIES))
+    layers = config.layers
+    if (
+        isinstance(layers, str | bytes)
+        or not isinstance(layers, tuple | list)
+        or any(not isinstance(layer, str) or layer not in LAYERS for layer in layers)
+        or len(set(layers)) != len(layers)
+    ):
+        raise _bad("layers", layers, "a list of distinct layer names among 'clear', 'evict', 'summarize'")
+    object.__setattr__(config, "layers", tuple(layers))
+    cascade = _check_table(
+        "cascade",
+        config.cascade,
+        STRATEGIES,
+        lambda k, v: _check_share(k, v, 0.0, 2.0, low_open=True, high_open=False),
+        'strategy = utilization in (0, 2] (above 1 disables the strategy), e.g. {"tool-results": 0.75}',
+    )
+    object.__setattr__(config, "cascade", cascade)
+    weights = config.hybrid_weights
+    if isinstance(weights, Mapping):
+        names = tuple(f.name for f in dataclasses.fields(HybridWeights))
+        _check_table("hybrid_weights", weights, names, lambda k, v: None, "weight = number >= 0")
+        weights = HybridWeights(**weights)
+        object.__setattr__(config, "hybrid_weights", weights)
+    if not isinstance(weights, HybridWeights):
+        raise _bad("hybrid_weights", weights, "a table with freshness, priority, type and references (numbers >= 0)")
+    source_weights = _check_table(
+        "source_weights",
+        config.source_weights,
+        tuple(sorted(ROLES)),
+        lambda k, v: _check_share(k, v, 0.0, _MAX_WEIGHT, low_open=False, high_open=False),
+        f"role = weight in [0, {_MAX_WEIGHT:g}]",
+    )
+    object.__setattr__(config, "source_weights", source_weights)
+    type_ttl = _check_table(
+        "type_ttl",
+        config.type_ttl,
+        CONTENT_TYPES,
+        lambda k, v: _check_int(k, v, 0),
+        f"content type = rounds in [0, {_MAX_INT}]",
+    )
+    object.__setattr__(config, "type_ttl", type_ttl)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,6 +278,9 @@ class CompactionConfig:
     """Largest share of the budget the progress ledger may take."""
     ledger_max_tokens: int = 1000
     """Absolute cap on the rendered ledger."""
+    working_set_share: float = 0.7
+    """Largest share of the context block the working set (files, commands, errors the agent acted
+    on) may take; the ledger gets what it leaves. 0 turns the working set off."""
     ledger_max_entries: int = 200
     """Entries kept in the ledger; older ones roll up into counts per status and tool."""
     summary_max_tokens: int = 1500
@@ -155,44 +309,19 @@ class CompactionConfig:
     """Make the first non-system message of the view a user message (Anthropic and Gemini require it)."""
 
     def __post_init__(self) -> None:
-        def bad(key: str, value: object, allowed: str) -> ConfigError:
-            return ConfigError(f"compaction config: {key}={value!r} is invalid; allowed: {allowed}.", key=key)
-
-        if not 0.0 < self.low_water < self.high_water <= 1.0:
-            raise bad(
+        _check_fields(self)
+        if not self.low_water < self.high_water:
+            raise _bad(
                 "low_water/high_water",
                 (self.low_water, self.high_water),
                 "0 < low_water < high_water <= 1.0 (e.g. 0.5 and 1.0)",
             )
-        if not 0.0 < self.reactive_low_water <= self.low_water:
-            raise bad("reactive_low_water", self.reactive_low_water, f"a share in (0, low_water={self.low_water}]")
-        if not 0.0 < self.min_low_water <= self.low_water:
-            raise bad("min_low_water", self.min_low_water, f"a share in (0, low_water={self.low_water}]")
-        for key in ("keep_recent_rounds", "clear_after_rounds", "max_summarizer_failures", "thrash_repeats"):
-            if getattr(self, key) < 1:
-                raise bad(key, getattr(self, key), "an integer >= 1")
-        for key in ("cleared_head_chars", "scan_chars", "reactive_keep_rounds", "reactive_retries", "min_clear_tokens"):
-            if getattr(self, key) < 0:
-                raise bad(key, getattr(self, key), "an integer >= 0")
-        if self.eviction_policy not in EVICTION_POLICIES:
-            raise bad("eviction_policy", self.eviction_policy, ", ".join(EVICTION_POLICIES))
-        for layer in self.layers:
-            if layer not in ("clear", "evict", "summarize"):
-                raise bad("layers", self.layers, "a sequence of 'clear', 'evict', 'summarize'")
-        if not 0.0 < self.ledger_share <= 0.9:
-            raise bad("ledger_share", self.ledger_share, "a share in (0, 0.9]")
-        if not 0.0 < self.merge_similarity <= 1.0:
-            raise bad("merge_similarity", self.merge_similarity, "a similarity in (0, 1]")
-        unknown = sorted(set(self.cascade) - set(STRATEGIES))
-        if unknown:
-            raise bad("cascade", dict(self.cascade), f"strategy names among {', '.join(STRATEGIES)}")
-        for name, threshold in self.cascade.items():
-            if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 < threshold <= 2.0:
-                raise bad(f"cascade.{name}", threshold, "a utilization in (0, 2] (above 1 disables the strategy)")
-        if self.tool_result_min_tokens < 1:
-            raise bad("tool_result_min_tokens", self.tool_result_min_tokens, "an integer >= 1")
+        if not self.reactive_low_water <= self.low_water:
+            raise _bad("reactive_low_water", self.reactive_low_water, f"a share in (0, low_water={self.low_water}]")
+        if not self.min_low_water <= self.low_water:
+            raise _bad("min_low_water", self.min_low_water, f"a share in (0, low_water={self.low_water}]")
         if self.progressive_line_after < self.clear_after_rounds:
-            raise bad(
+            raise _bad(
                 "progressive_line_after",
                 self.progressive_line_after,
                 f"an integer >= clear_after_rounds ({self.clear_after_rounds}): one-line tier after key points",
@@ -215,38 +344,56 @@ class CompactionConfig:
             seed_cascade = {**DEFAULT_CASCADE, "tool-results": 0.70, "progressive": 0.70, "conversation": 0.90}
             base: dict[str, Any] = {"high_water": 0.70, "low_water": 0.60, "cascade": seed_cascade}
             if "cascade" in overrides:  # a partial table overrides the profile's, not the whole of it
-                overrides = {**overrides, "cascade": {**seed_cascade, **overrides["cascade"]}}
+                cascade = overrides["cascade"]
+                if not isinstance(cascade, Mapping):
+                    raise _bad("cascade", cascade, _CASCADE_TABLE)
+                overrides = {**overrides, "cascade": {**seed_cascade, **cascade}}
             return cls(**{**base, **overrides})
-        raise ConfigError(f"unknown compaction profile {name!r}; use 'default' or 'seed'.", key="profile")
+        raise ConfigError(
+            f"compaction config: profile={name!r} is invalid; allowed: 'default' or 'seed'.", key="profile"
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CompactionConfig:
-        """Build from a plain dict (a config file section); unknown keys are errors naming the allowed ones."""
+        """Build from a plain dict (a config file section); unknown keys are errors naming the allowed ones.
+
+        Raises:
+            ConfigError: ``data`` is not a table, a key is unknown, or a value has the wrong type or
+                range (the message names the key and what it allows).
+        """
+        if not isinstance(data, Mapping):
+            raise ConfigError(
+                f"compaction config: {data!r} is not a table of options; pass a dict such as "
+                '{"low_water": 0.4} or a CompactionConfig.',
+                key="config",
+            )
         data = dict(data)
         profile = data.pop("profile", "default")
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted((k for k in data if k not in known), key=str)
         if unknown:
             raise ConfigError(
-                f"compaction config: unknown key(s) {unknown}; allowed keys: {sorted(known)}.", key=unknown[0]
+                f"compaction config: unknown key(s) {unknown}; allowed keys: {sorted(known)}.", key=str(unknown[0])
             )
-        if isinstance(data.get("hybrid_weights"), Mapping):
-            data["hybrid_weights"] = HybridWeights(**data["hybrid_weights"])
-        if "layers" in data:
-            data["layers"] = tuple(data["layers"])
         if "cascade" in data:
             if not isinstance(data["cascade"], Mapping):
-                raise ConfigError(
-                    f"compaction config: cascade={data['cascade']!r} is invalid; allowed: a table of strategy = "
-                    'utilization, e.g. {"tool-results": 0.75, "progressive": 0.85}.',
-                    key="cascade",
-                )
+                raise _bad("cascade", data["cascade"], _CASCADE_TABLE)
             if profile == "default":  # a partial table keeps the other strategies' defaults
                 data["cascade"] = {**DEFAULT_CASCADE, **data["cascade"]}
-        try:
-            return cls.profile(profile, **data)
-        except TypeError as exc:
-            raise ConfigError(f"compaction config: {exc}", key=None) from None
+        return cls.profile(profile, **data)
+
+    @classmethod
+    def coerce(cls, config: CompactionConfig | Mapping[str, Any] | None) -> CompactionConfig:
+        """``config`` as a `CompactionConfig`: as is, built from a dict, or the defaults for None.
+
+        Raises:
+            ConfigError: anything else (a list, a string...), or an invalid dict.
+        """
+        if config is None:
+            return cls()
+        if isinstance(config, CompactionConfig):
+            return config
+        return cls.from_dict(config)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every option (for `config show`)."""

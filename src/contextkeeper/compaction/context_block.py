@@ -4,8 +4,13 @@ It is rendered only when a compaction runs (so the prefix a provider cached stay
 between compactions) and holds, top to bottom:
 
 * a header naming how to read any step back (``read_context("#<step>")``);
-* the sections of `sections`: the running summary of the evicted span, the agent's notes;
+* the sections of `sections`: the running summary of the evicted span, the agent's notes, the
+  working set (files, commands, errors and symbols the agent acted on: it outranks what merely
+  appeared in outputs, and the view keeps room for it, see `working_set_need`);
 * the progress ledger, which takes whatever room is left (it is the densest in facts).
+
+The block's message id is derived from its text (`context_id`), so a resumed session shows the
+same id.
 
 The block aims at the low-water target: when the rounds that may not leave the view fit under
 it, the block gets the room up to the target (at least half its share of the budget, as far as
@@ -15,16 +20,35 @@ To add a section, add it to `sections` with its share of the room.
 
 from __future__ import annotations
 
+import hashlib
+
 from ..messages import Message, TextPart
 from ..summarize.extractive import fit_summary
 from .book import RoundBook
 from .config import CompactionConfig
 
-__all__ = ["CONTEXT_HEADER", "context_room", "render", "sections"]
+__all__ = ["CONTEXT_HEADER", "context_id", "context_room", "render", "sections", "working_set_need"]
 
 CONTEXT_HEADER = "[contextkeeper] Earlier conversation was compacted"
 SUMMARY_SHARE = 0.4
 """Share of the block's room the running summary may take (the rest is the ledger's)."""
+SECTION_HEADER = 48
+"""Tokens a section's header and separators are reckoned at."""
+
+
+def context_id(text: str) -> str:
+    """The id of a context block: derived from its text, so a resumed session shows the same id."""
+    return "ck_context_" + hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def working_set_need(book: RoundBook) -> int:
+    """Tokens the block needs to show the working set (with its header), within its cap (`Room.work_cap`)."""
+    cap = book.room.work_cap
+    if cap <= 0:
+        return 0
+    book.working_set.catch_up(book.transcript)
+    text = book.working_set.render(max_tokens=cap, count=book.accountant.count_text)
+    return book.accountant.count_text(text) + SECTION_HEADER if text else 0
 
 
 def context_room(book: RoundBook, config: CompactionConfig, target: int | None) -> int:
@@ -49,7 +73,7 @@ def sections(book: RoundBook, room: int) -> list[str]:
     out: list[str] = []
     if book.summary and book.summary_span:
         a, b = book.summary_span
-        limit = max(0, int(room * SUMMARY_SHARE) - 48)
+        limit = max(0, int(room * SUMMARY_SHARE) - SECTION_HEADER)
         # a summary never pushes the view past the budget: shrunk by sections, identifiers first
         summary = fit_summary(book.summary, limit, counter=book.accountant.counter)
         out.append(f"Summary of messages {a}..{b}:\n{summary}")
@@ -57,10 +81,17 @@ def sections(book: RoundBook, room: int) -> list[str]:
         notes_text = book.notes.render(max_tokens=max(0, room // 4), counter=book.accountant.count_text)
         if notes_text:
             out.append(notes_text)
+    # what the agent acted on outranks what merely appeared in outputs: it comes before the ledger
+    book.working_set.catch_up(book.transcript)
+    work_text = book.working_set.render(
+        max_tokens=min(book.room.work_cap, room - SECTION_HEADER), count=book.accountant.count_text
+    )
+    if work_text:
+        out.append(work_text)
     return out
 
 
-def render(book: RoundBook, config: CompactionConfig, *, turn: int, target: int | None = None) -> None:
+def render(book: RoundBook, config: CompactionConfig, *, target: int | None = None) -> None:
     """Render the context block into the room left in the budget (`RoundBook.context`)."""
     book.evicted_at_render = book.n_evicted
     if not book.n_evicted and book.summary is None and not book.ledger.notes_added and not len(book.notes):
@@ -77,7 +108,7 @@ def render(book: RoundBook, config: CompactionConfig, *, turn: int, target: int 
         return Message(
             role="user",
             parts=(TextPart(text=text),),
-            message_id=f"ck_context_{turn}",
+            message_id=context_id(text),
             source_ids=source_ids,
             extra={"contextkeeper": "context"},
         )

@@ -15,7 +15,7 @@ stake, `shrink` takes the newest rounds down to previews and offloads an oversiz
 
 This module decides *when* layers run: the high-water gate, the cascade table's per-layer
 gates (by the utilization a compaction started from), thrash detection (a view that refills
-within a few turns of a compaction deepens the next cut) and the events of each layer run.
+within a few assistant replies of a compaction deepens the next cut) and the events of each layer run.
 """
 
 from __future__ import annotations
@@ -34,13 +34,14 @@ from ..messages import Message
 from ..notes import Notes
 from ..snapshots import SnapshotStore
 from ..tokens.accountant import TokenAccountant
+from ..workingset import WorkingSet
 from . import clear, context_block, evict, reactive, shrink
 from .ahead import PrepareAhead
 from .base import Change, LayerName, Plan, Room
 from .book import BookRound, RoundBook
 from .breaker import CircuitBreaker
 from .config import CompactionConfig, Layer
-from .state import Counters, export_state, import_state
+from .state import Counters, export_state, import_state, saved_view
 from .summarize import SummaryLayer
 from .summarizer import SummaryReply, SummaryRequest
 
@@ -54,7 +55,12 @@ _GATED: tuple[Layer, ...] = ("clear", "evict", "summarize")
 
 @dataclass(frozen=True, kw_only=True)
 class ViewStatus:
-    """Accounting of one prepared view."""
+    """Accounting of one prepared view.
+
+    ``used`` and ``budget`` are in the provider's tokens: the counter's count times the applied
+    calibration (``calibration``, 1.0 until enough usage was reported); ``used_raw`` is the
+    counter's own count and ``breakdown`` is in the counter's tokens too.
+    """
 
     used: int
     budget: int
@@ -72,6 +78,17 @@ class ViewStatus:
     breaker: str
     subscriber_errors: int = 0
     hook_errors: int = 0
+    used_raw: int = 0
+    """The view's tokens as the counter counts them (before calibration)."""
+    calibration: float = 1.0
+    """The calibration factor applied to the counts (provider tokens per counted token)."""
+    window: int = 0
+    """The context window the budget uses: the configured one, or the smaller one the server serves."""
+    served_window: int | None = None
+    """The window a context-length error reported, when the session adopted it (smaller than configured)."""
+    degraded: str | None = None
+    """Why the session's store does not have this view: ``store-unavailable`` (compacted in memory, saved
+    when the store is back) or ``store-lost`` (see `Session.restore_to_store`); None when it has it."""
 
 
 class ContextEngine:
@@ -82,14 +99,16 @@ class ContextEngine:
         *,
         session_id: str,
         accountant: TokenAccountant,
-        budget: Budget,
+        budget: Budget | Callable[[], Budget],
         config: CompactionConfig,
         snapshots: SnapshotStore,
         events: EventBus,
     ) -> None:
         self.session_id = session_id
         self.accountant = accountant
-        self.budget = budget
+        # a session passes a function: its budget follows calibration and the window the server serves
+        self._budget_source = budget if callable(budget) else None
+        self._budget = budget if isinstance(budget, Budget) else budget()
         self.config = config
         self.events = events
         self.book = RoundBook(
@@ -97,7 +116,7 @@ class ContextEngine:
             accountant=accountant,
             snapshots=snapshots,
             events=events,
-            room=Room.of(budget.effective, config),
+            room=Room.of(self._budget.effective, config),
             ledger_max_entries=config.ledger_max_entries,
             max_facts=config.cleared_max_facts,
             scan_chars=config.scan_chars,
@@ -108,10 +127,12 @@ class ContextEngine:
         self.hook_errors = 0
         self._pre_ratio = 0.0
         """Utilization the last compaction started from (it decides which gates are open)."""
-        self._gate_floor = 0.0
-        """After a compaction the cascade table held above high water: the utilization that may retry."""
-        self._last_compaction_turn: int | None = None
-        self._thrash_streak = 0
+
+    @property
+    def budget(self) -> Budget:
+        """The budget the view is held to, in the counter's tokens (see `Budget.scale`)."""
+        source = self._budget_source
+        return self._budget if source is None else source()
 
     # --- the session's view of the book -----------------------------------------------------
     @property
@@ -129,6 +150,10 @@ class ContextEngine:
     @property
     def notes(self) -> Notes:
         return self.book.notes
+
+    @property
+    def working_set(self) -> WorkingSet:
+        return self.book.working_set
 
     @property
     def summary(self) -> str | None:
@@ -161,7 +186,14 @@ class ContextEngine:
     def add(self, messages: Sequence[Message]) -> int:
         """Append ``messages`` to the transcript; returns how many were new (ids already seen are skipped).
 
-        All messages are checked before any is added: on error the session is unchanged.
+        All messages are checked before any is added: on error the session is unchanged. A tool
+        call whose result does not come before the next other message is abandoned: the view shows
+        a marked stand-in result for it until the real one arrives (see `book`).
+
+        Raises:
+            MessageError: a malformed message (index, field and fix named), or an id already used
+                by a different message.
+            ToolPairError: a result for an unknown call, a second result, one call id twice in a message.
         """
         fresh = self.book.check(messages)
         self.book.commit(fresh)
@@ -210,7 +242,7 @@ class ContextEngine:
         high = config.high_water * effective
         # a compaction the cascade table held above high water is retried only once another gate
         # opens (or the view would not fit), not on every turn
-        refilled = book.view_tokens > max(high, self._gate_floor * effective)
+        refilled = book.view_tokens > max(high, self.counters.gate_floor * effective)
         if plan is not None or refilled:
             if plan is None:
                 self._check_thrashing()
@@ -218,10 +250,10 @@ class ContextEngine:
             started = time.perf_counter()
             unprepared = self.ahead.pending_rounds(book, config)
             layer = yield from self._compact(plan, target=int(plan.low_water * effective))
-            self._gate_floor = self._closed_gate() if book.view_tokens > high else 0.0
+            self.counters.gate_floor = self._closed_gate() if book.view_tokens > high else 0.0
             if not self.summary_layer.enabled:  # a summarizer's own time is not the compaction's
                 self.ahead.compacted(started, unprepared)
-            self._last_compaction_turn = self.counters.turn
+            self.counters.last_compaction_reply = book.replies
         else:
             self.ahead.track(book, config, high)
         return self._turn_result(layer)
@@ -236,7 +268,7 @@ class ContextEngine:
             return None
         effective = self.budget.effective
         high = self.config.high_water * effective
-        if book.view_tokens > max(high, self._gate_floor * effective):
+        if book.view_tokens > max(high, self.counters.gate_floor * effective):
             return None
         self.counters.turn += 1
         self.ahead.track(book, self.config, high)
@@ -268,16 +300,20 @@ class ContextEngine:
 
     def status(self, layer: str | None = None) -> ViewStatus:
         """Accounting of the current view (constant time: totals are kept as messages arrive)."""
-        book = self.book
-        effective = self.budget.effective
+        book, budget = self.book, self.budget
+        effective = budget.effective
         # the running totals, not the cached list: right even before the first prepare
         used = book.rendered_total()
         history = used - book.system_total - book.context_tokens - book.tool_total
         return ViewStatus(
-            used=used,
-            budget=effective,
+            used=budget.calibrated(used),
+            used_raw=used,
+            budget=budget.calibrated_effective,
+            calibration=budget.scale,
+            window=budget.window,
+            served_window=self.accountant.calibration.served_window,
             ratio=round(used / effective, 4) if effective else 0.0,
-            state=self.budget.state(used),
+            state=budget.state(used),
             layer=layer,
             breakdown={
                 "system": book.system_total,
@@ -302,25 +338,25 @@ class ContextEngine:
 
     def _check_thrashing(self) -> None:
         config, counters = self.config, self.counters
-        last = self._last_compaction_turn
-        if last is not None and counters.turn - last <= config.thrash_window_turns:
-            self._thrash_streak += 1
-            if self._thrash_streak >= config.thrash_repeats:
+        last = counters.last_compaction_reply
+        if last is not None and self.book.replies - last <= config.thrash_window_turns:
+            counters.thrash_streak += 1
+            if counters.thrash_streak >= config.thrash_repeats:
                 counters.deepen = min(counters.deepen + config.thrash_deepen_by, config.low_water)
-                self._thrash_streak = 0
+                counters.thrash_streak = 0
                 self.events.emit(
                     Alert(
                         session_id=self.session_id,
                         alert="thrashing",
                         detail=(
-                            f"view refilled to high water within {config.thrash_window_turns} turns of a "
+                            f"view refilled to high water within {config.thrash_window_turns} replies of a "
                             f"compaction {config.thrash_repeats} times in a row; next compactions cut to "
                             f"{max(config.min_low_water, config.low_water - counters.deepen):.2f}"
                         ),
                     )
                 )
         else:
-            self._thrash_streak = 0
+            counters.thrash_streak = 0
 
     # --- the cascade ----------------------------------------------------------------------
     def _compact(self, plan: Plan, *, target: int) -> Generator[SummaryRequest, SummaryReply, str | None]:
@@ -328,12 +364,14 @@ class ContextEngine:
         effective = self.budget.effective
         layer: str | None = None
         protected = book.protected(plan.keep_rounds)
-        book.room = Room.of(effective, config, tight=book.room.tight, floor=book.room.floor)
+        room = book.room
+        book.room = Room.of(effective, config, tight=room.tight, floor=room.floor, work_need=room.work_need)
         self._pre_ratio = book.total() / effective if effective else 1.0
         hard = book.protected(0)
         floor = sum(book.rounds[o].view_tokens for o in hard) + self.accountant.framing.reply_priming
         tight = floor + min(book.room.ledger_cap, effective // 10) > target
-        book.room = Room.of(effective, config, tight=tight, floor=floor)
+        book.room = Room.of(effective, config, tight=tight, floor=floor, work_need=book.room.work_need)
+        book.room = replace(book.room, work_need=context_block.working_set_need(book))
         if "clear" in config.layers and self._open("clear", trigger) and book.total() > target:
             layer = self._run("clear", trigger, target, lambda: clear.run(book, target, config, protected=protected))
         if "evict" in config.layers and self._open("evict", trigger) and book.total() > target:
@@ -347,17 +385,17 @@ class ContextEngine:
                 layer = "summarize"
                 self._count("summarize")
             self._finished(change, trigger, started)
-        context_block.render(book, config, turn=self.counters.turn, target=target)
+        context_block.render(book, config, target=target)
         if "evict" in config.layers and self._open("evict", trigger):
             # The context block is only estimated while evicting; once rendered it may leave the view
             # above the target: evict a little more and render again (it converges in a step or two).
             for _ in range(3):
                 if book.rendered_total() <= target or not evict.run(book, target, config, protected=protected).items:
                     break
-                context_block.render(book, config, turn=self.counters.turn, target=target)
+                context_block.render(book, config, target=target)
         if book.total() > effective:  # under a tight budget this includes the context block's quarter
             layer = self._run("shrink", trigger, effective, lambda: shrink.run(book, effective, config))
-            context_block.render(book, config, turn=self.counters.turn, target=target)
+            context_block.render(book, config, target=target)
         book.rebuild()
         if book.view_tokens > effective:
             raise self._budget_error(effective)
@@ -402,14 +440,15 @@ class ContextEngine:
         after = change.tokens_after
         duration = (time.perf_counter() - started) * 1000
         if self.events.listening:
-            effective = self.budget.effective
+            budget = self.budget
+            effective = budget.effective
             self.events.emit(
                 ContextStatus(
                     session_id=self.session_id,
-                    used=after,
-                    budget=effective,
+                    used=budget.calibrated(after),
+                    budget=budget.calibrated_effective,
                     ratio=round(after / effective, 4) if effective else 0.0,
-                    state=self.budget.state(after),
+                    state=budget.state(after),
                     compact_layer=change.layer,
                 )
             )
@@ -441,10 +480,12 @@ class ContextEngine:
     def _budget_error(self, effective: int) -> BudgetExceeded:
         s = self.status()
         used = self.book.view_tokens
+        budget = self.budget
+        scale = f", counted tokens at calibration scale {budget.scale:g}" if budget.scale != 1 else ""
         return BudgetExceeded(
             f"session {self.session_id!r}: the protected part of the view needs {used} tokens "
-            f"but the effective budget is {effective} (window {self.budget.window} − reserved output "
-            f"{self.budget.reserved_output} − tool schemas {self.budget.tool_schemas}); breakdown {s.breakdown}. "
+            f"but the effective budget is {effective} (window {budget.window} − reserved output "
+            f"{budget.reserved_output} − tool schemas {budget.tool_schemas}{scale}); breakdown {s.breakdown}. "
             "Raise the window, lower the reserved output, shorten the system prompt or unpin messages.",
             budget=effective,
             used=used,
@@ -463,10 +504,14 @@ class ContextEngine:
     def import_state(self, state: Mapping[str, Any]) -> None:
         """Restore what `export_state` saved onto a transcript that was replayed with `add` (see `state`)."""
         counters, self.accountant.calibration = import_state(self.book, state, self.config, self.accountant.calibration)
-        self.counters = Counters(turn=counters.turn, compactions=counters.compactions, deepen=counters.deepen)
         self.breaker.failures = counters.breaker_failures
         self.breaker.total_failures = counters.breaker_total_failures
+        self.counters = replace(counters, breaker_failures=0, breaker_total_failures=0)  # the breaker keeps them
         book = self.book
-        book.room = Room.of(self.budget.effective, self.config, tight=book.room.tight, floor=book.room.floor)
-        context_block.render(book, self.config, turn=self.counters.turn)
+        room = book.room
+        book.room = Room.of(
+            self.budget.effective, self.config, tight=room.tight, floor=room.floor, work_need=room.work_need
+        )
+        if not saved_view(state):  # saved by a version that did not keep the context block
+            context_block.render(book, self.config)
         book.rebuild()

@@ -18,6 +18,7 @@ from ..exceptions import ConfigError
 from .base import (
     AsyncModel,
     FinishReason,
+    InvalidToolCall,
     Model,
     ModelResponse,
     ResponseDone,
@@ -45,6 +46,7 @@ __all__ = [
     "AsyncTestModel",
     "FinishReason",
     "FunctionModel",
+    "InvalidToolCall",
     "Model",
     "ModelResponse",
     "OpenAIChatModel",

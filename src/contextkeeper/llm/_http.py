@@ -16,6 +16,7 @@ from typing import Any, Generic, Self, TypeVar
 import anyio
 import httpx
 
+from .._json import MAX_DEPTH, BadJSON, loads
 from .._version import __version__
 from ..exceptions import ContextOverflowError, UpstreamError, UsageError
 from .base import RetryPolicy
@@ -54,15 +55,18 @@ def check_allowed(url: str) -> None:
         )
 
 
-def transport_failure(exc: httpx.TransportError, url: str) -> UpstreamError:
-    """The library error for a request that got no (complete) HTTP reply."""
+def transport_failure(exc: httpx.TransportError, url: str, *, stream: bool = False) -> UpstreamError:
+    """The library error for a request that got no (complete) HTTP reply.
+
+    ``stream``: the failure cut a streamed reply (a disconnect is then a `StreamInterrupted`).
+    """
     detail = str(exc) or type(exc).__name__
     if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
         return transport_error(url, "connect", detail)
     if isinstance(exc, httpx.TimeoutException):
         timeout = exc.request.extensions.get("timeout", {}).get("read") if _has_request(exc) else None
         return transport_error(url, "timeout", detail or "timed out", timeout=timeout)
-    return transport_error(url, "disconnect", detail)
+    return transport_error(url, "disconnect", detail, stream=stream)
 
 
 def _has_request(exc: httpx.TransportError) -> bool:
@@ -231,16 +235,37 @@ async def send_async(
             await anyio.sleep(decision.wait)
 
 
+REPLY_MAX_DEPTH = MAX_DEPTH + 16
+"""Deepest nesting accepted in a reply: the bound on tool arguments plus room for the envelope."""
+
+
+def decode_reply(text: str | bytes, url: str, what: str) -> Any:
+    """A reply body or stream event decoded with bounded depth; ``None`` when it is not JSON.
+
+    Raises:
+        UpstreamError: It nests deeper than `REPLY_MAX_DEPTH` or holds a number Python cannot read.
+    """
+    try:
+        return loads(text, max_depth=REPLY_MAX_DEPTH)
+    except BadJSON as exc:
+        if exc.problem.startswith("is not valid JSON"):
+            return None
+        raise UpstreamError(
+            f"{url} sent {what} that {exc.problem}; no model reply looks like this: check the server (and any"
+            " proxy in front of it).",
+            url=url,
+            status_code=200,
+        ) from None
+
+
 def json_body(response: httpx.Response, url: str) -> dict[str, Any]:
     """The decoded JSON object of a successful reply.
 
     Raises:
-        UpstreamError: The body is not a JSON object (a proxy's HTML page, usually).
+        UpstreamError: The body is not a JSON object (a proxy's HTML page, usually), or nests
+            deeper than `REPLY_MAX_DEPTH`.
     """
-    try:
-        data = response.json()
-    except ValueError:
-        data = None
+    data = decode_reply(response.content, url, f"an HTTP {response.status_code} body")
     if not isinstance(data, dict):
         raise UpstreamError(
             f"{url} answered HTTP {response.status_code} with a body that is not a JSON object "
@@ -305,7 +330,7 @@ def iter_sse_sync(response: httpx.Response, url: str) -> Generator[SSEEvent, Non
         if last is not None:
             yield last
     except httpx.TransportError as exc:
-        raise transport_failure(exc, url) from exc
+        raise transport_failure(exc, url, stream=True) from exc
     finally:
         response.close()
 
@@ -322,14 +347,19 @@ async def iter_sse_async(response: httpx.Response, url: str) -> AsyncGenerator[S
         if last is not None:
             yield last
     except httpx.TransportError as exc:
-        raise transport_failure(exc, url) from exc
+        raise transport_failure(exc, url, stream=True) from exc
     finally:
         await response.aclose()
 
 
-def incomplete_stream(url: str) -> UpstreamError:
-    """The error for a stream that ended without the provider's end marker."""
-    return transport_error(url, "disconnect", "the stream ended before its end marker")
+def incomplete_stream(url: str, *, empty: bool = False) -> UpstreamError:
+    """The error (a `StreamInterrupted`) for a stream that ended without the provider's end marker.
+
+    ``empty``: the server sent no event at all (some servers answer a prompt too long for their
+    window this way).
+    """
+    detail = "the stream ended before any event" if empty else "the stream ended before its end marker"
+    return transport_error(url, "disconnect", detail, stream=True)
 
 
 def base_headers(extra: Mapping[str, str]) -> dict[str, str]:

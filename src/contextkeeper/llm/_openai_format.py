@@ -7,13 +7,13 @@ It also normalises tool definitions, which the Anthropic client shares.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..exceptions import MessageError
 from ..messages import ImagePart, Message, Part, TextPart, ThinkingPart, ToolCall
+from ._shapes import ReplyReader
 
 __all__ = ["message_from_openai", "messages_to_openai", "tool_parts", "tools_to_openai"]
 
@@ -67,37 +67,48 @@ def messages_to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return [message_to_openai(m) for m in messages]
 
 
-def _text_of(content: Any) -> str:
+def _text_of(content: Any, reader: ReplyReader, field: str) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         # Some servers answer with a list of content parts.
-        return "".join(
-            str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") in ("text", None)
-        )
-    return str(content)
+        texts: list[str] = []
+        for i, p in enumerate(content):
+            if isinstance(p, Mapping) and p.get("type") in ("text", None):
+                texts.append(reader.text(p.get("text"), f"{field}[{i}].text") or "")
+        return "".join(texts)
+    raise reader.error(field, content, "a string or a list of content parts")
 
 
-def message_from_openai(data: Mapping[str, Any]) -> Message:
-    """The assistant `Message` of a chat-completions ``choices[i].message`` dict."""
+def message_from_openai(
+    data: Mapping[str, Any], *, reader: ReplyReader | None = None, field: str = "choices[0].message"
+) -> Message:
+    """The assistant `Message` of a chat-completions ``choices[i].message`` dict.
+
+    Raises:
+        UpstreamError: A field has the wrong shape (``tool_calls`` not a list, a call without a
+            name, arguments that are neither text nor an object, ...); the message names it.
+    """
+    reader = reader or ReplyReader(None, api="OpenAI chat-completions")
     parts: list[Part] = []
     # vLLM and DeepSeek name it reasoning_content, Ollama and OpenRouter reasoning.
     reasoning = data.get("reasoning_content") or data.get("reasoning")
     if isinstance(reasoning, str) and reasoning:
         parts.append(ThinkingPart(text=reasoning))
-    text = _text_of(data.get("content"))
+    text = _text_of(data.get("content"), reader, f"{field}.content")
     if text:
         parts.append(TextPart(text=text))
-    for call in data.get("tool_calls") or ():
-        function = call.get("function") or {}
-        arguments = function.get("arguments")
-        if not isinstance(arguments, str):
-            # A few servers send decoded objects; the model keeps JSON text.
-            arguments = json.dumps(arguments if arguments is not None else {})
-        call_id = call.get("id") or new_call_id()
-        parts.append(ToolCall(call_id=call_id, name=function.get("name", ""), arguments=arguments))
+    for i, call in enumerate(reader.items(data.get("tool_calls"), f"{field}.tool_calls")):
+        where = f"{field}.tool_calls[{i}]"
+        call = reader.mapping(call, where)
+        function = reader.mapping(call.get("function"), f"{where}.function")
+        name = reader.name(function.get("name"), f"{where}.function.name")
+        arguments = reader.arguments(function.get("arguments"), f"{where}.function.arguments")
+        # Some local servers omit the id; the reply still needs one to pair the result with.
+        call_id = reader.text(call.get("id"), f"{where}.id") or new_call_id()
+        parts.append(ToolCall(call_id=call_id, name=name, arguments=arguments))
     return Message(role="assistant", parts=tuple(parts))
 
 

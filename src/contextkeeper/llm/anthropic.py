@@ -25,6 +25,7 @@ from ._http import (
     SSEEvent,
     SyncLifecycle,
     base_headers,
+    decode_reply,
     incomplete_stream,
     iter_sse_async,
     iter_sse_sync,
@@ -32,7 +33,8 @@ from ._http import (
     send_async,
     send_sync,
 )
-from ._openai_format import tool_parts
+from ._openai_format import new_call_id, tool_parts
+from ._shapes import ReplyReader
 from .base import (
     FinishReason,
     ModelResponse,
@@ -69,9 +71,15 @@ def _int(value: Any) -> int:
 
 
 def parse_usage(data: Mapping[str, Any] | None) -> RequestUsage:
-    """`RequestUsage` from an Anthropic ``usage`` object; input counts cache reads and writes."""
-    if not data:
-        return RequestUsage()
+    """`RequestUsage` from an Anthropic ``usage`` object; input counts cache reads and writes.
+
+    Without ``input_tokens`` and ``output_tokens`` the usage is unreported (``reported=False``).
+    """
+    if not isinstance(data, Mapping) or not any(
+        isinstance(data.get(key), int) and not isinstance(data.get(key), bool)
+        for key in ("input_tokens", "output_tokens")
+    ):
+        return RequestUsage.unreported()
     cache_read = _int(data.get("cache_read_input_tokens"))
     cache_write = _int(data.get("cache_creation_input_tokens"))
     return RequestUsage(
@@ -81,6 +89,9 @@ def parse_usage(data: Mapping[str, Any] | None) -> RequestUsage:
         cache_read_tokens=cache_read,
         cache_write_tokens=cache_write,
     )
+
+
+_API = "Anthropic Messages"
 
 
 def _image_block(part: ImagePart) -> dict[str, Any]:
@@ -160,20 +171,49 @@ def tools_to_anthropic(tools: Sequence[ToolSchema]) -> list[dict[str, Any]]:
     return out
 
 
-def message_from_anthropic(content: Sequence[Mapping[str, Any]]) -> Message:
-    """The assistant `Message` of a reply's ``content`` blocks."""
+def message_from_anthropic(
+    content: Sequence[Any],
+    *,
+    reader: ReplyReader | None = None,
+    field: str = "content",
+    raw_arguments: Mapping[int, str] | None = None,
+) -> Message:
+    """The assistant `Message` of a reply's ``content`` blocks.
+
+    Args:
+        content: The reply's content blocks.
+        reader: Names the reply's source in errors.
+        field: The path of ``content`` in the reply (named in errors).
+        raw_arguments: Tool-use arguments as the stream sent them, by block position; used as
+            they are (they may be cut off, and so not valid JSON).
+
+    Raises:
+        UpstreamError: A block has the wrong shape (a ``tool_use`` without a name, an ``input``
+            that is not an object, ...); the message names it.
+    """
+    reader = reader or ReplyReader(None, api=_API)
     parts: list[Part] = []
-    for block in content:
+    for i, block in enumerate(content):
+        where = f"{field}[{i}]"
+        block = reader.mapping(block, where)
         kind = block.get("type")
         if kind == "text":
-            parts.append(TextPart(text=block.get("text", "")))
+            parts.append(TextPart(text=reader.text(block.get("text"), f"{where}.text") or ""))
         elif kind == "thinking":
-            parts.append(ThinkingPart(text=block.get("thinking", ""), signature=block.get("signature")))
+            signature = reader.text(block.get("signature"), f"{where}.signature")
+            parts.append(
+                ThinkingPart(text=reader.text(block.get("thinking"), f"{where}.thinking") or "", signature=signature)
+            )
         elif kind == "redacted_thinking":
-            parts.append(ThinkingPart(text=block.get("data", ""), redacted=True))
+            parts.append(ThinkingPart(text=reader.text(block.get("data"), f"{where}.data") or "", redacted=True))
         elif kind == "tool_use":
-            arguments = json.dumps(block.get("input") or {})
-            parts.append(ToolCall(call_id=block.get("id", ""), name=block.get("name", ""), arguments=arguments))
+            name = reader.name(block.get("name"), f"{where}.name")
+            call_id = reader.text(block.get("id"), f"{where}.id") or new_call_id()
+            if raw_arguments is not None and i in raw_arguments:
+                arguments = raw_arguments[i]
+            else:
+                arguments = json.dumps(reader.mapping(block.get("input"), f"{where}.input"), ensure_ascii=False)
+            parts.append(ToolCall(call_id=call_id, name=name, arguments=arguments))
     return Message(role="assistant", parts=tuple(parts))
 
 
@@ -182,6 +222,7 @@ class _StreamAssembler:
 
     def __init__(self, url: str) -> None:
         self._url = url
+        self._reader = ReplyReader(url, api=_API + " streaming", status_code=200)
         self._message: dict[str, Any] = {}
         self._blocks: dict[int, dict[str, Any]] = {}
         self._json: dict[int, list[str]] = {}
@@ -189,66 +230,86 @@ class _StreamAssembler:
         self._usage: dict[str, Any] = {}
         self._stop_reason: str | None = None
         self.done = False
+        self.events = 0
+        """Stream events received with a payload."""
 
     def feed(self, event: SSEEvent) -> list[StreamEvent]:
         """The events one SSE event carries.
 
         Raises:
-            UpstreamError: The server sent an ``error`` event (`ContextOverflowError` when it is one).
+            UpstreamError: The server sent an ``error`` event (`ContextOverflowError` when it is one),
+                or an event of the wrong shape (the message names the field).
         """
         if not event.data.strip():
             return []
-        try:
-            data = json.loads(event.data)
-        except ValueError:
+        data = decode_reply(event.data, self._url, "a stream event")
+        if data is None:
             raise UpstreamError(
                 f"{self._url} sent a stream event that is not JSON ({event.data[:200]!r}); check that the server"
                 " speaks the Anthropic Messages API.",
                 url=self._url,
-            ) from None
+            )
+        self.events += 1
+        read = self._reader
+        if not isinstance(data, dict):
+            raise read.error("event", data, "a stream event object")
         kind = data.get("type") or event.event
         if kind == "error":
             raise classify_error(None, data, url=self._url)
         if kind == "message_start":
-            self._message = dict(data.get("message") or {})
-            self._usage.update(self._message.get("usage") or {})
+            self._message = dict(read.mapping(data.get("message"), "message"))
+            self._usage.update(read.mapping(self._message.get("usage"), "message.usage"))
         elif kind == "content_block_start":
-            return self._start_block(data.get("index", len(self._blocks)), dict(data.get("content_block") or {}))
+            index = read.index(data.get("index"), "index", len(self._blocks))
+            return self._start_block(index, dict(read.mapping(data.get("content_block"), "content_block")))
         elif kind == "content_block_delta":
-            return self._delta(data.get("index", 0), data.get("delta") or {})
+            index = read.index(data.get("index"), "index", 0)
+            return self._delta(index, read.mapping(data.get("delta"), "delta"))
         elif kind == "message_delta":
-            self._stop_reason = (data.get("delta") or {}).get("stop_reason") or self._stop_reason
-            self._usage.update({k: v for k, v in (data.get("usage") or {}).items() if v is not None})
+            delta = read.mapping(data.get("delta"), "delta")
+            self._stop_reason = read.text(delta.get("stop_reason"), "delta.stop_reason") or self._stop_reason
+            usage = read.mapping(data.get("usage"), "usage")
+            self._usage.update({k: v for k, v in usage.items() if v is not None})
         elif kind == "message_stop":
             self.done = True
         return []
 
     def _start_block(self, index: int, block: dict[str, Any]) -> list[StreamEvent]:
+        read = self._reader
         self._blocks[index] = block
         kind = block.get("type")
         if kind == "tool_use":
             self._ordinal[index] = len(self._ordinal)
             self._json[index] = []
-            return [ToolCallDelta(index=self._ordinal[index], call_id=block.get("id"), name=block.get("name"))]
-        if kind == "text" and block.get("text"):
-            return [TextDelta(text=block["text"])]
-        if kind == "thinking" and block.get("thinking"):
-            return [ThinkingDelta(text=block["thinking"])]
+            call_id = read.text(block.get("id"), "content_block.id")
+            name = read.text(block.get("name"), "content_block.name")
+            return [ToolCallDelta(index=self._ordinal[index], call_id=call_id, name=name)]
+        if kind == "text":
+            text = read.text(block.get("text"), "content_block.text")
+            return [TextDelta(text=text)] if text else []
+        if kind == "thinking":
+            text = read.text(block.get("thinking"), "content_block.thinking")
+            return [ThinkingDelta(text=text)] if text else []
         return []
 
     def _delta(self, index: int, delta: Mapping[str, Any]) -> list[StreamEvent]:
+        read = self._reader
         block = self._blocks.setdefault(index, {"type": "text", "text": ""})
         kind = delta.get("type")
         if kind == "text_delta":
-            block["text"] = block.get("text", "") + delta.get("text", "")
-            return [TextDelta(text=delta.get("text", ""))]
+            piece = read.text(delta.get("text"), "delta.text") or ""
+            block["text"] = (block.get("text") or "") + piece
+            return [TextDelta(text=piece)]
         if kind == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
-            return [ThinkingDelta(text=delta.get("thinking", ""))]
+            piece = read.text(delta.get("thinking"), "delta.thinking") or ""
+            block["thinking"] = (block.get("thinking") or "") + piece
+            return [ThinkingDelta(text=piece)]
         if kind == "signature_delta":
-            block["signature"] = block.get("signature", "") + delta.get("signature", "")
+            block["signature"] = (block.get("signature") or "") + (
+                read.text(delta.get("signature"), "delta.signature") or ""
+            )
         elif kind == "input_json_delta" and index in self._json:
-            piece = delta.get("partial_json", "")
+            piece = read.text(delta.get("partial_json"), "delta.partial_json") or ""
             self._json[index].append(piece)
             return [ToolCallDelta(index=self._ordinal[index], arguments_delta=piece)]
         return []
@@ -256,26 +317,37 @@ class _StreamAssembler:
     def finish(self) -> ModelResponse:
         """The assembled reply.
 
+        Tool arguments that are not valid JSON (cut off by ``max_tokens``, say) are kept as the
+        stream sent them; `Session.complete` repairs such a call instead of dropping the reply.
+
         Raises:
             UpstreamError: The stream ended before ``message_stop``.
         """
         if not self.done:
-            raise incomplete_stream(self._url)
+            raise incomplete_stream(self._url, empty=self.events == 0)
         content: list[dict[str, Any]] = []
-        for index in sorted(self._blocks):
+        raw_arguments: dict[int, str] = {}
+        for position, index in enumerate(sorted(self._blocks)):
             block = dict(self._blocks[index])
             if index in self._json:
                 text = "".join(self._json[index])
-                block["input"] = json.loads(text) if text.strip() else {}
+                try:
+                    block["input"] = json.loads(text) if text.strip() else {}
+                except ValueError:
+                    block["input"] = {}
+                    raw_arguments[position] = text
+                if not isinstance(block["input"], dict):
+                    block["input"] = {}
+                    raw_arguments[position] = text
             content.append(block)
         raw = {**self._message, "content": content, "stop_reason": self._stop_reason, "usage": dict(self._usage)}
         return ModelResponse(
-            message=message_from_anthropic(content),
+            message=message_from_anthropic(content, reader=self._reader, raw_arguments=raw_arguments),
             usage=parse_usage(self._usage),
             finish_reason=_FINISH.get(self._stop_reason or ""),
             provider_finish_reason=self._stop_reason,
-            model_name=self._message.get("model"),
-            response_id=self._message.get("id"),
+            model_name=self._reader.label(self._message.get("model")),
+            response_id=self._reader.label(self._message.get("id")),
             raw=raw,
         )
 
@@ -386,14 +458,17 @@ class _BaseAnthropicModel(HTTPModelBase[ClientT], Generic[ClientT]):
                 url=self.url,
                 status_code=200,
             )
-        stop = data.get("stop_reason")
+        read = ReplyReader(self.url, api=_API)
+        stop = read.text(data.get("stop_reason"), "stop_reason")
+        if data.get("usage") is not None:
+            read.mapping(data["usage"], "usage")
         return ModelResponse(
-            message=message_from_anthropic(content),
+            message=message_from_anthropic(content, reader=read),
             usage=parse_usage(data.get("usage")),
             finish_reason=_FINISH.get(stop or ""),
             provider_finish_reason=stop,
-            model_name=data.get("model"),
-            response_id=data.get("id"),
+            model_name=read.label(data.get("model")),
+            response_id=read.label(data.get("id")),
             raw=dict(data),
         )
 

@@ -27,6 +27,7 @@ from ..usage import RequestUsage
 __all__ = [
     "AsyncModel",
     "FinishReason",
+    "InvalidToolCall",
     "Model",
     "ModelResponse",
     "ResponseDone",
@@ -43,6 +44,23 @@ ToolSchema = Mapping[str, Any]
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "error"]
 """Why the model stopped, normalised over providers."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class InvalidToolCall:
+    """A tool call whose arguments were not a valid JSON object (cut off by the reply's length limit, say).
+
+    `Session.complete` and `Session.stream` keep such a reply: the call is appended with ``{}`` as
+    its arguments (the raw text stays in the message's ``extra["contextkeeper"]``) and answered
+    with an error result, so the model can call the tool again.
+    """
+
+    call_id: str
+    name: str
+    arguments: str
+    """The arguments exactly as the model wrote them."""
+    error: str
+    """What is wrong with them (the JSON parser's message)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +81,8 @@ class ModelResponse:
     """The provider's id of the response."""
     raw: dict[str, Any] = field(default_factory=dict)
     """The provider's response body (for a stream: assembled into the non-streaming shape)."""
+    invalid_tool_calls: tuple[InvalidToolCall, ...] = ()
+    """Calls a session answered itself with an error because their arguments were not valid JSON."""
 
     @property
     def text(self) -> str:
@@ -71,8 +91,12 @@ class ModelResponse:
 
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
-        """The tool calls the reply asks for."""
-        return self.message.tool_calls
+        """The tool calls the reply asks for (the caller runs them); invalid ones are already answered."""
+        calls = self.message.tool_calls
+        if not self.invalid_tool_calls:
+            return calls
+        answered = {c.call_id for c in self.invalid_tool_calls}
+        return tuple(c for c in calls if c.call_id not in answered)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -13,7 +13,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from ..exceptions import ContextOverflowError, UpstreamError
+from .._json import MAX_DEPTH, BadJSON, loads
+from ..exceptions import ContextOverflowError, StreamInterrupted, UpstreamError
 
 __all__ = ["classify_error", "is_context_overflow", "transport_error"]
 
@@ -100,8 +101,8 @@ _NUMBER_PATTERNS: tuple[re.Pattern[str], ...] = (
 
 def _loads(body: str) -> Any:
     try:
-        return json.loads(body)
-    except ValueError:
+        return loads(body, max_depth=MAX_DEPTH + 16)
+    except BadJSON:  # not JSON, or nested too deep to be an error object: read as text
         return None
 
 
@@ -218,7 +219,12 @@ def classify_error(
 
 
 def transport_error(
-    url: str, kind: Literal["connect", "timeout", "disconnect"], detail: str, *, timeout: float | None = None
+    url: str,
+    kind: Literal["connect", "timeout", "disconnect"],
+    detail: str,
+    *,
+    timeout: float | None = None,
+    stream: bool = False,
 ) -> UpstreamError:
     """The error for a request that got no HTTP reply at all (``status_code`` is ``None``).
 
@@ -228,6 +234,7 @@ def transport_error(
             answer in time, ``"disconnect"`` when it closed the connection mid-reply.
         detail: The transport's own description of the failure.
         timeout: The timeout in seconds, named in the message of a timeout.
+        stream: The disconnect ended a streamed reply (the error is then a `StreamInterrupted`).
     """
     if kind == "connect":
         message = (
@@ -244,6 +251,8 @@ def transport_error(
     else:
         message = (
             f"The model server at {url} closed the connection before the reply was complete ({detail}); check the"
-            " server's logs (it may have crashed or run out of memory)."
+            " server's logs (it may have crashed or run out of memory, or rejected the prompt as too long)."
         )
+        if stream:
+            return StreamInterrupted(message, url=url, status_code=None)
     return UpstreamError(message, url=url, status_code=None)

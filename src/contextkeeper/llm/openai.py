@@ -25,6 +25,7 @@ from ._http import (
     SSEEvent,
     SyncLifecycle,
     base_headers,
+    decode_reply,
     incomplete_stream,
     iter_sse_async,
     iter_sse_sync,
@@ -33,6 +34,7 @@ from ._http import (
     send_sync,
 )
 from ._openai_format import message_from_openai, message_to_openai, messages_to_openai, new_call_id, tools_to_openai
+from ._shapes import ReplyReader
 from .base import (
     FinishReason,
     ModelResponse,
@@ -62,16 +64,28 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _reported(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def parse_usage(data: Mapping[str, Any] | None) -> RequestUsage:
-    """`RequestUsage` from an OpenAI ``usage`` object (missing fields count as 0)."""
-    if not data:
-        return RequestUsage()
+    """`RequestUsage` from an OpenAI ``usage`` object.
+
+    Without ``prompt_tokens`` and ``completion_tokens`` the usage is unreported
+    (``reported=False``), not zero; other missing fields count as 0.
+    """
+    if not isinstance(data, Mapping) or not (
+        _reported(data.get("prompt_tokens")) or _reported(data.get("completion_tokens"))
+    ):
+        return RequestUsage.unreported()
     details: dict[str, int] = {}
-    prompt_details = data.get("prompt_tokens_details") or {}
+    prompt_details = data.get("prompt_tokens_details")
+    prompt_details = prompt_details if isinstance(prompt_details, Mapping) else {}
     for key in ("completion_tokens_details", "prompt_tokens_details"):
-        for name, value in (data.get(key) or {}).items():
+        group = data.get(key)
+        for name, value in group.items() if isinstance(group, Mapping) else ():
             if name != "cached_tokens" and _int(value):
-                details[name] = _int(value)
+                details[str(name)] = _int(value)
     return RequestUsage(
         input_tokens=_int(data.get("prompt_tokens")),
         output_tokens=_int(data.get("completion_tokens")),
@@ -80,7 +94,9 @@ def parse_usage(data: Mapping[str, Any] | None) -> RequestUsage:
     )
 
 
-def _usage_dict(usage: RequestUsage) -> dict[str, Any]:
+def _usage_dict(usage: RequestUsage) -> dict[str, Any] | None:
+    if not usage.reported:
+        return None
     out: dict[str, Any] = {
         "prompt_tokens": usage.input_tokens,
         "completion_tokens": usage.output_tokens,
@@ -91,79 +107,96 @@ def _usage_dict(usage: RequestUsage) -> dict[str, Any]:
     return out
 
 
+_API = "OpenAI chat-completions"
+
+
 class _StreamAssembler:
     """Folds chat-completion chunks into events and, at the end, one `ModelResponse`."""
 
     def __init__(self, url: str) -> None:
         self._url = url
+        self._reader = ReplyReader(url, api=_API + " streaming", status_code=200)
         self._text: list[str] = []
         self._thinking: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
-        self._usage = RequestUsage()
+        self._usage = RequestUsage.unreported()
         self._finish: str | None = None
         self._model: str | None = None
         self._id: str | None = None
         self._created: int | None = None
         self.done = False
+        self.events = 0
+        """Stream events received with a payload (the end marker and keep-alives not included)."""
 
     def feed(self, event: SSEEvent) -> list[StreamEvent]:
         """The events one SSE event carries.
 
         Raises:
-            UpstreamError: The server sent an error object (`ContextOverflowError` when it is one).
+            UpstreamError: The server sent an error object (`ContextOverflowError` when it is one),
+                or a chunk of the wrong shape (the message names the field).
         """
         if event.data.strip() == "[DONE]":
             self.done = True
             return []
         if not event.data.strip():
             return []
-        try:
-            chunk = json.loads(event.data)
-        except ValueError:
+        chunk = decode_reply(event.data, self._url, "a stream chunk")
+        if chunk is None:
             raise UpstreamError(
                 f"{self._url} sent a stream chunk that is not JSON ({event.data[:200]!r}); check that the server"
                 " speaks the OpenAI streaming format.",
                 url=self._url,
-            ) from None
+            )
+        self.events += 1
+        read = self._reader
         if not isinstance(chunk, dict):
-            return []
+            raise read.error("chunk", chunk, "a chat.completion.chunk object")
         if "error" in chunk:
             raise classify_error(None, chunk, url=self._url)
-        self._id = self._id or chunk.get("id")
-        self._model = self._model or chunk.get("model")
-        self._created = self._created or chunk.get("created")
-        if chunk.get("usage"):
-            self._usage = parse_usage(chunk["usage"])
+        self._id = self._id or read.label(chunk.get("id"))
+        self._model = self._model or read.label(chunk.get("model"))
+        created = chunk.get("created")
+        if self._created is None and isinstance(created, int) and not isinstance(created, bool):
+            self._created = created
+        if chunk.get("usage") is not None:
+            usage = parse_usage(read.mapping(chunk["usage"], "usage"))
+            if usage.reported or not self._usage.reported:
+                self._usage = usage
         out: list[StreamEvent] = []
-        for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) != 0:
+        for i, choice in enumerate(read.items(chunk.get("choices"), "choices")):
+            choice = read.mapping(choice, f"choices[{i}]")
+            if read.index(choice.get("index"), f"choices[{i}].index", 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
+            delta = read.mapping(choice.get("delta"), f"choices[{i}].delta")
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if isinstance(reasoning, str) and reasoning:
                 self._thinking.append(reasoning)
                 out.append(ThinkingDelta(text=reasoning))
-            content = delta.get("content")
-            if isinstance(content, str) and content:
+            content = read.text(delta.get("content"), f"choices[{i}].delta.content")
+            if content:
                 self._text.append(content)
                 out.append(TextDelta(text=content))
-            for position, call in enumerate(delta.get("tool_calls") or ()):
-                out.append(self._feed_call(call, position))
-            if choice.get("finish_reason"):
-                self._finish = choice["finish_reason"]
+            for position, call in enumerate(read.items(delta.get("tool_calls"), f"choices[{i}].delta.tool_calls")):
+                out.append(self._feed_call(call, position, f"choices[{i}].delta.tool_calls[{position}]"))
+            finish = read.text(choice.get("finish_reason"), f"choices[{i}].finish_reason")
+            if finish:
+                self._finish = finish
         return out
 
-    def _feed_call(self, call: Mapping[str, Any], position: int) -> ToolCallDelta:
-        index = call.get("index", position)
-        function = call.get("function") or {}
+    def _feed_call(self, call: Any, position: int, field: str) -> ToolCallDelta:
+        read = self._reader
+        call = read.mapping(call, field)
+        index = read.index(call.get("index"), f"{field}.index", position)
+        function = read.mapping(call.get("function"), f"{field}.function")
         state = self._calls.setdefault(index, {"id": None, "name": None, "arguments": []})
-        new_id = call.get("id") if state["id"] is None else None
-        new_name = function.get("name") if state["name"] is None else None
+        call_id = read.text(call.get("id"), f"{field}.id")
+        name = read.text(function.get("name"), f"{field}.function.name")
+        new_id = call_id if state["id"] is None else None
+        new_name = name if state["name"] is None else None
         state["id"] = state["id"] or new_id
         state["name"] = state["name"] or new_name
-        arguments = function.get("arguments") or ""
-        if not isinstance(arguments, str):
-            arguments = json.dumps(arguments)
+        raw = function.get("arguments")
+        arguments = "" if raw is None else read.arguments(raw, f"{field}.function.arguments")
         state["arguments"].append(arguments)
         return ToolCallDelta(index=index, call_id=new_id, name=new_name, arguments_delta=arguments)
 
@@ -171,10 +204,11 @@ class _StreamAssembler:
         """The assembled reply.
 
         Raises:
-            UpstreamError: The stream ended before the server said it was complete.
+            UpstreamError: The stream ended before the server said it was complete, or a tool
+                call never got its name.
         """
         if not self.done and self._finish is None:
-            raise incomplete_stream(self._url)
+            raise incomplete_stream(self._url, empty=self.events == 0)
         parts: list[Part] = []
         if self._thinking:
             parts.append(ThinkingPart(text="".join(self._thinking)))
@@ -183,7 +217,8 @@ class _StreamAssembler:
         for index in sorted(self._calls):
             state = self._calls[index]
             call_id = state["id"] or new_call_id()
-            parts.append(ToolCall(call_id=call_id, name=state["name"] or "", arguments="".join(state["arguments"])))
+            name = self._reader.name(state["name"], f"choices[0].delta.tool_calls[index={index}].function.name")
+            parts.append(ToolCall(call_id=call_id, name=name, arguments="".join(state["arguments"])))
         message = Message(role="assistant", parts=tuple(parts))
         raw_message = message_to_openai(message)
         if self._thinking:
@@ -221,7 +256,7 @@ class _BaseOpenAIChatModel(HTTPModelBase[ClientT], Generic[ClientT]):
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
         max_tokens: int | None = None,
-        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = None,
         stream_usage: bool = True,
         extra_body: Mapping[str, Any] | None = None,
         http_client: ClientT | None = None,
@@ -237,8 +272,9 @@ class _BaseOpenAIChatModel(HTTPModelBase[ClientT], Generic[ClientT]):
             retry: How failed requests are retried (default `RetryPolicy()`).
             headers: Extra headers sent with every request.
             max_tokens: Default reply limit when a request gives none.
-            max_tokens_field: ``"max_completion_tokens"`` for OpenAI's reasoning models, which
-                reject ``max_tokens``; other servers expect ``"max_tokens"``.
+            max_tokens_field: The request field of the reply limit. Default: ``"max_completion_tokens"``
+                at api.openai.com (its reasoning models reject ``max_tokens``; every current OpenAI
+                model takes the new name), ``"max_tokens"`` elsewhere (what other servers expect).
             stream_usage: Ask for usage in streams (``stream_options.include_usage``); turn off
                 for servers that reject the option.
             extra_body: Extra request fields sent with every request (``top_p``, ``seed``, ...).
@@ -255,7 +291,10 @@ class _BaseOpenAIChatModel(HTTPModelBase[ClientT], Generic[ClientT]):
         self._model = model
         self._api_key = api_key
         self._max_tokens = max_tokens
-        self._max_tokens_field = max_tokens_field
+        if max_tokens_field is None:
+            openai = httpx.URL(self.base_url).host == "api.openai.com"
+            max_tokens_field = "max_completion_tokens" if openai else "max_tokens"
+        self._max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = max_tokens_field
         self._stream_usage = stream_usage
         self._extra_body = dict(extra_body or {})
 
@@ -303,23 +342,26 @@ class _BaseOpenAIChatModel(HTTPModelBase[ClientT], Generic[ClientT]):
     def _parse(self, data: Mapping[str, Any]) -> ModelResponse:
         if "error" in data:
             raise classify_error(200, data, url=self.url)
-        choices = data.get("choices") or []
-        if not choices or not isinstance(choices[0], Mapping):
+        read = ReplyReader(self.url, api=_API)
+        choices = read.items(data.get("choices"), "choices")
+        if not choices:
             raise UpstreamError(
                 f"{self.url} answered without `choices` ({json.dumps(data)[:200]}); check that the server speaks"
                 " the OpenAI chat-completions API.",
                 url=self.url,
                 status_code=200,
             )
-        choice = choices[0]
-        finish = choice.get("finish_reason")
+        choice = read.mapping(choices[0], "choices[0]")
+        finish = read.text(choice.get("finish_reason"), "choices[0].finish_reason")
+        if data.get("usage") is not None:
+            read.mapping(data["usage"], "usage")
         return ModelResponse(
-            message=message_from_openai(choice.get("message") or {}),
+            message=message_from_openai(read.mapping(choice.get("message"), "choices[0].message"), reader=read),
             usage=parse_usage(data.get("usage")),
             finish_reason=_FINISH.get(finish or ""),
             provider_finish_reason=finish,
-            model_name=data.get("model"),
-            response_id=data.get("id"),
+            model_name=read.label(data.get("model")),
+            response_id=read.label(data.get("id")),
             raw=dict(data),
         )
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConfigError
 from .base import (
+    DEFAULT_LOCK_LEASE,
     DEFAULT_SLOT,
     FORMAT_VERSION,
     MAX_ID_LENGTH,
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from .redis import AsyncRedisStore, RedisStore
 
 __all__ = [
+    "DEFAULT_LOCK_LEASE",
     "DEFAULT_SLOT",
     "FORMAT_VERSION",
     "MAX_ID_LENGTH",

@@ -8,6 +8,10 @@ Concurrency: every write starts by updating the session's row (``last_active``),
 its row lock in Postgres and the database write lock in SQLite (``BEGIN IMMEDIATE``). Writers to
 one session are therefore serialized, so sequence numbers are contiguous and the duplicate check
 of an append cannot race. State compare-and-set is a conditional ``UPDATE ... WHERE version = ?``.
+
+Tenants: each statement that finds a session by id also requires ``tenant = COALESCE(?, tenant)``,
+so a call naming another tenant finds no row, exactly as for a missing session, in the same
+statement that reads or writes.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..exceptions import SchemaError
-from .base import FORMAT_VERSION, Op, SessionInfo, check_format, not_found, session_info
+from .base import FORMAT_VERSION, Op, SessionInfo, check_format, not_found, session_info, stored_int
 
 __all__ = ["MIGRATIONS", "Dialect", "Sql", "SqlOps"]
 
@@ -144,6 +148,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 )
 """Schema migrations in order; the ``ck_migrations`` table records which ones a database has."""
 
+_TENANT = "tenant = COALESCE(?, tenant)"
+"""The tenant condition: a NULL parameter (no tenant named) matches every tenant."""
 _COLUMNS = (
     "session_id, tenant, created_at, last_active, model, context_window, metadata, archived_at, message_count, format"
 )
@@ -170,7 +176,7 @@ class _Queries:
 
     def __init__(self, d: Dialect) -> None:
         r = d.render
-        self.select_session = r(f"SELECT {_COLUMNS} FROM {{t}}sessions WHERE session_id = ?")
+        self.select_session = r(f"SELECT {_COLUMNS} FROM {{t}}sessions WHERE session_id = ? AND {_TENANT}")
         self.insert_session = r(
             "INSERT INTO {t}sessions (session_id, tenant, created_at, last_active, model, context_window, metadata, "
             "message_count, audit_count, format) VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0, ?) "
@@ -178,14 +184,16 @@ class _Queries:
         )
         # Updating the row first locks it (Postgres) so concurrent writers to one session queue up.
         self.bump = r(
-            "UPDATE {t}sessions SET last_active = {greatest}(last_active, ?) WHERE session_id = ? "
+            "UPDATE {t}sessions SET last_active = {greatest}(last_active, ?) WHERE session_id = ? AND " + _TENANT + " "
             "RETURNING message_count, format"
         )
-        self.peek = r("SELECT message_count, format FROM {t}sessions WHERE session_id = ?")
+        self.peek = r("SELECT message_count, format FROM {t}sessions WHERE session_id = ? AND " + _TENANT)
         self.archive = r(
-            "UPDATE {t}sessions SET archived_at = COALESCE(archived_at, ?) WHERE session_id = ? RETURNING format"
+            "UPDATE {t}sessions SET archived_at = COALESCE(archived_at, ?) WHERE session_id = ? AND "
+            + _TENANT
+            + " RETURNING format"
         )
-        self.delete_session = r("DELETE FROM {t}sessions WHERE session_id = ? RETURNING session_id")
+        self.delete_session = r("DELETE FROM {t}sessions WHERE session_id = ? AND " + _TENANT + " RETURNING session_id")
         self.delete_content = [r(f"DELETE FROM {{t}}{table} WHERE session_id = ?") for table in _CONTENT_TABLES]
         self.delete_many = [r(f"DELETE FROM {{t}}{table} WHERE {d.any_of('session_id')}") for table in _CONTENT_TABLES]
         # The idle test sits in the DELETE itself, so a session touched meanwhile is not removed.
@@ -211,12 +219,21 @@ class _Queries:
         self.state_version = r("SELECT version FROM {t}state WHERE session_id = ? AND slot = ?")
         # Postgres saves state in one statement too: bump the session (its row lock orders writers),
         # then the conditional write. A conflict is reported after a fresh read of the version.
-        cas_tail = """
-            SELECT (SELECT version FROM written), (SELECT format FROM {t}sessions WHERE session_id = ?)"""
-        session_cte = """WITH s AS (
-                UPDATE {t}sessions SET last_active = GREATEST(last_active, ?) WHERE session_id = ? AND format <= ?
+        cas_tail = (
+            """
+            SELECT (SELECT version FROM written), (SELECT format FROM {t}sessions WHERE session_id = ? AND """
+            + _TENANT
+            + ")"
+        )
+        session_cte = (
+            """WITH s AS (
+                UPDATE {t}sessions SET last_active = GREATEST(last_active, ?)
+                WHERE session_id = ? AND format <= ? AND """
+            + _TENANT
+            + """
                 RETURNING 1
             ), """
+        )
         self.cas_insert_one_statement = r(
             session_cte
             + """written AS (
@@ -250,7 +267,7 @@ class _Queries:
         self.list_snapshots = r("SELECT snapshot_id FROM {t}snapshots WHERE session_id = ? ORDER BY snapshot_id")
         self.next_audit = r(
             "UPDATE {t}sessions SET audit_count = audit_count + 1, last_active = {greatest}(last_active, ?) "
-            "WHERE session_id = ? RETURNING audit_count, format"
+            "WHERE session_id = ? AND " + _TENANT + " RETURNING audit_count, format"
         )
         self.insert_audit = r("INSERT INTO {t}audit (session_id, seq, event, created_at) VALUES (?, ?, ?, ?)")
         self.read_audit = r("SELECT event FROM {t}audit WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq")
@@ -260,6 +277,8 @@ class _Queries:
             "ON CONFLICT (session_id) DO NOTHING RETURNING owner"
         )
         self.release_lock = r("DELETE FROM {t}locks WHERE session_id = ? AND owner = ?")
+        self.renew_lock = r("UPDATE {t}locks SET expires_at = ? WHERE session_id = ? AND owner = ? RETURNING owner")
+        self.lock_holder = r("SELECT owner, expires_at FROM {t}locks WHERE session_id = ?")
         self.migrations_table = r(
             "CREATE TABLE IF NOT EXISTS {t}migrations (version INTEGER PRIMARY KEY, applied_at {real} NOT NULL)"
         )
@@ -284,7 +303,7 @@ class _Queries:
             ), s AS (
                 UPDATE {t}sessions SET message_count = message_count + (SELECT count(*) FROM fresh),
                     last_active = GREATEST(last_active, ?)
-                WHERE session_id = ? AND format <= ?
+                WHERE session_id = ? AND format <= ? AND tenant = COALESCE(?, tenant)
                 RETURNING message_count - (SELECT count(*) FROM fresh) AS base
             ), ins AS (
                 INSERT INTO {t}messages (session_id, seq, message_id, body, created_at)
@@ -292,7 +311,7 @@ class _Queries:
                 RETURNING seq
             )
             SELECT (SELECT count(*) FROM ins), (SELECT base FROM s),
-                (SELECT format FROM {t}sessions WHERE session_id = ?)"""
+                (SELECT format FROM {t}sessions WHERE session_id = ? AND tenant = COALESCE(?, tenant))"""
         )
 
 
@@ -309,21 +328,23 @@ class SqlOps:
         self._where = where
 
     # helpers
-    def _guard(self, session_id: str, rows: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+    def _guard(self, session_id: str, rows: list[tuple[Any, ...]], tenant: str | None = None) -> tuple[Any, ...]:
         """The first row, after checking the session exists and its format is readable (format is last)."""
         if not rows:
-            raise not_found(session_id)
+            raise not_found(session_id, tenant)
         row = rows[0]
-        check_format(session_id, int(row[-1]))
+        check_format(session_id, stored_int(row[-1], session_id=session_id, what="`format`"))
         return row
 
-    def _bump(self, session_id: str, now: float) -> Op[int]:
-        rows = yield Sql(self.q.bump, (now, session_id))
-        return int(self._guard(session_id, rows)[0])
+    def _bump(self, session_id: str, now: float, tenant: str | None = None) -> Op[int]:
+        rows = yield Sql(self.q.bump, (now, session_id, tenant))
+        count = self._guard(session_id, rows, tenant)[0]
+        return stored_int(count, session_id=session_id, what="`message_count`")
 
-    def _peek(self, session_id: str) -> Op[int]:
-        rows = yield Sql(self.q.peek, (session_id,))
-        return int(self._guard(session_id, rows)[0])
+    def _peek(self, session_id: str, tenant: str | None = None) -> Op[int]:
+        rows = yield Sql(self.q.peek, (session_id, tenant))
+        count = self._guard(session_id, rows, tenant)[0]
+        return stored_int(count, session_id=session_id, what="`message_count`")
 
     # schema
     def _known(self, version: int) -> int:
@@ -380,15 +401,15 @@ class SqlOps:
             self.q.insert_session,
             (session_id, tenant, created_at, last_active, model, window, metadata, FORMAT_VERSION),
         )
-        rows = yield Sql(self.q.select_session, (session_id,))
+        rows = yield Sql(self.q.select_session, (session_id, None))
         return _info(rows[0])
 
-    def get_session(self, session_id: str) -> Op[SessionInfo | None]:
-        rows = yield Sql(self.q.select_session, (session_id,))
+    def get_session(self, session_id: str, *, tenant: str | None = None) -> Op[SessionInfo | None]:
+        rows = yield Sql(self.q.select_session, (session_id, tenant))
         return _info(rows[0]) if rows else None
 
-    def touch(self, session_id: str, *, now: float) -> Op[None]:
-        yield from self._bump(session_id, now)
+    def touch(self, session_id: str, *, now: float, tenant: str | None = None) -> Op[None]:
+        yield from self._bump(session_id, now, tenant)
 
     def list_sessions(
         self, *, tenant: str | None, limit: int, after: str | None, include_archived: bool
@@ -408,14 +429,14 @@ class SqlOps:
         rows = yield Sql(text, (*params, limit))
         return [_info(row) for row in rows]
 
-    def archive(self, session_id: str, *, now: float) -> Op[None]:
-        rows = yield Sql(self.q.archive, (now, session_id))
-        self._guard(session_id, rows)
+    def archive(self, session_id: str, *, now: float, tenant: str | None = None) -> Op[None]:
+        rows = yield Sql(self.q.archive, (now, session_id, tenant))
+        self._guard(session_id, rows, tenant)
 
-    def delete_session(self, session_id: str) -> Op[None]:
-        rows = yield Sql(self.q.delete_session, (session_id,))
+    def delete_session(self, session_id: str, *, tenant: str | None = None) -> Op[None]:
+        rows = yield Sql(self.q.delete_session, (session_id, tenant))
         if not rows:
-            raise not_found(session_id)
+            raise not_found(session_id, tenant)
         for statement in self.q.delete_content:
             yield Sql(statement, (session_id,))
 
@@ -429,10 +450,12 @@ class SqlOps:
         return expired
 
     # transcript
-    def append_messages(self, session_id: str, items: Sequence[tuple[str, str]], *, now: float) -> Op[int]:
+    def append_messages(
+        self, session_id: str, items: Sequence[tuple[str, str]], *, now: float, tenant: str | None = None
+    ) -> Op[int]:
         if self.dialect.name == "postgres":
-            return (yield from self._append_one_statement(session_id, items, now=now))
-        count = yield from self._bump(session_id, now)
+            return (yield from self._append_one_statement(session_id, items, now=now, tenant=tenant))
+        count = yield from self._bump(session_id, now, tenant)
         if not items:
             return 0
         rows = yield Sql(self.q.existing_ids, (session_id, self.dialect.list_param([mid for mid, _ in items])))
@@ -446,117 +469,173 @@ class SqlOps:
             yield Sql(self.q.add_count, (len(new), session_id))
         return len(new)
 
-    def _append_one_statement(self, session_id: str, items: Sequence[tuple[str, str]], *, now: float) -> Op[int]:
+    def _append_one_statement(
+        self, session_id: str, items: Sequence[tuple[str, str]], *, now: float, tenant: str | None
+    ) -> Op[int]:
         ids = [message_id for message_id, _ in items]
         bodies = [body for _, body in items]
-        params = (ids, bodies, session_id, now, session_id, FORMAT_VERSION, session_id, now, session_id)
+        params = (
+            ids,
+            bodies,
+            session_id,
+            now,
+            session_id,
+            FORMAT_VERSION,
+            tenant,
+            session_id,
+            now,
+            session_id,
+            tenant,
+        )
         rows = yield Sql(self.q.append_one_statement, params, autocommit=True, prepare=True)
         added, base, fmt = rows[0]
         if base is None:
-            # Nothing was written: the session is missing (or gone meanwhile), or too new to touch.
+            # Nothing was written: the session is missing (or another tenant's, or gone meanwhile), or too new.
             if fmt is not None:
-                check_format(session_id, int(fmt))
-            raise not_found(session_id)
+                check_format(session_id, stored_int(fmt, session_id=session_id, what="`format`"))
+            raise not_found(session_id, tenant)
         return int(added)
 
-    def load_messages(self, session_id: str, *, start: int, limit: int | None) -> Op[list[tuple[int, str]]]:
-        count = yield from self._peek(session_id)
+    def load_messages(
+        self, session_id: str, *, start: int, limit: int | None, tenant: str | None = None
+    ) -> Op[list[tuple[int, str]]]:
+        count = yield from self._peek(session_id, tenant)
         end = count if limit is None else min(count, start + limit)
         if end <= start:
             return []
         rows = yield Sql(self.q.load, (session_id, start, end))
-        return [(int(seq), body) for seq, body in rows]
+        return [(stored_int(seq, session_id=session_id, what="message `seq`"), body) for seq, body in rows]
 
-    def count_messages(self, session_id: str) -> Op[int]:
-        return (yield from self._peek(session_id))
+    def count_messages(self, session_id: str, *, tenant: str | None = None) -> Op[int]:
+        return (yield from self._peek(session_id, tenant))
 
-    def get_message(self, session_id: str, message_id: str) -> Op[tuple[int, str] | None]:
-        yield from self._peek(session_id)
+    def get_message(self, session_id: str, message_id: str, *, tenant: str | None = None) -> Op[tuple[int, str] | None]:
+        yield from self._peek(session_id, tenant)
         rows = yield Sql(self.q.get_message, (session_id, message_id))
-        return (int(rows[0][0]), rows[0][1]) if rows else None
+        if not rows:
+            return None
+        return stored_int(rows[0][0], session_id=session_id, what="message `seq`"), rows[0][1]
 
     # state
-    def load_state(self, session_id: str, slot: str) -> Op[tuple[str | None, int]]:
-        yield from self._peek(session_id)
+    @staticmethod
+    def _version(session_id: str, slot: str, value: object) -> int:
+        return stored_int(value, session_id=session_id, what=f"version of state {slot!r}")
+
+    def load_state(self, session_id: str, slot: str, *, tenant: str | None = None) -> Op[tuple[str | None, int]]:
+        yield from self._peek(session_id, tenant)
         rows = yield Sql(self.q.load_state, (session_id, slot))
-        return (rows[0][0], int(rows[0][1])) if rows else (None, 0)
+        return (rows[0][0], self._version(session_id, slot, rows[0][1])) if rows else (None, 0)
 
     def save_state(
-        self, session_id: str, slot: str, body: str, *, expected: int, now: float, token: str
+        self, session_id: str, slot: str, body: str, *, expected: int, now: float, token: str, tenant: str | None = None
     ) -> Op[tuple[bool, int]]:
         if self.dialect.name == "postgres":
-            return (yield from self._save_state_one_statement(session_id, slot, body, expected=expected, now=now))
-        yield from self._bump(session_id, now)
+            return (
+                yield from self._save_state_one_statement(
+                    session_id, slot, body, expected=expected, now=now, tenant=tenant
+                )
+            )
+        yield from self._bump(session_id, now, tenant)
         if expected == 0:
             rows = yield Sql(self.q.insert_state, (session_id, slot, body, now))
         else:
             rows = yield Sql(self.q.update_state, (body, now, session_id, slot, expected))
         if rows:
-            return True, int(rows[0][0])
+            return True, self._version(session_id, slot, rows[0][0])
         rows = yield Sql(self.q.state_version, (session_id, slot))
-        return False, int(rows[0][0]) if rows else 0
+        return False, self._version(session_id, slot, rows[0][0]) if rows else 0
 
     def _save_state_one_statement(
-        self, session_id: str, slot: str, body: str, *, expected: int, now: float
+        self, session_id: str, slot: str, body: str, *, expected: int, now: float, tenant: str | None
     ) -> Op[tuple[bool, int]]:
-        guard = (now, session_id, FORMAT_VERSION)
+        guard = (now, session_id, FORMAT_VERSION, tenant)
         if expected == 0:
-            params: tuple[Any, ...] = (*guard, session_id, slot, body, now, session_id)
+            params: tuple[Any, ...] = (*guard, session_id, slot, body, now, session_id, tenant)
             rows = yield Sql(self.q.cas_insert_one_statement, params, autocommit=True, prepare=True)
         else:
-            params = (*guard, body, now, session_id, slot, expected, session_id)
+            params = (*guard, body, now, session_id, slot, expected, session_id, tenant)
             rows = yield Sql(self.q.cas_update_one_statement, params, autocommit=True, prepare=True)
         version, fmt = rows[0]
         if fmt is None:
-            raise not_found(session_id)
-        check_format(session_id, int(fmt))
+            raise not_found(session_id, tenant)
+        check_format(session_id, stored_int(fmt, session_id=session_id, what="`format`"))
         if version is not None:
-            return True, int(version)
+            return True, self._version(session_id, slot, version)
         rows = yield Sql(self.q.state_version, (session_id, slot))
-        return False, int(rows[0][0]) if rows else 0
+        return False, self._version(session_id, slot, rows[0][0]) if rows else 0
 
     def restore_state(self, session_id: str, slot: str, body: str, *, version: int, now: float) -> Op[None]:
         yield from self._bump(session_id, now)
         yield Sql(self.q.restore_state, (session_id, slot, body, version, now))
 
-    def list_states(self, session_id: str) -> Op[list[tuple[str, str, int]]]:
-        yield from self._peek(session_id)
+    def list_states(self, session_id: str, *, tenant: str | None = None) -> Op[list[tuple[str, str, int]]]:
+        yield from self._peek(session_id, tenant)
         rows = yield Sql(self.q.list_states, (session_id,))
-        return [(slot, body, int(version)) for slot, body, version in rows]
+        return [(slot, body, self._version(session_id, slot, version)) for slot, body, version in rows]
 
     # snapshots
-    def put_snapshot(self, session_id: str, snapshot_id: str, data: bytes, metadata: str, *, now: float) -> Op[None]:
-        yield from self._bump(session_id, now)
+    def put_snapshot(
+        self, session_id: str, snapshot_id: str, data: bytes, metadata: str, *, now: float, tenant: str | None = None
+    ) -> Op[None]:
+        yield from self._bump(session_id, now, tenant)
         yield Sql(self.q.put_snapshot, (session_id, snapshot_id, data, metadata, now))
 
-    def get_snapshot(self, session_id: str, snapshot_id: str) -> Op[tuple[bytes, str] | None]:
-        yield from self._peek(session_id)
+    def get_snapshot(
+        self, session_id: str, snapshot_id: str, *, tenant: str | None = None
+    ) -> Op[tuple[bytes, str] | None]:
+        yield from self._peek(session_id, tenant)
         rows = yield Sql(self.q.get_snapshot, (session_id, snapshot_id))
-        return (bytes(rows[0][0]), rows[0][1]) if rows else None
+        if not rows:
+            return None
+        data, metadata = rows[0]
+        if not isinstance(data, bytes | bytearray | memoryview):
+            # SQLite stores whatever it is given: a text value here is a corrupted row.
+            raise SchemaError(
+                f"Session {session_id!r}: the stored data of snapshot {snapshot_id!r} is {type(data).__name__}, not "
+                "bytes; the row is corrupted; restore the session from an export, or delete the snapshot's session.",
+                session_id=session_id,
+            )
+        return bytes(data), metadata
 
-    def list_snapshots(self, session_id: str) -> Op[list[str]]:
-        yield from self._peek(session_id)
+    def list_snapshots(self, session_id: str, *, tenant: str | None = None) -> Op[list[str]]:
+        yield from self._peek(session_id, tenant)
         rows = yield Sql(self.q.list_snapshots, (session_id,))
         return [row[0] for row in rows]
 
     # audit
-    def append_audit(self, session_id: str, event: str, *, now: float) -> Op[None]:
-        rows = yield Sql(self.q.next_audit, (now, session_id))
-        seq = int(self._guard(session_id, rows)[0]) - 1
+    def append_audit(self, session_id: str, event: str, *, now: float, tenant: str | None = None) -> Op[None]:
+        rows = yield Sql(self.q.next_audit, (now, session_id, tenant))
+        count = self._guard(session_id, rows, tenant)[0]
+        seq = stored_int(count, session_id=session_id, what="`audit_count`") - 1
         yield Sql(self.q.insert_audit, (session_id, seq, event, now))
 
-    def read_audit(self, session_id: str, *, since: int, limit: int | None) -> Op[list[str]]:
-        yield from self._peek(session_id)
+    def read_audit(self, session_id: str, *, since: int, limit: int | None, tenant: str | None = None) -> Op[list[str]]:
+        yield from self._peek(session_id, tenant)
         end = _NO_LIMIT if limit is None else since + limit
         rows = yield Sql(self.q.read_audit, (session_id, since, end))
         return [row[0] for row in rows]
 
     # locks (SQLite; Postgres uses advisory locks instead)
-    def try_lock(self, session_id: str, token: str, *, lease: float, now: float) -> Op[bool]:
-        yield from self._peek(session_id)
+    def try_lock(self, session_id: str, owner: str, *, lease: float, now: float, tenant: str | None = None) -> Op[bool]:
+        yield from self._peek(session_id, tenant)
         yield Sql(self.q.expire_lock, (session_id, now))
-        rows = yield Sql(self.q.take_lock, (session_id, token, now + lease))
+        rows = yield Sql(self.q.take_lock, (session_id, owner, now + lease))
         return bool(rows)
 
-    def unlock(self, session_id: str, token: str) -> Op[None]:
-        yield Sql(self.q.release_lock, (session_id, token))
+    def renew_lock(self, session_id: str, owner: str, *, lease: float, now: float) -> Op[bool]:
+        rows = yield Sql(self.q.renew_lock, (now + lease, session_id, owner))
+        return bool(rows)
+
+    def lock_holder(self, session_id: str, *, now: float) -> Op[tuple[str, float] | None]:
+        rows = yield Sql(self.q.lock_holder, (session_id,))
+        if not rows:
+            return None
+        owner, expires_at = rows[0]
+        try:
+            left = float(expires_at) - now
+        except (TypeError, ValueError):
+            return str(owner), 0.0
+        return (str(owner), left) if left > 0 else None
+
+    def unlock(self, session_id: str, owner: str) -> Op[None]:
+        yield Sql(self.q.release_lock, (session_id, owner))

@@ -11,7 +11,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .base import FORMAT_VERSION, BaseAsyncStore, BaseStore, Op, SessionInfo, T, drive, not_found, session_info
+from .base import (
+    DEFAULT_LOCK_LEASE,
+    FORMAT_VERSION,
+    BaseAsyncStore,
+    BaseStore,
+    Op,
+    SessionInfo,
+    T,
+    drive,
+    not_found,
+    session_info,
+)
 
 __all__ = ["AsyncMemoryStore", "MemoryStore"]
 
@@ -50,10 +61,10 @@ class MemoryOps:
         self._sessions: dict[str, _Session] = {}
         self._mutex = threading.RLock()
 
-    def _get(self, session_id: str) -> _Session:
+    def _get(self, session_id: str, tenant: str | None = None) -> _Session:
         session = self._sessions.get(session_id)
-        if session is None:
-            raise not_found(session_id)
+        if session is None or (tenant is not None and session.tenant != tenant):
+            raise not_found(session_id, tenant)
         return session
 
     def _info(self, session_id: str, s: _Session) -> SessionInfo:
@@ -70,8 +81,8 @@ class MemoryOps:
             fmt=FORMAT_VERSION,
         )
 
-    def _bump(self, session_id: str, now: float) -> _Session:
-        session = self._get(session_id)
+    def _bump(self, session_id: str, now: float, tenant: str | None = None) -> _Session:
+        session = self._get(session_id, tenant)
         session.last_active = max(session.last_active, now)
         return session
 
@@ -103,14 +114,16 @@ class MemoryOps:
                 self._sessions[session_id] = session
             return _done(self._info(session_id, session))
 
-    def get_session(self, session_id: str) -> Op[SessionInfo | None]:
+    def get_session(self, session_id: str, *, tenant: str | None = None) -> Op[SessionInfo | None]:
         with self._mutex:
             session = self._sessions.get(session_id)
-            return _done(None if session is None else self._info(session_id, session))
+            if session is None or (tenant is not None and session.tenant != tenant):
+                return _done(None)
+            return _done(self._info(session_id, session))
 
-    def touch(self, session_id: str, *, now: float) -> Op[None]:
+    def touch(self, session_id: str, *, now: float, tenant: str | None = None) -> Op[None]:
         with self._mutex:
-            self._bump(session_id, now)
+            self._bump(session_id, now, tenant)
             return _done(None)
 
     def list_sessions(
@@ -131,16 +144,16 @@ class MemoryOps:
                     break
             return _done(found)
 
-    def archive(self, session_id: str, *, now: float) -> Op[None]:
+    def archive(self, session_id: str, *, now: float, tenant: str | None = None) -> Op[None]:
         with self._mutex:
-            session = self._get(session_id)
+            session = self._get(session_id, tenant)
             if session.archived_at is None:
                 session.archived_at = now
             return _done(None)
 
-    def delete_session(self, session_id: str) -> Op[None]:
+    def delete_session(self, session_id: str, *, tenant: str | None = None) -> Op[None]:
         with self._mutex:
-            self._get(session_id)
+            self._get(session_id, tenant)
             del self._sessions[session_id]
             return _done(None)
 
@@ -155,9 +168,11 @@ class MemoryOps:
                 del self._sessions[session_id]
             return _done(expired)
 
-    def append_messages(self, session_id: str, items: Sequence[tuple[str, str]], *, now: float) -> Op[int]:
+    def append_messages(
+        self, session_id: str, items: Sequence[tuple[str, str]], *, now: float, tenant: str | None = None
+    ) -> Op[int]:
         with self._mutex:
-            session = self._bump(session_id, now)
+            session = self._bump(session_id, now, tenant)
             added = 0
             for message_id, body in items:
                 if message_id in session.ids:
@@ -167,32 +182,34 @@ class MemoryOps:
                 added += 1
             return _done(added)
 
-    def load_messages(self, session_id: str, *, start: int, limit: int | None) -> Op[list[tuple[int, str]]]:
+    def load_messages(
+        self, session_id: str, *, start: int, limit: int | None, tenant: str | None = None
+    ) -> Op[list[tuple[int, str]]]:
         with self._mutex:
-            messages = self._get(session_id).messages
+            messages = self._get(session_id, tenant).messages
             end = len(messages) if limit is None else min(len(messages), start + limit)
             return _done([(seq, messages[seq]) for seq in range(start, end)])
 
-    def count_messages(self, session_id: str) -> Op[int]:
+    def count_messages(self, session_id: str, *, tenant: str | None = None) -> Op[int]:
         with self._mutex:
-            return _done(len(self._get(session_id).messages))
+            return _done(len(self._get(session_id, tenant).messages))
 
-    def get_message(self, session_id: str, message_id: str) -> Op[tuple[int, str] | None]:
+    def get_message(self, session_id: str, message_id: str, *, tenant: str | None = None) -> Op[tuple[int, str] | None]:
         with self._mutex:
-            session = self._get(session_id)
+            session = self._get(session_id, tenant)
             seq = session.ids.get(message_id)
             return _done(None if seq is None else (seq, session.messages[seq]))
 
-    def load_state(self, session_id: str, slot: str) -> Op[tuple[str | None, int]]:
+    def load_state(self, session_id: str, slot: str, *, tenant: str | None = None) -> Op[tuple[str | None, int]]:
         with self._mutex:
-            body, version = self._get(session_id).states.get(slot, (None, 0))
+            body, version = self._get(session_id, tenant).states.get(slot, (None, 0))
             return _done((body, version))
 
     def save_state(
-        self, session_id: str, slot: str, body: str, *, expected: int, now: float, token: str
+        self, session_id: str, slot: str, body: str, *, expected: int, now: float, token: str, tenant: str | None = None
     ) -> Op[tuple[bool, int]]:
         with self._mutex:
-            session = self._bump(session_id, now)
+            session = self._bump(session_id, now, tenant)
             current = session.states.get(slot, ("", 0))[1]
             if current != expected:
                 return _done((False, current))
@@ -204,41 +221,60 @@ class MemoryOps:
             self._bump(session_id, now).states[slot] = (body, version)
             return _done(None)
 
-    def list_states(self, session_id: str) -> Op[list[tuple[str, str, int]]]:
+    def list_states(self, session_id: str, *, tenant: str | None = None) -> Op[list[tuple[str, str, int]]]:
         with self._mutex:
-            states = self._get(session_id).states
+            states = self._get(session_id, tenant).states
             return _done([(slot, body, version) for slot, (body, version) in sorted(states.items())])
 
-    def put_snapshot(self, session_id: str, snapshot_id: str, data: bytes, metadata: str, *, now: float) -> Op[None]:
+    def put_snapshot(
+        self, session_id: str, snapshot_id: str, data: bytes, metadata: str, *, now: float, tenant: str | None = None
+    ) -> Op[None]:
         with self._mutex:
-            self._bump(session_id, now).snapshots[snapshot_id] = (bytes(data), metadata)
+            self._bump(session_id, now, tenant).snapshots[snapshot_id] = (bytes(data), metadata)
             return _done(None)
 
-    def get_snapshot(self, session_id: str, snapshot_id: str) -> Op[tuple[bytes, str] | None]:
+    def get_snapshot(
+        self, session_id: str, snapshot_id: str, *, tenant: str | None = None
+    ) -> Op[tuple[bytes, str] | None]:
         with self._mutex:
-            return _done(self._get(session_id).snapshots.get(snapshot_id))
+            return _done(self._get(session_id, tenant).snapshots.get(snapshot_id))
 
-    def list_snapshots(self, session_id: str) -> Op[list[str]]:
+    def list_snapshots(self, session_id: str, *, tenant: str | None = None) -> Op[list[str]]:
         with self._mutex:
-            return _done(sorted(self._get(session_id).snapshots))
+            return _done(sorted(self._get(session_id, tenant).snapshots))
 
-    def append_audit(self, session_id: str, event: str, *, now: float) -> Op[None]:
+    def append_audit(self, session_id: str, event: str, *, now: float, tenant: str | None = None) -> Op[None]:
         with self._mutex:
-            self._bump(session_id, now).audit.append(event)
+            self._bump(session_id, now, tenant).audit.append(event)
             return _done(None)
 
-    def read_audit(self, session_id: str, *, since: int, limit: int | None) -> Op[list[str]]:
+    def read_audit(self, session_id: str, *, since: int, limit: int | None, tenant: str | None = None) -> Op[list[str]]:
         with self._mutex:
-            audit = self._get(session_id).audit
+            audit = self._get(session_id, tenant).audit
             return _done(audit[since:] if limit is None else audit[since : since + limit])
 
-    def try_lock(self, session_id: str, token: str, *, lease: float, now: float) -> Op[bool]:
+    def try_lock(self, session_id: str, owner: str, *, lease: float, now: float, tenant: str | None = None) -> Op[bool]:
         with self._mutex:
-            session = self._get(session_id)
+            session = self._get(session_id, tenant)
             if session.lock is not None and session.lock[1] > now:
                 return _done(False)
-            session.lock = (token, now + lease)
+            session.lock = (owner, now + lease)
             return _done(True)
+
+    def renew_lock(self, session_id: str, owner: str, *, lease: float, now: float) -> Op[bool]:
+        with self._mutex:
+            session = self._sessions.get(session_id)
+            if session is None or session.lock is None or session.lock[0] != owner:
+                return _done(False)
+            session.lock = (owner, now + lease)
+            return _done(True)
+
+    def lock_holder(self, session_id: str, *, now: float) -> Op[tuple[str, float] | None]:
+        with self._mutex:
+            session = self._sessions.get(session_id)
+            if session is None or session.lock is None or session.lock[1] <= now:
+                return _done(None)
+            return _done((session.lock[0], session.lock[1] - now))
 
     def unlock(self, session_id: str, token: str) -> Op[None]:
         with self._mutex:
@@ -253,7 +289,7 @@ class MemoryStore(BaseStore):
 
     Args:
         clock: Source of timestamps (tests inject a fake one).
-        lock_lease: Seconds after which a lock whose holder vanished is taken over.
+        lock_lease: Seconds a lock outlives its holder's last heartbeat (a live holder renews it).
         share: Another memory store whose sessions this one should see (sync and async code, or
             several workers, over the same data).
     """
@@ -262,7 +298,7 @@ class MemoryStore(BaseStore):
         self,
         *,
         clock: Callable[[], float] = time.time,
-        lock_lease: float = 60.0,
+        lock_lease: float = DEFAULT_LOCK_LEASE,
         share: MemoryStore | AsyncMemoryStore | None = None,
     ) -> None:
         super().__init__(clock=clock, lock_lease=lock_lease)
@@ -277,7 +313,7 @@ class AsyncMemoryStore(BaseAsyncStore):
 
     Args:
         clock: Source of timestamps.
-        lock_lease: Seconds after which a lock whose holder vanished is taken over.
+        lock_lease: Seconds a lock outlives its holder's last heartbeat (a live holder renews it).
         share: Another memory store whose sessions this one should see.
     """
 
@@ -285,7 +321,7 @@ class AsyncMemoryStore(BaseAsyncStore):
         self,
         *,
         clock: Callable[[], float] = time.time,
-        lock_lease: float = 60.0,
+        lock_lease: float = DEFAULT_LOCK_LEASE,
         share: MemoryStore | AsyncMemoryStore | None = None,
     ) -> None:
         super().__init__(clock=clock, lock_lease=lock_lease)

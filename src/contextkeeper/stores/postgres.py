@@ -30,10 +30,10 @@ import anyio
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from ..exceptions import ConfigError, SchemaError, StoreError, StoreUnavailable
+from ..exceptions import ConfigError, LockTimeout, SchemaError, StoreError, StoreUnavailable
 from ..messages import Message
 from ._sql import MIGRATIONS, Dialect, Sql, SqlOps
-from .base import BaseAsyncStore, BaseStore, Op, T, aresume, check_id, resume
+from .base import DEFAULT_LOCK_LEASE, BaseAsyncStore, BaseStore, Op, T, aresume, check_id, lock_timeout, resume
 
 __all__ = ["AsyncPostgresStore", "PostgresStore"]
 
@@ -112,6 +112,46 @@ def _lock_key(schema: str, session_id: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+# pg_locks shows a bigint advisory key as two oids (high and low 32 bits) with objsubid 1.
+_LOCK_HOLDER = """
+    SELECT a.pid, host(a.client_addr), a.application_name, extract(epoch FROM a.backend_start)
+    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.classid = %s AND l.objid = %s
+    LIMIT 1"""
+
+
+def _lock_holder_params(key: int) -> tuple[int, int]:
+    unsigned = key & 0xFFFF_FFFF_FFFF_FFFF
+    return unsigned >> 32, unsigned & 0xFFFF_FFFF
+
+
+def _holder_text(row: Sequence[Any] | None) -> tuple[str | None, float | None]:
+    """Who holds an advisory lock, from `_LOCK_HOLDER` (the backend and where it connects from)."""
+    if row is None:
+        return None, None
+    pid, client, application, started = row
+    holder = f"Postgres backend pid {pid}"
+    where = ", ".join(part for part in (f"client {client}" if client else "", application or "") if part)
+    if where:
+        holder += f" ({where})"
+    return holder, None if started is None else float(started)
+
+
+def _advisory_timeout(session_id: str, timeout: float, row: Sequence[Any] | None) -> LockTimeout:
+    holder, connected = _holder_text(row)
+    if holder is not None and connected is not None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(connected))
+        holder += f", connected since {stamp}"
+    return lock_timeout(
+        session_id,
+        timeout,
+        holder=holder,
+        since=None,
+        expires_in=None,
+        released=holder is None,
+    )
+
+
 _DUPLICATE_RETRIES = 3
 
 
@@ -179,7 +219,8 @@ class PostgresStore(_PostgresCommon, BaseStore):
             others work too, every operation then runs in an explicit transaction.
         schema: Schema holding the ``ck_*`` tables (created if missing).
         clock: Source of timestamps (tests inject a fake one).
-        lock_lease: Unused by Postgres (advisory locks end with their connection); accepted for symmetry.
+        lock_lease: Unused by Postgres (an advisory lock ends with its holder's connection, so a dead
+            holder's lock is gone as soon as Postgres sees the connection close); accepted for symmetry.
     """
 
     def __init__(
@@ -188,7 +229,7 @@ class PostgresStore(_PostgresCommon, BaseStore):
         *,
         schema: str = "public",
         clock: Callable[[], float] = time.time,
-        lock_lease: float = 60.0,
+        lock_lease: float = DEFAULT_LOCK_LEASE,
     ) -> None:
         super().__init__(clock=clock, lock_lease=lock_lease)
         self._pool = pool
@@ -205,7 +246,7 @@ class PostgresStore(_PostgresCommon, BaseStore):
         *,
         schema: str = "public",
         clock: Callable[[], float] = time.time,
-        lock_lease: float = 60.0,
+        lock_lease: float = DEFAULT_LOCK_LEASE,
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 10.0,
@@ -268,10 +309,10 @@ class PostgresStore(_PostgresCommon, BaseStore):
             with conn.transaction():
                 return resume(op, command, lambda next_command: _execute(cursor, next_command))
 
-    def append_messages(self, session_id: str, messages: Sequence[Message]) -> int:
+    def append_messages(self, session_id: str, messages: Sequence[Message], *, tenant: str | None = None) -> int:
         for attempt in range(_DUPLICATE_RETRIES):
             try:
-                return super().append_messages(session_id, messages)
+                return super().append_messages(session_id, messages, tenant=tenant)
             except _DuplicateRace:
                 if attempt == _DUPLICATE_RETRIES - 1:
                     raise
@@ -290,9 +331,9 @@ class PostgresStore(_PostgresCommon, BaseStore):
             raise self._translate(exc) from exc
 
     @contextmanager
-    def lock(self, session_id: str, *, timeout: float = 10.0) -> Iterator[None]:
+    def lock(self, session_id: str, *, timeout: float = 10.0, tenant: str | None = None) -> Iterator[None]:
         check_id(session_id)
-        self.count_messages(session_id)  # SessionNotFound before waiting
+        self.count_messages(session_id, tenant=tenant)  # SessionNotFound before waiting
         key = self._lock_key(session_id)
         with ExitStack() as stack:
             try:
@@ -302,7 +343,8 @@ class PostgresStore(_PostgresCommon, BaseStore):
                 while not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        raise self._lock_timeout(session_id, timeout)
+                        row = conn.execute(_LOCK_HOLDER, _lock_holder_params(key)).fetchone()
+                        raise _advisory_timeout(session_id, timeout, row)
                     time.sleep(min(delay, remaining))
                     delay = min(delay * 2, 0.05)
             except (psycopg.Error, PoolTimeout) as exc:
@@ -334,7 +376,7 @@ class AsyncPostgresStore(_PostgresCommon, BaseAsyncStore):
         *,
         schema: str = "public",
         clock: Callable[[], float] = time.time,
-        lock_lease: float = 60.0,
+        lock_lease: float = DEFAULT_LOCK_LEASE,
     ) -> None:
         super().__init__(clock=clock, lock_lease=lock_lease)
         self._pool = pool
@@ -352,7 +394,7 @@ class AsyncPostgresStore(_PostgresCommon, BaseAsyncStore):
         *,
         schema: str = "public",
         clock: Callable[[], float] = time.time,
-        lock_lease: float = 60.0,
+        lock_lease: float = DEFAULT_LOCK_LEASE,
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 10.0,
@@ -404,10 +446,10 @@ class AsyncPostgresStore(_PostgresCommon, BaseAsyncStore):
             async with conn.transaction():
                 return await aresume(op, command, lambda next_command: _aexecute(cursor, next_command))
 
-    async def append_messages(self, session_id: str, messages: Sequence[Message]) -> int:
+    async def append_messages(self, session_id: str, messages: Sequence[Message], *, tenant: str | None = None) -> int:
         for attempt in range(_DUPLICATE_RETRIES):
             try:
-                return await super().append_messages(session_id, messages)
+                return await super().append_messages(session_id, messages, tenant=tenant)
             except _DuplicateRace:
                 if attempt == _DUPLICATE_RETRIES - 1:
                     raise
@@ -427,9 +469,9 @@ class AsyncPostgresStore(_PostgresCommon, BaseAsyncStore):
             raise self._translate(exc) from exc
 
     @asynccontextmanager
-    async def lock(self, session_id: str, *, timeout: float = 10.0) -> AsyncIterator[None]:
+    async def lock(self, session_id: str, *, timeout: float = 10.0, tenant: str | None = None) -> AsyncIterator[None]:
         check_id(session_id)
-        await self.count_messages(session_id)
+        await self.count_messages(session_id, tenant=tenant)
         key = self._lock_key(session_id)
         async with AsyncExitStack() as stack:
             try:
@@ -443,7 +485,8 @@ class AsyncPostgresStore(_PostgresCommon, BaseAsyncStore):
                         break
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        raise self._lock_timeout(session_id, timeout)
+                        cursor = await conn.execute(_LOCK_HOLDER, _lock_holder_params(key))
+                        raise _advisory_timeout(session_id, timeout, await cursor.fetchone())
                     await anyio.sleep(min(delay, remaining))
                     delay = min(delay * 2, 0.05)
             except (psycopg.Error, PoolTimeout) as exc:

@@ -8,8 +8,12 @@ keys, so ids with ``/``, quotes, braces or colons cannot collide or break the ta
 Keys of session ``S`` (``T = {prefix:S}``): ``T:meta`` (hash), ``T:ids`` (message id -> position),
 ``T:msgs`` (list of message JSON), ``T:state`` / ``T:statever`` (state slots and their versions),
 ``T:snaps`` / ``T:snapmeta``, ``T:audit`` (list), ``T:lock``. Listing uses two sorted sets outside
-the session slot, ``prefix:sessions`` and ``prefix:tenant:<tenant>``; they are updated after the
-session's own keys and cleaned lazily, so a listing never shows a session that is gone.
+the session slot, ``prefix:sessions`` and ``prefix:tenant=<tenant>``; they are updated after the
+session's own keys and cleaned lazily, so a listing never shows a session that is gone. No key
+has a colon after ``prefix:`` (tenants and session ids are percent-encoded), so the keys of two
+prefixes never collide, even when one prefix extends the other (``ck`` and ``ck:tenant``).
+Namespaces written by schema version 1 kept tenant listings under ``prefix:tenant:<tenant>``;
+the first use by this release copies them to the new keys (one pass over the session index).
 
 With ``ttl`` set, every write pushes the expiry of all the session's keys ``ttl`` seconds ahead:
 Redis itself then removes idle sessions. Without it, `expire_idle` walks the session index
@@ -57,6 +61,7 @@ from redis.retry import Retry
 
 from ..exceptions import ConfigError, SchemaError, StoreError, StoreUnavailable
 from .base import (
+    DEFAULT_LOCK_LEASE,
     FORMAT_VERSION,
     BaseAsyncStore,
     BaseStore,
@@ -65,14 +70,17 @@ from .base import (
     T,
     adrive,
     check_format,
+    corrupted,
     drive,
     not_found,
     session_info,
+    stored_int,
 )
 
 __all__ = ["AsyncRedisStore", "RedisStore"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""Layout version kept in ``prefix:schema``; 2 moved the tenant indexes to ``prefix:tenant=<tenant>``."""
 _SUFFIXES = (":meta", ":ids", ":msgs", ":state", ":statever", ":snaps", ":snapmeta", ":audit", ":lock")
 _SCAN_PAGE = 500
 
@@ -89,18 +97,25 @@ def _script(body: str) -> _Script:
 
 
 # KEYS: the nine session keys in _SUFFIXES order. ARGV[1] now, ARGV[2] ttl in ms (0: none),
-# ARGV[3] newest readable format, then the operation's own arguments. Replies start with a
-# status: 0 ok, -1 no such session, > 0 the session's (too new) format.
+# ARGV[3] newest readable format, ARGV[4] the tenant the caller names ('' for any), then the
+# operation's own arguments. Replies start with a status: 0 ok, -1 no such session (or one of
+# another tenant: the caller cannot tell the two apart), -2 a format field that is not a number,
+# > 0 the session's (too new) format.
 _PRELUDE = """
+local function owned()
+  if ARGV[4] == '' then return true end
+  return redis.call('HGET', KEYS[1], 'tenant') == ARGV[4]
+end
 local function guard()
   local fmt = redis.call('HGET', KEYS[1], 'format')
-  if not fmt then return -1 end
+  if not fmt or not owned() then return -1 end
   fmt = tonumber(fmt)
+  if not fmt then return -2 end
   if fmt > tonumber(ARGV[3]) then return fmt end
   return 0
 end
 local function refresh()
-  local last = tonumber(redis.call('HGET', KEYS[1], 'last_active') or '0')
+  local last = tonumber(redis.call('HGET', KEYS[1], 'last_active') or '0') or 0
   if tonumber(ARGV[1]) > last then redis.call('HSET', KEYS[1], 'last_active', ARGV[1]) end
   local ttl = tonumber(ARGV[2])
   if ttl > 0 then
@@ -116,14 +131,14 @@ end
 
 _CREATE = _script("""
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'tenant', ARGV[4], 'created_at', ARGV[5], 'last_active', ARGV[6],
-    'model', ARGV[7], 'window', ARGV[8], 'metadata', ARGV[9], 'format', ARGV[10])
+  redis.call('HSET', KEYS[1], 'tenant', ARGV[5], 'created_at', ARGV[6], 'last_active', ARGV[7],
+    'model', ARGV[8], 'window', ARGV[9], 'metadata', ARGV[10], 'format', ARGV[11])
   refresh()
 end
 return {0, redis.call('HGETALL', KEYS[1]), redis.call('LLEN', KEYS[3])}
 """)
 _GET = _script("""
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+if redis.call('EXISTS', KEYS[1]) == 0 or not owned() then return {-1} end
 return {0, redis.call('HGETALL', KEYS[1]), redis.call('LLEN', KEYS[3])}
 """)
 _TOUCH = _script("""
@@ -137,7 +152,7 @@ redis.call('HSETNX', KEYS[1], 'archived_at', ARGV[1])
 return {0}
 """)
 _DELETE = _script("""
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+if redis.call('EXISTS', KEYS[1]) == 0 or not owned() then return {-1} end
 local tenant = redis.call('HGET', KEYS[1], 'tenant')
 for i = 1, #KEYS do redis.call('DEL', KEYS[i]) end
 return {0, tenant}
@@ -145,7 +160,8 @@ return {0, tenant}
 _DELETE_IDLE = _script("""
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
 if redis.call('HEXISTS', KEYS[1], 'archived_at') == 1 then return {0, 0} end
-if tonumber(redis.call('HGET', KEYS[1], 'last_active')) >= tonumber(ARGV[4]) then return {0, 0} end
+local last = tonumber(redis.call('HGET', KEYS[1], 'last_active') or '')
+if not last or last >= tonumber(ARGV[5]) then return {0, 0} end
 local tenant = redis.call('HGET', KEYS[1], 'tenant')
 for i = 1, #KEYS do redis.call('DEL', KEYS[i]) end
 return {0, 1, tenant}
@@ -154,7 +170,7 @@ _APPEND = _script("""
 local g = guard() if g ~= 0 then return {g} end
 local n = redis.call('LLEN', KEYS[3])
 local added = 0
-for i = 4, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   if redis.call('HSETNX', KEYS[2], ARGV[i], n) == 1 then
     redis.call('RPUSH', KEYS[3], ARGV[i + 1])
     n = n + 1
@@ -166,8 +182,8 @@ return {0, added}
 """)
 _LOAD = _script("""
 local g = guard() if g ~= 0 then return {g} end
-local start = tonumber(ARGV[4])
-local stop = stop_of(redis.call('LLEN', KEYS[3]), start, tonumber(ARGV[5]))
+local start = tonumber(ARGV[5])
+local stop = stop_of(redis.call('LLEN', KEYS[3]), start, tonumber(ARGV[6]))
 if stop < start then return {0, {}} end
 return {0, redis.call('LRANGE', KEYS[3], start, stop)}
 """)
@@ -177,34 +193,36 @@ return {0, redis.call('LLEN', KEYS[3])}
 """)
 _GET_MESSAGE = _script("""
 local g = guard() if g ~= 0 then return {g} end
-local seq = redis.call('HGET', KEYS[2], ARGV[4])
+local seq = redis.call('HGET', KEYS[2], ARGV[5])
 if not seq then return {0} end
-return {0, tonumber(seq), redis.call('LINDEX', KEYS[3], seq)}
+return {0, seq, redis.call('LINDEX', KEYS[3], seq)}
 """)
 _LOAD_STATE = _script("""
 local g = guard() if g ~= 0 then return {g} end
-local body = redis.call('HGET', KEYS[4], ARGV[4]) or false
-return {0, tonumber(redis.call('HGET', KEYS[5], 'v:' .. ARGV[4]) or '0'), body}
+local body = redis.call('HGET', KEYS[4], ARGV[5]) or false
+return {0, redis.call('HGET', KEYS[5], 'v:' .. ARGV[5]) or '0', body}
 """)
 # The writer's token makes a retried save (after a dropped connection) recognize its own success.
 _SAVE_STATE = _script("""
 local g = guard() if g ~= 0 then return {g} end
-local slot = ARGV[4]
-local current = tonumber(redis.call('HGET', KEYS[5], 'v:' .. slot) or '0')
-local expected = tonumber(ARGV[6])
+local slot = ARGV[5]
+local stored = redis.call('HGET', KEYS[5], 'v:' .. slot) or '0'
+local current = tonumber(stored)
+if not current then return {0, 0, stored} end
+local expected = tonumber(ARGV[7])
 if current ~= expected then
-  if current == expected + 1 and redis.call('HGET', KEYS[5], 't:' .. slot) == ARGV[7] then return {0, 1, current} end
+  if current == expected + 1 and redis.call('HGET', KEYS[5], 't:' .. slot) == ARGV[8] then return {0, 1, current} end
   return {0, 0, current}
 end
-redis.call('HSET', KEYS[4], slot, ARGV[5])
-redis.call('HSET', KEYS[5], 'v:' .. slot, current + 1, 't:' .. slot, ARGV[7])
+redis.call('HSET', KEYS[4], slot, ARGV[6])
+redis.call('HSET', KEYS[5], 'v:' .. slot, current + 1, 't:' .. slot, ARGV[8])
 refresh()
 return {0, 1, current + 1}
 """)
 _RESTORE_STATE = _script("""
 local g = guard() if g ~= 0 then return {g} end
-redis.call('HSET', KEYS[4], ARGV[4], ARGV[5])
-redis.call('HSET', KEYS[5], 'v:' .. ARGV[4], ARGV[6])
+redis.call('HSET', KEYS[4], ARGV[5], ARGV[6])
+redis.call('HSET', KEYS[5], 'v:' .. ARGV[5], ARGV[7])
 refresh()
 return {0}
 """)
@@ -214,16 +232,16 @@ return {0, redis.call('HGETALL', KEYS[4]), redis.call('HGETALL', KEYS[5])}
 """)
 _PUT_SNAPSHOT = _script("""
 local g = guard() if g ~= 0 then return {g} end
-redis.call('HSET', KEYS[6], ARGV[4], ARGV[5])
-redis.call('HSET', KEYS[7], ARGV[4], ARGV[6])
+redis.call('HSET', KEYS[6], ARGV[5], ARGV[6])
+redis.call('HSET', KEYS[7], ARGV[5], ARGV[7])
 refresh()
 return {0}
 """)
 _GET_SNAPSHOT = _script("""
 local g = guard() if g ~= 0 then return {g} end
-local data = redis.call('HGET', KEYS[6], ARGV[4])
+local data = redis.call('HGET', KEYS[6], ARGV[5])
 if not data then return {0} end
-return {0, data, redis.call('HGET', KEYS[7], ARGV[4]) or '{}'}
+return {0, data, redis.call('HGET', KEYS[7], ARGV[5]) or '{}'}
 """)
 _LIST_SNAPSHOTS = _script("""
 local g = guard() if g ~= 0 then return {g} end
@@ -231,24 +249,34 @@ return {0, redis.call('HKEYS', KEYS[6])}
 """)
 _AUDIT = _script("""
 local g = guard() if g ~= 0 then return {g} end
-redis.call('RPUSH', KEYS[8], ARGV[4])
+redis.call('RPUSH', KEYS[8], ARGV[5])
 refresh()
 return {0}
 """)
 _READ_AUDIT = _script("""
 local g = guard() if g ~= 0 then return {g} end
-local start = tonumber(ARGV[4])
-local stop = stop_of(redis.call('LLEN', KEYS[8]), start, tonumber(ARGV[5]))
+local start = tonumber(ARGV[5])
+local stop = stop_of(redis.call('LLEN', KEYS[8]), start, tonumber(ARGV[6]))
 if stop < start then return {0, {}} end
 return {0, redis.call('LRANGE', KEYS[8], start, stop)}
 """)
 _TRY_LOCK = _script("""
 local g = guard() if g ~= 0 then return {g} end
-if redis.call('SET', KEYS[9], ARGV[4], 'NX', 'PX', ARGV[5]) then return {0, 1} end
+if redis.call('SET', KEYS[9], ARGV[5], 'NX', 'PX', ARGV[6]) then return {0, 1} end
 return {0, 0}
 """)
+_RENEW_LOCK = _script("""
+if redis.call('GET', KEYS[9]) ~= ARGV[5] then return {0, 0} end
+redis.call('PEXPIRE', KEYS[9], ARGV[6])
+return {0, 1}
+""")
+_LOCK_HOLDER = _script("""
+local owner = redis.call('GET', KEYS[9])
+if not owner then return {0} end
+return {0, owner, redis.call('PTTL', KEYS[9])}
+""")
 _UNLOCK = _script("""
-if redis.call('GET', KEYS[9]) == ARGV[4] then redis.call('DEL', KEYS[9]) end
+if redis.call('GET', KEYS[9]) == ARGV[5] then redis.call('DEL', KEYS[9]) end
 return {0}
 """)
 
@@ -273,8 +301,13 @@ class _Pipe:
 
 
 def _text(value: bytes | str) -> str:
-    # Invalid UTF-8 (a corrupted value) decodes with replacement characters and then fails the
-    # JSON or message validation, which names the session; a bare UnicodeDecodeError would not.
+    # Lossless: an invalid byte (a corrupted value) becomes a lone surrogate, which the store's
+    # decoding reports as a SchemaError naming the session and the field (never a silent U+FFFD).
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+
+def _member(value: bytes | str) -> str:
+    # Index members are only ever session ids we wrote; a damaged one is dropped by the listing.
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
@@ -283,7 +316,14 @@ def _pairs(flat: Sequence[bytes]) -> dict[str, bytes]:
 
 
 class RedisOps:
-    """The store operations as Lua scripts over one session's hash-tagged keys."""
+    """The store operations as Lua scripts over one session's hash-tagged keys.
+
+    Key layout: whatever follows ``prefix:`` in a key outside the session slots (``sessions``,
+    ``schema``, ``tenant=<tenant>``) has no colon, and percent-encoded session ids have none
+    either, so a key names its prefix unambiguously (everything before its last colon, or
+    before the last colon inside the braces): two prefixes, say ``P`` and ``P:tenant``, can
+    never share a key.
+    """
 
     def __init__(self, *, prefix: str, ttl: float | None) -> None:
         self.prefix = prefix
@@ -298,56 +338,71 @@ class RedisOps:
         return tuple(tag + suffix for suffix in _SUFFIXES)
 
     def meta_pattern(self) -> str:
-        """A SCAN pattern matching the metadata key of every session of the namespace."""
+        """A SCAN pattern matching the metadata key of every session of the namespace (and a few others)."""
         escaped = "".join("\\" + c if c in "*?[]\\" else c for c in self.prefix)
         return "{" + escaped + ":*}:meta"
 
     def session_of_meta_key(self, key: bytes | str) -> str | None:
-        """The session id whose metadata key this is (None for a key that is not one)."""
-        text = _text(key)
+        """The session id whose metadata key this is (None for a key that is not one of this prefix)."""
+        text = _member(key)
         head, tail = "{" + self.prefix + ":", "}:meta"
         if not (text.startswith(head) and text.endswith(tail)) or len(text) <= len(head) + len(tail):
             return None
-        return unquote(text[len(head) : -len(tail)])
+        encoded = text[len(head) : -len(tail)]
+        if ":" in encoded:  # a session of a longer prefix (``prefix:x``), not one of ours
+            return None
+        return unquote(encoded)
 
     def tenant_index(self, tenant: str) -> str:
-        """The sorted set listing one tenant's sessions."""
+        """The sorted set listing one tenant's sessions (no colon after the prefix: see the class)."""
+        return f"{self.prefix}:tenant={quote(tenant, safe='')}"
+
+    def legacy_tenant_index(self, tenant: str) -> str:
+        """Where schema version 1 kept a tenant's listing; it could be another prefix's key."""
         return f"{self.prefix}:tenant:{quote(tenant, safe='')}"
 
-    def _eval(self, script: _Script, session_id: str, *args: Any, now: float = 0.0) -> _Eval:
-        return _Eval(script, self.keys(session_id), (repr(now), self._ttl_ms, FORMAT_VERSION, *args))
+    def _eval(self, script: _Script, session_id: str, *args: Any, now: float = 0.0, tenant: str | None = None) -> _Eval:
+        fixed = (repr(now), self._ttl_ms, FORMAT_VERSION, tenant or "")
+        return _Eval(script, self.keys(session_id), (*fixed, *args))
 
     @staticmethod
-    def _ok(session_id: str, reply: list[Any]) -> list[Any]:
+    def _ok(session_id: str, reply: list[Any], tenant: str | None = None) -> list[Any]:
         status = int(reply[0])
         if status == -1:
-            raise not_found(session_id)
+            raise not_found(session_id, tenant)
+        if status == -2:
+            raise corrupted(session_id, "session `format`", "not a number")
         if status > 0:
             check_format(session_id, status)
         return reply[1:]
 
     @staticmethod
     def _info(session_id: str, meta: dict[str, bytes], count: int) -> SessionInfo:
-        try:
-            archived = meta.get("archived_at")
-            return session_info(
-                session_id,
-                tenant=_text(meta["tenant"]),
-                created_at=float(meta["created_at"]),
-                last_active=float(meta["last_active"]),
-                model=json.loads(meta["model"]),
-                window=json.loads(meta["window"]),
-                metadata=_text(meta["metadata"]),
-                archived_at=None if archived is None else float(archived),
-                message_count=int(count),
-                fmt=int(meta["format"]),
-            )
-        except (KeyError, ValueError) as exc:
-            raise SchemaError(
-                f"Session {session_id!r}: its Redis metadata hash is corrupted ({type(exc).__name__}: {exc}); restore "
-                "the session from an export with `import_session`, or delete it.",
-                session_id=session_id,
-            ) from None
+        def field(name: str) -> bytes:
+            try:
+                return meta[name]
+            except KeyError:
+                raise corrupted(session_id, "Redis metadata hash", f"it has no `{name}` field") from None
+
+        def decoded(name: str) -> Any:
+            try:
+                return json.loads(field(name))
+            except ValueError as exc:
+                raise corrupted(session_id, f"session `{name}`", f"not JSON: {exc}") from None
+
+        archived = meta.get("archived_at")
+        return session_info(
+            session_id,
+            tenant=_text(field("tenant")),
+            created_at=_text(field("created_at")),
+            last_active=_text(field("last_active")),
+            model=decoded("model"),
+            window=decoded("window"),
+            metadata=_text(field("metadata")),
+            archived_at=None if archived is None else _text(archived),
+            message_count=count,
+            fmt=_text(field("format")),
+        )
 
     # schema
     def setup(self) -> Op[int]:
@@ -359,11 +414,36 @@ class RedisOps:
             version = -1
         if version > SCHEMA_VERSION or version < 1:
             raise SchemaError(
-                f"Redis key {self.schema_key!r} says contextkeeper schema version {_text(stored or b'?')!r}, but this "
-                f"release knows version {SCHEMA_VERSION}; upgrade contextkeeper (`pip install -U contextkeeper`) or "
-                "use another `prefix`."
+                f"Redis key {self.schema_key!r} says contextkeeper schema version {_member(stored or b'?')!r}, but "
+                f"this release knows versions up to {SCHEMA_VERSION}; upgrade contextkeeper (`pip install -U "
+                "contextkeeper`) or use another `prefix`."
             )
-        return version
+        if version < SCHEMA_VERSION:
+            yield from self._migrate_tenant_indexes()
+            yield _Cmd(("SET", self.schema_key, SCHEMA_VERSION))
+        return SCHEMA_VERSION
+
+    def _migrate_tenant_indexes(self) -> Op[None]:
+        """Schema 1 to 2: list each session of the main index under its tenant's new index key.
+
+        The old ``prefix:tenant:<tenant>`` keys are left alone: one of them may be the main index
+        of a longer prefix (``prefix:tenant``), which is why the layout changed.
+        """
+        after: str | None = None
+        while True:
+            page = yield from self._index_page(self.index, after, _SCAN_PAGE)
+            if not page:
+                return
+            replies = yield _Pipe(tuple(self._eval(_GET, session_id) for session_id in page))
+            adds: list[_Cmd | _Eval] = []
+            for session_id, reply in zip(page, replies, strict=True):
+                if int(reply[0]) == 0:
+                    tenant = _pairs(reply[1]).get("tenant")
+                    if tenant is not None:
+                        adds.append(_Cmd(("ZADD", self.tenant_index(_member(tenant)), 0, session_id)))
+            if adds:
+                yield _Pipe(tuple(adds))
+            after = page[-1]
 
     # lifecycle
     def create_session(
@@ -391,24 +471,28 @@ class RedisOps:
         )
         meta, count = self._ok(session_id, reply)
         info = self._info(session_id, _pairs(meta), count)
-        yield _Pipe(
-            (_Cmd(("ZADD", self.index, 0, session_id)), _Cmd(("ZADD", self.tenant_index(info.tenant), 0, session_id)))
-        )
+        if info.tenant == tenant:  # another tenant's session is not listed under this one
+            yield _Pipe(
+                (
+                    _Cmd(("ZADD", self.index, 0, session_id)),
+                    _Cmd(("ZADD", self.tenant_index(info.tenant), 0, session_id)),
+                )
+            )
         return info
 
-    def get_session(self, session_id: str) -> Op[SessionInfo | None]:
-        reply = yield self._eval(_GET, session_id)
+    def get_session(self, session_id: str, *, tenant: str | None = None) -> Op[SessionInfo | None]:
+        reply = yield self._eval(_GET, session_id, tenant=tenant)
         if int(reply[0]) == -1:
             return None
         return self._info(session_id, _pairs(reply[1]), reply[2])
 
-    def touch(self, session_id: str, *, now: float) -> Op[None]:
-        self._ok(session_id, (yield self._eval(_TOUCH, session_id, now=now)))
+    def touch(self, session_id: str, *, now: float, tenant: str | None = None) -> Op[None]:
+        self._ok(session_id, (yield self._eval(_TOUCH, session_id, now=now, tenant=tenant)), tenant)
 
     def _index_page(self, index: str, after: str | None, count: int) -> Op[list[str]]:
         low = "-" if after is None else "(" + after
         members = yield _Cmd(("ZRANGEBYLEX", index, low, "+", "LIMIT", 0, count))
-        return [_text(member) for member in members]
+        return [_member(member) for member in members]
 
     def list_sessions(
         self, *, tenant: str | None, limit: int, after: str | None, include_archived: bool
@@ -419,7 +503,8 @@ class RedisOps:
             page = yield from self._index_page(index, after, min(_SCAN_PAGE, 2 * (limit - len(found)) + 1))
             if not page:
                 break
-            replies = yield _Pipe(tuple(self._eval(_GET, session_id) for session_id in page))
+            # With a tenant, the script itself checks each session belongs to it.
+            replies = yield _Pipe(tuple(self._eval(_GET, session_id, tenant=tenant) for session_id in page))
             gone: list[str] = []
             for session_id, reply in zip(page, replies, strict=True):
                 if int(reply[0]) == -1:
@@ -436,15 +521,15 @@ class RedisOps:
             after = page[-1]
         return found
 
-    def archive(self, session_id: str, *, now: float) -> Op[None]:
-        self._ok(session_id, (yield self._eval(_ARCHIVE, session_id, now=now)))
+    def archive(self, session_id: str, *, now: float, tenant: str | None = None) -> Op[None]:
+        self._ok(session_id, (yield self._eval(_ARCHIVE, session_id, now=now, tenant=tenant)), tenant)
 
-    def delete_session(self, session_id: str) -> Op[None]:
-        (tenant,) = self._ok(session_id, (yield self._eval(_DELETE, session_id)))
+    def delete_session(self, session_id: str, *, tenant: str | None = None) -> Op[None]:
+        (owner,) = self._ok(session_id, (yield self._eval(_DELETE, session_id, tenant=tenant)), tenant)
         yield _Pipe(
             (
                 _Cmd(("ZREM", self.index, session_id)),
-                _Cmd(("ZREM", self.tenant_index(_text(tenant)), session_id)),
+                _Cmd(("ZREM", self.tenant_index(_member(owner)), session_id)),
             )
         )
 
@@ -463,7 +548,7 @@ class RedisOps:
                 elif int(reply[1]) == 1:
                     expired.append(session_id)
                     removals.append(_Cmd(("ZREM", self.index, session_id)))
-                    removals.append(_Cmd(("ZREM", self.tenant_index(_text(reply[2])), session_id)))
+                    removals.append(_Cmd(("ZREM", self.tenant_index(_member(reply[2])), session_id)))
             if removals:
                 yield _Pipe(tuple(removals))
             after = page[-1]
@@ -479,85 +564,115 @@ class RedisOps:
             adds.append(_Cmd(("ZADD", self.index, 0, session_id)))
             tenant = _pairs(reply[1]).get("tenant")
             if tenant is not None:
-                adds.append(_Cmd(("ZADD", self.tenant_index(_text(tenant)), 0, session_id)))
+                adds.append(_Cmd(("ZADD", self.tenant_index(_member(tenant)), 0, session_id)))
         if adds:
             yield _Pipe(tuple(adds))
         return sum(1 for reply in replies if int(reply[0]) != -1)
 
     # transcript
-    def append_messages(self, session_id: str, items: Sequence[tuple[str, str]], *, now: float) -> Op[int]:
+    def append_messages(
+        self, session_id: str, items: Sequence[tuple[str, str]], *, now: float, tenant: str | None = None
+    ) -> Op[int]:
         flat = [part for item in items for part in item]
-        (added,) = self._ok(session_id, (yield self._eval(_APPEND, session_id, *flat, now=now)))
+        reply = yield self._eval(_APPEND, session_id, *flat, now=now, tenant=tenant)
+        (added,) = self._ok(session_id, reply, tenant)
         return int(added)
 
-    def load_messages(self, session_id: str, *, start: int, limit: int | None) -> Op[list[tuple[int, str]]]:
-        reply = yield self._eval(_LOAD, session_id, start, -1 if limit is None else limit)
-        (bodies,) = self._ok(session_id, reply)
+    def load_messages(
+        self, session_id: str, *, start: int, limit: int | None, tenant: str | None = None
+    ) -> Op[list[tuple[int, str]]]:
+        reply = yield self._eval(_LOAD, session_id, start, -1 if limit is None else limit, tenant=tenant)
+        (bodies,) = self._ok(session_id, reply, tenant)
         return [(start + offset, _text(body)) for offset, body in enumerate(bodies)]
 
-    def count_messages(self, session_id: str) -> Op[int]:
-        (count,) = self._ok(session_id, (yield self._eval(_COUNT, session_id)))
+    def count_messages(self, session_id: str, *, tenant: str | None = None) -> Op[int]:
+        (count,) = self._ok(session_id, (yield self._eval(_COUNT, session_id, tenant=tenant)), tenant)
         return int(count)
 
-    def get_message(self, session_id: str, message_id: str) -> Op[tuple[int, str] | None]:
-        found = self._ok(session_id, (yield self._eval(_GET_MESSAGE, session_id, message_id)))
+    def get_message(self, session_id: str, message_id: str, *, tenant: str | None = None) -> Op[tuple[int, str] | None]:
+        found = self._ok(session_id, (yield self._eval(_GET_MESSAGE, session_id, message_id, tenant=tenant)), tenant)
         if not found or found[1] is None:
             return None
-        return int(found[0]), _text(found[1])
+        return stored_int(found[0], session_id=session_id, what="message position"), _text(found[1])
 
     # state
-    def load_state(self, session_id: str, slot: str) -> Op[tuple[str | None, int]]:
-        version, body = self._ok(session_id, (yield self._eval(_LOAD_STATE, session_id, slot)))
-        return (None if body is None else _text(body)), int(version)
+    def load_state(self, session_id: str, slot: str, *, tenant: str | None = None) -> Op[tuple[str | None, int]]:
+        reply = yield self._eval(_LOAD_STATE, session_id, slot, tenant=tenant)
+        version, body = self._ok(session_id, reply, tenant)
+        what = f"version of state {slot!r}"
+        return (None if body is None else _text(body)), stored_int(version, session_id=session_id, what=what)
 
     def save_state(
-        self, session_id: str, slot: str, body: str, *, expected: int, now: float, token: str
+        self, session_id: str, slot: str, body: str, *, expected: int, now: float, token: str, tenant: str | None = None
     ) -> Op[tuple[bool, int]]:
-        reply = yield self._eval(_SAVE_STATE, session_id, slot, body, expected, token, now=now)
-        ok, version = self._ok(session_id, reply)
-        return bool(int(ok)), int(version)
+        reply = yield self._eval(_SAVE_STATE, session_id, slot, body, expected, token, now=now, tenant=tenant)
+        ok, version = self._ok(session_id, reply, tenant)
+        return bool(int(ok)), stored_int(version, session_id=session_id, what=f"version of state {slot!r}")
 
     def restore_state(self, session_id: str, slot: str, body: str, *, version: int, now: float) -> Op[None]:
         self._ok(session_id, (yield self._eval(_RESTORE_STATE, session_id, slot, body, version, now=now)))
 
-    def list_states(self, session_id: str) -> Op[list[tuple[str, str, int]]]:
-        bodies, versions = self._ok(session_id, (yield self._eval(_LIST_STATES, session_id)))
+    def list_states(self, session_id: str, *, tenant: str | None = None) -> Op[list[tuple[str, str, int]]]:
+        bodies, versions = self._ok(session_id, (yield self._eval(_LIST_STATES, session_id, tenant=tenant)), tenant)
         by_slot = _pairs(bodies)
         version_of = _pairs(versions)
-        return [(slot, _text(by_slot[slot]), int(version_of.get("v:" + slot, b"0"))) for slot in sorted(by_slot)]
+        return [
+            (
+                slot,
+                _text(by_slot[slot]),
+                stored_int(version_of.get("v:" + slot, b"0"), session_id=session_id, what=f"version of state {slot!r}"),
+            )
+            for slot in sorted(by_slot)
+        ]
 
     # snapshots
-    def put_snapshot(self, session_id: str, snapshot_id: str, data: bytes, metadata: str, *, now: float) -> Op[None]:
-        reply = yield self._eval(_PUT_SNAPSHOT, session_id, snapshot_id, data, metadata, now=now)
-        self._ok(session_id, reply)
+    def put_snapshot(
+        self, session_id: str, snapshot_id: str, data: bytes, metadata: str, *, now: float, tenant: str | None = None
+    ) -> Op[None]:
+        reply = yield self._eval(_PUT_SNAPSHOT, session_id, snapshot_id, data, metadata, now=now, tenant=tenant)
+        self._ok(session_id, reply, tenant)
 
-    def get_snapshot(self, session_id: str, snapshot_id: str) -> Op[tuple[bytes, str] | None]:
-        found = self._ok(session_id, (yield self._eval(_GET_SNAPSHOT, session_id, snapshot_id)))
+    def get_snapshot(
+        self, session_id: str, snapshot_id: str, *, tenant: str | None = None
+    ) -> Op[tuple[bytes, str] | None]:
+        reply = yield self._eval(_GET_SNAPSHOT, session_id, snapshot_id, tenant=tenant)
+        found = self._ok(session_id, reply, tenant)
         if not found:
             return None
         return bytes(found[0]), _text(found[1])
 
-    def list_snapshots(self, session_id: str) -> Op[list[str]]:
-        (names,) = self._ok(session_id, (yield self._eval(_LIST_SNAPSHOTS, session_id)))
+    def list_snapshots(self, session_id: str, *, tenant: str | None = None) -> Op[list[str]]:
+        (names,) = self._ok(session_id, (yield self._eval(_LIST_SNAPSHOTS, session_id, tenant=tenant)), tenant)
         return sorted(_text(name) for name in names)
 
     # audit
-    def append_audit(self, session_id: str, event: str, *, now: float) -> Op[None]:
-        self._ok(session_id, (yield self._eval(_AUDIT, session_id, event, now=now)))
+    def append_audit(self, session_id: str, event: str, *, now: float, tenant: str | None = None) -> Op[None]:
+        self._ok(session_id, (yield self._eval(_AUDIT, session_id, event, now=now, tenant=tenant)), tenant)
 
-    def read_audit(self, session_id: str, *, since: int, limit: int | None) -> Op[list[str]]:
-        reply = yield self._eval(_READ_AUDIT, session_id, since, -1 if limit is None else limit)
-        (events,) = self._ok(session_id, reply)
+    def read_audit(self, session_id: str, *, since: int, limit: int | None, tenant: str | None = None) -> Op[list[str]]:
+        reply = yield self._eval(_READ_AUDIT, session_id, since, -1 if limit is None else limit, tenant=tenant)
+        (events,) = self._ok(session_id, reply, tenant)
         return [_text(event) for event in events]
 
-    # locks: SET NX PX with an owner token; the lease runs on the server's clock.
-    def try_lock(self, session_id: str, token: str, *, lease: float, now: float) -> Op[bool]:
-        reply = yield self._eval(_TRY_LOCK, session_id, token, max(1, int(lease * 1000)))
-        (taken,) = self._ok(session_id, reply)
+    # locks: SET NX PX with the owner; the lease runs on the server's clock and the holder renews it.
+    def try_lock(self, session_id: str, owner: str, *, lease: float, now: float, tenant: str | None = None) -> Op[bool]:
+        reply = yield self._eval(_TRY_LOCK, session_id, owner, max(1, int(lease * 1000)), tenant=tenant)
+        (taken,) = self._ok(session_id, reply, tenant)
         return bool(int(taken))
 
-    def unlock(self, session_id: str, token: str) -> Op[None]:
-        yield self._eval(_UNLOCK, session_id, token)
+    def renew_lock(self, session_id: str, owner: str, *, lease: float, now: float) -> Op[bool]:
+        (renewed,) = self._ok(session_id, (yield self._eval(_RENEW_LOCK, session_id, owner, max(1, int(lease * 1000)))))
+        return bool(int(renewed))
+
+    def lock_holder(self, session_id: str, *, now: float) -> Op[tuple[str, float] | None]:
+        found = self._ok(session_id, (yield self._eval(_LOCK_HOLDER, session_id)))
+        if not found:
+            return None
+        owner, left_ms = found
+        return _member(owner), max(0.0, int(left_ms) / 1000) if int(left_ms) >= 0 else 0.0
+
+    def unlock(self, session_id: str, owner: str) -> Op[None]:
+        yield self._eval(_UNLOCK, session_id, owner)
 
 
 # --- drivers ------------------------------------------------------------------------------------
@@ -785,7 +900,7 @@ class RedisStore(BaseStore):
         prefix: Namespace of every key (braces not allowed).
         ttl: Seconds of inactivity after which Redis removes a session by itself; None keeps sessions.
         clock: Source of timestamps (tests inject a fake one).
-        lock_lease: Seconds after which a lock whose holder died expires.
+        lock_lease: Seconds a lock outlives its holder's last heartbeat (a live holder renews it).
     """
 
     def __init__(
@@ -795,7 +910,7 @@ class RedisStore(BaseStore):
         prefix: str = "ck",
         ttl: float | None = None,
         clock: Callable[[], float] = time.time,
-        lock_lease: float = 60.0,
+        lock_lease: float = DEFAULT_LOCK_LEASE,
     ) -> None:
         super().__init__(clock=clock, lock_lease=lock_lease)
         _check_client(client)
@@ -814,7 +929,7 @@ class RedisStore(BaseStore):
         prefix: str = "ck",
         ttl: float | None = None,
         clock: Callable[[], float] = time.time,
-        lock_lease: float = 60.0,
+        lock_lease: float = DEFAULT_LOCK_LEASE,
         **client_options: Any,
     ) -> Self:
         """A store owning a new client for ``url`` (``?prefix=`` and ``?ttl=`` in the query are ours).
@@ -926,7 +1041,7 @@ class AsyncRedisStore(BaseAsyncStore):
         prefix: Namespace of every key (braces not allowed).
         ttl: Seconds of inactivity after which Redis removes a session by itself; None keeps sessions.
         clock: Source of timestamps.
-        lock_lease: Seconds after which a lock whose holder died expires.
+        lock_lease: Seconds a lock outlives its holder's last heartbeat (a live holder renews it).
     """
 
     def __init__(
@@ -936,7 +1051,7 @@ class AsyncRedisStore(BaseAsyncStore):
         prefix: str = "ck",
         ttl: float | None = None,
         clock: Callable[[], float] = time.time,
-        lock_lease: float = 60.0,
+        lock_lease: float = DEFAULT_LOCK_LEASE,
     ) -> None:
         super().__init__(clock=clock, lock_lease=lock_lease)
         _check_client(client)
@@ -955,7 +1070,7 @@ class AsyncRedisStore(BaseAsyncStore):
         prefix: str = "ck",
         ttl: float | None = None,
         clock: Callable[[], float] = time.time,
-        lock_lease: float = 60.0,
+        lock_lease: float = DEFAULT_LOCK_LEASE,
         **client_options: Any,
     ) -> Self:
         """A store owning a new client for ``url`` (a ``redis+cluster://`` URL too); it connects on first use."""

@@ -23,7 +23,7 @@ import anyio.to_thread
 
 from ..exceptions import ConfigError, SchemaError, StoreError, StoreUnavailable
 from ._sql import MIGRATIONS, Dialect, Sql, SqlOps
-from .base import BaseAsyncStore, BaseStore, Op, T, drive
+from .base import DEFAULT_LOCK_LEASE, BaseAsyncStore, BaseStore, Op, T, drive
 
 __all__ = ["AsyncSqliteStore", "SqliteStore", "sqlite_path_from_url"]
 
@@ -49,7 +49,9 @@ def sqlite_path_from_url(url: str) -> tuple[str, dict[str, str]]:
 
 
 def _decode_text(value: bytes) -> str:
-    return value.decode("utf-8", "replace")
+    # Lossless: an invalid byte becomes a lone surrogate, which the store's decoding then reports
+    # as a SchemaError naming the session and the field (never a silent U+FFFD).
+    return value.decode("utf-8", "surrogateescape")
 
 
 def _options(options: dict[str, str]) -> dict[str, Any]:
@@ -67,11 +69,11 @@ class SqliteStore(BaseStore):
 
     Args:
         conn: An open connection. The store switches it to autocommit mode (it manages transactions
-            itself) and decodes text leniently; to use it from the async twin's worker thread open it
-            with ``check_same_thread=False``.
+            itself) and decodes text losslessly. Open it with ``check_same_thread=False``: a held
+            lock renews its lease from a background thread, and the async twin runs in a worker thread.
         busy_timeout: Seconds a writer waits for another process's write lock.
         clock: Source of timestamps (tests inject a fake one).
-        lock_lease: Seconds after which a lock whose holder died is taken over.
+        lock_lease: Seconds a lock outlives its holder's last heartbeat (a live holder renews it).
     """
 
     def __init__(
@@ -80,12 +82,12 @@ class SqliteStore(BaseStore):
         *,
         busy_timeout: float = 5.0,
         clock: Callable[[], float] = time.time,
-        lock_lease: float = 60.0,
+        lock_lease: float = DEFAULT_LOCK_LEASE,
     ) -> None:
         super().__init__(clock=clock, lock_lease=lock_lease)
         conn.isolation_level = None
-        # Invalid UTF-8 in a row (corruption) then fails message validation, which names the
-        # session, instead of failing inside sqlite3 with an error that cannot.
+        # Invalid UTF-8 in a row (corruption) reaches the store's decoding, which names the session
+        # and the field, instead of failing inside sqlite3 with an error that cannot.
         conn.text_factory = _decode_text
         self._conn = conn
         self._busy_timeout = busy_timeout
@@ -103,7 +105,7 @@ class SqliteStore(BaseStore):
         *,
         busy_timeout: float = 5.0,
         clock: Callable[[], float] = time.time,
-        lock_lease: float = 60.0,
+        lock_lease: float = DEFAULT_LOCK_LEASE,
     ) -> Self:
         """Open (creating if needed) the database at ``path``; the store owns the connection."""
         try:
@@ -208,7 +210,7 @@ class AsyncSqliteStore(BaseAsyncStore):
         conn: An open connection made with ``check_same_thread=False``.
         busy_timeout: Seconds a writer waits for another process's write lock.
         clock: Source of timestamps.
-        lock_lease: Seconds after which a lock whose holder died is taken over.
+        lock_lease: Seconds a lock outlives its holder's last heartbeat (a live holder renews it).
     """
 
     def __init__(
@@ -217,7 +219,7 @@ class AsyncSqliteStore(BaseAsyncStore):
         *,
         busy_timeout: float = 5.0,
         clock: Callable[[], float] = time.time,
-        lock_lease: float = 60.0,
+        lock_lease: float = DEFAULT_LOCK_LEASE,
     ) -> None:
         super().__init__(clock=clock, lock_lease=lock_lease)
         self._sync = (
@@ -234,7 +236,7 @@ class AsyncSqliteStore(BaseAsyncStore):
         *,
         busy_timeout: float = 5.0,
         clock: Callable[[], float] = time.time,
-        lock_lease: float = 60.0,
+        lock_lease: float = DEFAULT_LOCK_LEASE,
     ) -> Self:
         """Open (creating if needed) the database at ``path``; the store owns the connection."""
         sync = SqliteStore.connect(path, busy_timeout=busy_timeout, clock=clock, lock_lease=lock_lease)

@@ -5,6 +5,10 @@ extractive summarizer writes, folding the previous summary in and naming the spa
 the summary covers. Every reply is checked before it is used:
 
 * empty, not text, or an error text (`check_summary`) → rejected;
+* an echo of the prompt (its delimiters or instructions, the rendered ``[id] role:`` message
+  lines, or mostly lines copied verbatim from it) → rejected; a model too small or confused to
+  summarize often answers this way, and an echo keeps every identifier, so the identifier check
+  alone would let it through;
 * it drops more than ``max_lost_identifiers`` of the identifiers the extractive summary kept →
   the dropped ones (and dropped user constraints) are put back into its key data, and it counts
   as a failure; fewer drops are put back silently;
@@ -134,6 +138,51 @@ class _Plan:
     calls: int = 0
     chunks: int = 1
     usage: RequestUsage = field(default_factory=RequestUsage)
+    prompts: list[str] = field(default_factory=list)
+    """The user prompts sent so far (to recognise a reply that echoes one)."""
+
+
+_SCAFFOLD = (
+    "to fold in:",
+    "write the summary.",
+    "summarize this part.",
+    "merge them into one summary with the sections above",
+    "previous summary (covers messages from",
+    "identifiers that must appear verbatim:",
+    "user constraints to quote verbatim:",
+    "summaries of consecutive parts of",
+    "you maintain the running summary of an ai agent",
+    "write exactly these sections",
+)
+"""Phrases of the summarizer's own prompts (lower case): a summary never needs them."""
+_COPIED_LINE_CHARS = 40
+_MAX_COPIED_SHARE = 0.6
+
+
+def _echo(plan: _Plan, candidate: str) -> str | None:
+    """How ``candidate`` echoes the prompt instead of summarizing, or None."""
+    lines = [line.strip() for line in candidate.splitlines() if line.strip()]
+    if any(line in ("<<<", ">>>") for line in lines):
+        return "it repeats the prompt's <<< >>> delimiters"
+    lowered = candidate.lower()
+    for phrase in _SCAFFOLD:
+        if phrase in lowered:
+            return f"it repeats the prompt's instruction {phrase!r}"
+    for m in plan.request.messages:
+        if f"[{m.message_id}] {m.role}" in candidate:
+            return f"it repeats the prompt's message lines ('[{m.message_id}] {m.role}: ...')"
+    prompt = "\n".join(plan.prompts)
+    total = sum(len(line) for line in lines)
+    copied = sum(
+        len(line)
+        for line in lines
+        if len(line) >= _COPIED_LINE_CHARS
+        and line.lstrip("-* ").strip('"') in prompt
+        and not any(c in line for c in plan.constraints)  # constraints are quoted verbatim on purpose
+    )
+    if total and copied / total >= _MAX_COPIED_SHARE:
+        return f"{copied / total:.0%} of it is lines copied verbatim from the prompt"
+    return None
 
 
 def _render(m: Message) -> str:
@@ -400,6 +449,8 @@ class _BaseLLM:
     def _validate(self, plan: _Plan, candidate: str) -> SummaryResult:
         req = plan.request
         problem = check_summary(candidate)
+        if problem is None:
+            problem = _echo(plan, candidate)
         if problem is not None:
             return self._fail(plan, "rejected", f"the model's summary was rejected: {problem}")
         candidate = candidate.strip()
@@ -468,6 +519,7 @@ class _BaseLLM:
         """Seconds left for this batch; raises when the deadline passed or the call budget would."""
         if plan.calls + len(calls) > self.max_calls:
             raise _Unfit(f"the summary would need more than max_calls={self.max_calls} model calls")
+        plan.prompts.extend(call.messages[-1].text for call in calls)
         return self._remaining(plan)
 
     def _remaining(self, plan: _Plan) -> float:

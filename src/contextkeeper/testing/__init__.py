@@ -13,6 +13,7 @@ from .openai_server import (
     ScriptedError,
     ScriptedOpenAIServer,
     ScriptedReply,
+    ScriptedStream,
     ServerScriptItem,
 )
 
@@ -22,5 +23,6 @@ __all__ = [
     "ScriptedError",
     "ScriptedOpenAIServer",
     "ScriptedReply",
+    "ScriptedStream",
     "ServerScriptItem",
 ]

@@ -12,10 +12,17 @@ to, streaming (SSE) when the request asks for it::
 
 Script items: text, `ScriptedReply` (text, tool calls, reasoning, usage numbers, delays, a
 mid-stream disconnect), `ScriptedError` (a status and an error body: context overflow, rate
-limit with ``Retry-After``, server error, or any body verbatim), `ScriptedDisconnect` (close the
-connection without answering), or a function of the request body returning one of those.
+limit with ``Retry-After``, server error, or any body verbatim), `ScriptedStream` (stream events
+sent verbatim, for malformed or empty streams), `ScriptedDisconnect` (close the connection without
+answering), or a function of the request body returning one of those.
 ``GET /v1/models`` lists the server's model. It exists so that agents and the library's own
 tests can exercise real HTTP (retries, timeouts, streaming) without a model or a network.
+
+With ``n_ctx`` the server also has a context window: it counts each request's prompt
+(``count_tokens``) and answers one of ``n_ctx`` tokens or more with a context-length error, before
+taking a script item. `ScriptedOpenAIServer.llama_cpp_python` behaves like llama-cpp-python's
+server (``python -m llama_cpp.server``): the error in OpenAI's wording, a too-long *streamed*
+request answered with HTTP 200 and an empty event stream, and no usage in streams.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ __all__ = [
     "ScriptedError",
     "ScriptedOpenAIServer",
     "ScriptedReply",
+    "ScriptedStream",
     "ServerScriptItem",
 ]
 
@@ -126,6 +134,20 @@ class ScriptedError:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ScriptedStream:
+    """A streamed reply (HTTP 200, ``text/event-stream``) whose events are sent verbatim.
+
+    For replies no well-behaved server sends: chunks of the wrong shape, an empty event stream,
+    a stream without its end marker.
+    """
+
+    events: Sequence[str | Mapping[str, Any] | Sequence[Any]] = ()
+    """The ``data:`` payload of each event; anything but a string is JSON-encoded."""
+    done: bool = True
+    """Send ``data: [DONE]`` after the events (OpenAI's end marker)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ScriptedDisconnect:
     """Close the connection without sending a response."""
 
@@ -137,8 +159,9 @@ ServerScriptItem = (
     str
     | ScriptedReply
     | ScriptedError
+    | ScriptedStream
     | ScriptedDisconnect
-    | Callable[[dict[str, Any]], "str | ScriptedReply | ScriptedError | ScriptedDisconnect"]
+    | Callable[[dict[str, Any]], "str | ScriptedReply | ScriptedError | ScriptedStream | ScriptedDisconnect"]
 )
 """One entry of the server's script; a function gets the request's JSON body."""
 
@@ -283,6 +306,10 @@ class _Handler(BaseHTTPRequestHandler):
                 )
                 return
             self.server.record(ReceivedRequest(method="POST", path=self.path, headers=self._headers(), body=body))
+            overflow = self.server.owner._overflow(body)
+            if overflow is not None:
+                self._overflow(api, body, overflow)
+                return
             item = self.server.next_item(body)
             self._answer(api, body, item)
         except _Closed:
@@ -291,11 +318,19 @@ class _Handler(BaseHTTPRequestHandler):
     def _headers(self) -> dict[str, str]:
         return {name.lower(): value for name, value in self.headers.items()}
 
+    def _overflow(self, api: Literal["openai", "anthropic"], body: dict[str, Any], error: ScriptedError) -> None:
+        """A prompt longer than the server's window: an error, or (streamed) what the server mode sends."""
+        if body.get("stream") and self.server.owner.overflow_stream == "empty":
+            self._start_stream()  # HTTP 200, then nothing: the server logs the error instead
+            self._end_stream()
+            return
+        self._error(api, error, stream=bool(body.get("stream")))
+
     def _answer(
         self,
         api: Literal["openai", "anthropic"],
         body: dict[str, Any],
-        item: str | ScriptedReply | ScriptedError | ScriptedDisconnect,
+        item: str | ScriptedReply | ScriptedError | ScriptedStream | ScriptedDisconnect,
     ) -> None:
         if isinstance(item, str):
             item = ScriptedReply(text=item)
@@ -303,6 +338,10 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(item, ScriptedDisconnect):
             self._wait(item.delay)
             self.close_connection = True
+            return
+        if isinstance(item, ScriptedStream):
+            frames = [f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n" for e in item.events]
+            self._send_frames(frames + (["data: [DONE]\n\n"] if item.done else []), ScriptedReply())
             return
         self._wait(item.delay)
         if isinstance(item, ScriptedError):
@@ -332,11 +371,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._end_stream()
 
     # --- usage ---------------------------------------------------------------------------
-    @staticmethod
-    def _usage(body: Mapping[str, Any], reply: ScriptedReply) -> tuple[int, int]:
+    def _usage(self, body: Mapping[str, Any], reply: ScriptedReply) -> tuple[int, int]:
         prompt = reply.prompt_tokens
         if prompt is None:
-            prompt = max(1, len(json.dumps(body.get("messages", []))) // 4 + len(str(body.get("system", ""))) // 4)
+            prompt = self.server.owner.prompt_tokens(body)
         completion = reply.completion_tokens
         if completion is None:
             size = (
@@ -405,7 +443,7 @@ class _Handler(BaseHTTPRequestHandler):
                 for p in _arg_pieces(call.arguments)
             ]
         frames.append(chunk({}, self._finish(reply)))
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if (body.get("stream_options") or {}).get("include_usage") and self.server.owner.stream_usage:
             frames.append({**base, "choices": [], "usage": self._openai_usage(body, reply)})
         self._send_frames([f"data: {json.dumps(f)}\n\n" for f in frames] + ["data: [DONE]\n\n"], reply)
 
@@ -557,7 +595,9 @@ class _Server(ThreadingHTTPServer):
     def record(self, request: ReceivedRequest) -> None:
         self.owner._record(request)
 
-    def next_item(self, body: dict[str, Any]) -> str | ScriptedReply | ScriptedError | ScriptedDisconnect:
+    def next_item(
+        self, body: dict[str, Any]
+    ) -> str | ScriptedReply | ScriptedError | ScriptedStream | ScriptedDisconnect:
         return self.owner._next_item(body)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -575,6 +615,15 @@ class ScriptedOpenAIServer:
         model: The model name ``GET /v1/models`` lists and replies report when a request names none.
         host: The interface to listen on.
         port: The port; 0 picks a free one.
+        n_ctx: The server's context window in tokens: a request whose prompt has this many tokens
+            or more gets a context-length error (OpenAI's wording, with both numbers) instead of
+            the next script item. ``None``: no window.
+        count_tokens: How the server counts a request's prompt (the JSON body in, tokens out), for
+            ``n_ctx`` and for the usage it reports; default about four characters per token.
+        stream_usage: Send usage in streams when the request asks for it
+            (``stream_options.include_usage``); False for servers that never do.
+        overflow_stream: How a *streamed* request over ``n_ctx`` is answered: ``"error"`` (the
+            HTTP error, as for a plain request) or ``"empty"`` (HTTP 200 and an empty event stream).
     """
 
     def __init__(
@@ -585,9 +634,17 @@ class ScriptedOpenAIServer:
         model: str = "scripted-model",
         host: str = "127.0.0.1",
         port: int = 0,
+        n_ctx: int | None = None,
+        count_tokens: Callable[[Mapping[str, Any]], int] | None = None,
+        stream_usage: bool = True,
+        overflow_stream: Literal["error", "empty"] = "error",
     ) -> None:
         self.model = model
         self.default = default
+        self.n_ctx = n_ctx
+        self.count_tokens = count_tokens
+        self.stream_usage = stream_usage
+        self.overflow_stream: Literal["error", "empty"] = overflow_stream
         self._script: list[ServerScriptItem] = list(script)
         self._position = 0
         self._lock = threading.Lock()
@@ -596,6 +653,58 @@ class ScriptedOpenAIServer:
         self._host, self._port = host, port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+
+    @classmethod
+    def llama_cpp_python(
+        cls,
+        script: Sequence[ServerScriptItem] = (),
+        *,
+        n_ctx: int = 2048,
+        count_tokens: Callable[[Mapping[str, Any]], int] | None = None,
+        **kwargs: Any,
+    ) -> ScriptedOpenAIServer:
+        """A server that behaves like llama-cpp-python's (``python -m llama_cpp.server``, 0.3).
+
+        A prompt of ``n_ctx`` tokens or more gets HTTP 400 in OpenAI's wording ("This model's
+        maximum context length is 2048 tokens. However, you requested 2300 tokens (2300 in the
+        messages, None in the completion)..."), except on a streamed request: that one gets HTTP
+        200 and an empty event stream. Streams carry no usage, even when asked for.
+        """
+        return cls(
+            script,
+            n_ctx=n_ctx,
+            count_tokens=count_tokens,
+            stream_usage=False,
+            overflow_stream="empty",
+            **kwargs,
+        )
+
+    def prompt_tokens(self, body: Mapping[str, Any]) -> int:
+        """The server's count of a request's prompt tokens."""
+        if self.count_tokens is not None:
+            return int(self.count_tokens(body))
+        return max(1, len(json.dumps(body.get("messages", []))) // 4 + len(str(body.get("system", ""))) // 4)
+
+    def _overflow(self, body: Mapping[str, Any]) -> ScriptedError | None:
+        """The context-length error for a request whose prompt does not fit ``n_ctx``, else None."""
+        if self.n_ctx is None:
+            return None
+        prompt = self.prompt_tokens(body)
+        if prompt < self.n_ctx:
+            return None
+        completion = body.get("max_tokens", body.get("max_completion_tokens"))
+        requested = prompt + (completion if isinstance(completion, int) else 0)
+        return ScriptedError(
+            status=400,
+            message=(
+                f"This model's maximum context length is {self.n_ctx} tokens. However, you requested {requested}"
+                f" tokens ({prompt} in the messages, {completion} in the completion). Please reduce the length of"
+                " the messages or completion."
+            ),
+            type="invalid_request_error",
+            code="context_length_exceeded",
+            anthropic_message=f"prompt is too long: {prompt} tokens > {self.n_ctx} maximum",
+        )
 
     # --- lifecycle -----------------------------------------------------------------------
     def start(self) -> Self:
@@ -664,7 +773,9 @@ class ScriptedOpenAIServer:
         with self._lock:
             self.received.append(request)
 
-    def _next_item(self, body: dict[str, Any]) -> str | ScriptedReply | ScriptedError | ScriptedDisconnect:
+    def _next_item(
+        self, body: dict[str, Any]
+    ) -> str | ScriptedReply | ScriptedError | ScriptedStream | ScriptedDisconnect:
         with self._lock:
             if self._position < len(self._script):
                 item: ServerScriptItem | None = self._script[self._position]

@@ -1,10 +1,15 @@
-"""Correcting estimates with the prompt usage a provider reports.
+"""Correcting a session's assumptions with what the provider reports.
 
 Each model call gives one sample: the accountant's estimate for the request and the provider's
 ``prompt_tokens`` / ``input_tokens``. `Calibration` keeps an exponential moving average of
 ``reported / estimated`` as a correction factor, clamped so that one odd sample (a request the
 estimate did not see, such as a provider-side system prompt) cannot swing it far, and exposes the
-recent error of the raw estimates.
+recent error of the raw estimates. A session applies the factor (``applied``) to its budget once
+``min_samples`` samples agree on it.
+
+A context-length error can also report the window the server really serves (Ollama's
+``num_ctx`` and vLLM's ``max_model_len`` are often smaller than the model's); ``served_window``
+keeps it, so that the session's budget adopts it and a restarted session remembers it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ class Calibration:
         min_factor: float = 0.5,
         max_factor: float = 2.0,
         window: int = 20,
+        min_samples: int = 3,
     ) -> None:
         """Create a calibration with no samples (factor 1.0).
 
@@ -37,6 +43,7 @@ class Calibration:
             min_factor: lower clamp of the factor.
             max_factor: upper clamp of the factor.
             window: how many recent samples `error` averages over.
+            min_samples: samples needed before ``applied`` uses the factor (1.0 until then).
         """
         if not 0 < alpha <= 1:
             raise ConfigError(f"Calibration `alpha` must be in (0, 1], got {alpha!r}.", key="alpha")
@@ -47,7 +54,10 @@ class Calibration:
             )
         if window < 1:
             raise ConfigError(f"Calibration `window` must be >= 1, got {window!r}.", key="window")
+        if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 1:
+            raise ConfigError(f"Calibration `min_samples` must be an int >= 1, got {min_samples!r}.", key="min_samples")
         self.alpha = alpha
+        self.min_samples = min_samples
         self.min_factor = min_factor
         self.max_factor = max_factor
         self.window = window
@@ -55,7 +65,35 @@ class Calibration:
         """Current correction: multiply an estimate by it (1.0 until the first sample)."""
         self.samples = 0
         """Number of samples recorded."""
+        self.served_window: int | None = None
+        """The context window the server reported in a context-length error, when smaller than assumed."""
         self._recent: deque[tuple[int, int]] = deque(maxlen=window)
+
+    @property
+    def applied(self) -> float:
+        """The factor a budget applies: ``factor`` to two decimals once ``min_samples`` were recorded, else 1.0.
+
+        Rounded so that the budget moves in steps, not on every sample.
+        """
+        if self.samples < self.min_samples:
+            return 1.0
+        return round(self.factor, 2)
+
+    def adopt_window(self, limit: int) -> bool:
+        """Remember the window a server reported, when it is smaller than the one remembered.
+
+        Returns:
+            True when ``limit`` is new information (smaller than any window adopted before).
+
+        Raises:
+            UsageError: ``limit`` is not a positive int.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+            raise UsageError(f"Calibration.adopt_window needs the server's window as a positive int, got {limit!r}.")
+        if self.served_window is not None and self.served_window <= limit:
+            return False
+        self.served_window = limit
+        return True
 
     def record(self, estimated: int, reported: int) -> None:
         """Add one sample: our estimate of a request and the provider's reported prompt tokens.
@@ -108,6 +146,8 @@ class Calibration:
             "factor": self.factor,
             "samples": self.samples,
             "recent": [list(s) for s in self._recent],
+            "min_samples": self.min_samples,
+            "served_window": self.served_window,
         }
 
     @classmethod
@@ -123,12 +163,19 @@ class Calibration:
                 min_factor=float(data["min_factor"]),
                 max_factor=float(data["max_factor"]),
                 window=int(data["window"]),
+                min_samples=int(data.get("min_samples", 3)),
             )
-            cal.factor = min(cal.max_factor, max(cal.min_factor, float(data["factor"])))
+            factor = float(data["factor"])
+            if not math.isfinite(factor):
+                raise ValueError(f"factor {factor!r} is not a finite number")
+            cal.factor = min(cal.max_factor, max(cal.min_factor, factor))
             cal.samples = int(data["samples"])
             for est, rep in data.get("recent", ()):
                 cal._recent.append((int(est), int(rep)))
-        except (KeyError, TypeError, ValueError) as exc:
+            served = data.get("served_window")
+            if served is not None:
+                cal.adopt_window(int(served))
+        except (KeyError, TypeError, ValueError, UsageError) as exc:
             raise ConfigError(
                 f"malformed Calibration state ({exc!r}); pass a dict produced by `Calibration.to_dict()`.",
                 key="calibration",
@@ -136,4 +183,5 @@ class Calibration:
         return cal
 
     def __repr__(self) -> str:
-        return f"Calibration(factor={self.factor:.4f}, samples={self.samples}, error={self.error:.4f})"
+        served = f", served_window={self.served_window}" if self.served_window is not None else ""
+        return f"Calibration(factor={self.factor:.4f}, samples={self.samples}, error={self.error:.4f}{served})"

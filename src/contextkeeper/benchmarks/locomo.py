@@ -1,0 +1,243 @@
+"""The locomo benchmark: evidence recall of long-term memory on LoCoMo conversations, no LLM.
+
+Each conversation is one session: its turns go into a `LongTermMemory` in order, with the session
+date and the dialogue id as metadata. For each question, the context is assembled from the
+question text alone (recall, then packing into B tokens of cl100k), and scored:
+
+- evidence recall: share of the evidence turns whose text occurs in the context;
+- all-evidence rate: share of questions with every evidence turn in the context;
+- answer containment: share of questions (with an answer) whose normalized answer occurs in it.
+
+Evidence ids are repaired where the intent is clear and dropped otherwise: ``D:11:26`` is read as
+``D11:26``, ``D30:05`` as ``D30:5``, a packed ``"D8:6; D9:17"`` as two ids; an id that names no
+turn of the conversation (``"D"``) is dropped, and a question left without evidence is not
+counted in evidence recall.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..memory.embedders import Embedder
+from ..memory.longterm import LongTermMemory
+from ..memory.records import Hit, MemoryRecord
+from ..memory.render import pack_hits, render_hits
+from ..memory.scoring import ScoreWeights
+from ..tokens.base import TokenCounter
+
+__all__ = ["ABLATIONS", "CATEGORIES", "CachedEmbedder", "Variant", "repair_evidence", "run_locomo"]
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    """One retrieval configuration of the ablation."""
+
+    name: str
+    dense: bool
+    neighbours: int
+    weights: ScoreWeights
+
+
+_NO_PRIOR = ScoreWeights(recency=0.0, importance=0.0)
+ABLATIONS = (
+    Variant(name="keyword", dense=False, neighbours=0, weights=_NO_PRIOR),
+    Variant(name="+dense", dense=True, neighbours=0, weights=_NO_PRIOR),
+    Variant(name="+neighbours", dense=True, neighbours=1, weights=_NO_PRIOR),
+    Variant(name="+recency/importance", dense=True, neighbours=1, weights=ScoreWeights()),
+)
+"""Each step adds one part; the last is the library's default configuration."""
+
+
+class CachedEmbedder:
+    """Wraps an embedder so that each distinct text is embedded once across the ablation's variants."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self._cache: dict[str, list[float]] = {}
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def dimension(self) -> int:
+        return self.inner.dimension
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        if missing:
+            self._cache.update(zip(missing, self.inner.embed(missing), strict=True))
+        return [self._cache[t] for t in texts]
+
+
+_ID = re.compile(r"D:?(\d+):0*(\d+)")
+
+
+def repair_evidence(raw: Sequence[str], known: set[str]) -> list[str]:
+    """The evidence ids of ``raw`` that name turns in ``known``, repaired (see the module docstring)."""
+    out: list[str] = []
+    for item in raw:
+        for match in _ID.finditer(str(item)):
+            dia_id = f"D{int(match.group(1))}:{int(match.group(2))}"
+            if dia_id in known and dia_id not in out:
+                out.append(dia_id)
+    return out
+
+
+def _normalize(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.casefold()).split())
+
+
+def _parse_date(text: str) -> float:
+    for fmt in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y"):
+        try:
+            return dt.datetime.strptime(text.strip(), fmt).replace(tzinfo=dt.UTC).timestamp()
+        except ValueError:
+            continue
+    return 0.0
+
+
+def _turn_text(turn: dict[str, Any]) -> str:
+    text = str(turn.get("text", ""))
+    caption = turn.get("blip_caption")
+    return f"{text} [shares a photo of {caption}]" if caption else text
+
+
+def conversation_records(sample: dict[str, Any]) -> list[MemoryRecord]:
+    """The turns of one LoCoMo conversation as memories, in order."""
+    conv = sample["conversation"]
+    speaker_a = conv.get("speaker_a")
+    sessions = sorted(
+        (int(k.split("_")[1]), v) for k, v in conv.items() if re.fullmatch(r"session_\d+", k) and isinstance(v, list)
+    )
+    records: list[MemoryRecord] = []
+    for number, turns in sessions:
+        date = str(conv.get(f"session_{number}_date_time", ""))
+        start = _parse_date(date)
+        for i, turn in enumerate(turns):
+            records.append(
+                MemoryRecord(
+                    text=_turn_text(turn),
+                    memory_id=str(turn["dia_id"]),
+                    session_id=str(sample.get("sample_id", "conversation")),
+                    message_ids=(str(turn["dia_id"]),),
+                    created_at=start + i,
+                    role="user" if turn.get("speaker") == speaker_a else "assistant",
+                    speaker=str(turn.get("speaker", "")),
+                    position=len(records),
+                    group=f"session {number}",
+                    metadata={"date": date, "dia_id": str(turn["dia_id"])},
+                )
+            )
+    return records
+
+
+def _empty() -> dict[str, float]:
+    return {"evidence_found": 0, "evidence_total": 0, "all": 0, "answered": 0, "with_answer": 0, "questions": 0}
+
+
+def _summary(acc: dict[str, float]) -> dict[str, Any]:
+    return {
+        "evidence_recall": acc["evidence_found"] / acc["evidence_total"] if acc["evidence_total"] else 0.0,
+        "all_evidence": acc["all"] / acc["questions"] if acc["questions"] else 0.0,
+        "answer_containment": acc["answered"] / acc["with_answer"] if acc["with_answer"] else 0.0,
+        "questions": int(acc["questions"]),
+    }
+
+
+def run_locomo(
+    data: Path,
+    budgets: Sequence[int],
+    *,
+    counter: TokenCounter,
+    embedder: Embedder | None,
+    variants: Sequence[Variant] = ABLATIONS,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Run every variant over the conversations of ``data``; the last variant's figures head the result."""
+    samples = json.loads(data.read_text(encoding="utf-8"))
+    cached = CachedEmbedder(embedder) if embedder is not None else None
+    usable = [v for v in variants if not v.dense or cached is not None]
+    total = sum(len(s["qa"]) for s in samples) * len(usable)
+    done = 0
+    results: dict[str, dict[int, dict[int | str, dict[str, float]]]] = {}
+    started = time.perf_counter()
+    for variant in usable:
+        per_budget: dict[int, dict[int | str, dict[str, float]]] = {b: {"all": _empty()} for b in budgets}
+        for sample in samples:
+            records = conversation_records(sample)
+            memory = LongTermMemory(
+                embedder=cached if variant.dense else None,
+                weights=variant.weights,
+                neighbours=variant.neighbours,
+                candidates=len(records),
+                tenant=str(sample.get("sample_id", "conversation")),
+            )
+            memory.add_many(records)
+            texts = {r.memory_id: r.text for r in records}
+            now = max(r.created_at for r in records) + 86400
+            for qa in sample["qa"]:
+                hits = memory.recall(str(qa["question"]), limit=len(records), now=now, touch=False)
+                evidence = repair_evidence(qa.get("evidence", []), set(texts))
+                answer = qa.get("answer")
+                for budget in budgets:
+                    context = render_hits(pack_hits(hits, budget_tokens=budget, counter=counter))
+                    _score(per_budget[budget], qa.get("category"), context, evidence, texts, answer)
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+        results[variant.name] = per_budget
+    final = results[usable[-1].name]
+    return {
+        "dataset": str(data),
+        "counter": "tiktoken:cl100k_base",
+        "embedder": embedder.name if embedder is not None else None,
+        "variant": usable[-1].name,
+        "budgets": {str(b): _budget_result(final[b]) for b in budgets},
+        "ablation": {name: {str(b): _summary(per[b]["all"]) for b in budgets} for name, per in results.items()},
+        "seconds": round(time.perf_counter() - started, 2),
+    }
+
+
+def _budget_result(per: dict[int | str, dict[str, float]]) -> dict[str, Any]:
+    out = _summary(per["all"])
+    out["by_category"] = {
+        f"{key} {CATEGORIES.get(key, '?')}": _summary(acc)
+        for key, acc in sorted((k, v) for k, v in per.items() if isinstance(k, int))
+    }
+    return out
+
+
+def _score(
+    per: dict[int | str, dict[str, float]],
+    category: object,
+    context: str,
+    evidence: list[str],
+    texts: dict[str, str],
+    answer: object,
+) -> None:
+    key = category if isinstance(category, int) else 0
+    normalized = _normalize(context)
+    for acc in (per["all"], per.setdefault(key, _empty())):
+        acc["questions"] += 1
+        found = sum(1 for e in evidence if texts[e] in context)
+        acc["evidence_found"] += found
+        acc["evidence_total"] += len(evidence)
+        acc["all"] += 1 if evidence and found == len(evidence) else 0
+        if answer is not None and _normalize(str(answer)):
+            acc["with_answer"] += 1
+            acc["answered"] += 1 if _normalize(str(answer)) in normalized else 0
+
+
+def hits_context(hits: Sequence[Hit], budget: int, counter: TokenCounter) -> str:
+    """The context a budget gets from ranked hits (what the benchmark scores)."""
+    return render_hits(pack_hits(hits, budget_tokens=budget, counter=counter))

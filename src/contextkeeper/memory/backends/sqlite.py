@@ -1,0 +1,204 @@
+"""Long-term memory in an SQLite file: records as JSON rows, keyword search by FTS5, vectors as blobs.
+
+The FTS5 table holds the library's own tokens (CJK bigrams included) joined by spaces, so SQLite's
+``unicode61`` tokenizer only splits them again; ranking is FTS5's built-in BM25. The file can be
+the session store's: the tables are prefixed ``memory_``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import struct
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from .._codec import decode_record, encode_record
+from ..records import MemoryRecord
+
+__all__ = ["SQLiteMemoryBackend"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS memory_records (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant TEXT NOT NULL,
+    memory_id TEXT NOT NULL,
+    session_id TEXT,
+    position INTEGER NOT NULL,
+    subject TEXT,
+    data TEXT NOT NULL,
+    UNIQUE (tenant, memory_id)
+);
+CREATE INDEX IF NOT EXISTS memory_records_subject ON memory_records (tenant, subject);
+CREATE INDEX IF NOT EXISTS memory_records_position ON memory_records (tenant, session_id, position);
+CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5 (tokens, tenant UNINDEXED, tokenize = 'unicode61');
+CREATE TABLE IF NOT EXISTS memory_vectors (
+    tenant TEXT NOT NULL,
+    model TEXT NOT NULL,
+    memory_id TEXT NOT NULL,
+    vector BLOB NOT NULL,
+    PRIMARY KEY (tenant, model, memory_id)
+);
+"""
+
+
+def _fts_term(token: str) -> str:
+    return '"' + token.replace('"', '""') + '"'
+
+
+class SQLiteMemoryBackend:
+    """Memories in an SQLite file (WAL), tenant-scoped.
+
+    Args:
+        path: The database file (``":memory:"`` for a private in-memory database).
+        connection: An existing connection to use instead (not closed by `close`).
+    """
+
+    def __init__(self, path: str | Path = ":memory:", *, connection: sqlite3.Connection | None = None) -> None:
+        self._owns = connection is None
+        self._conn = connection or sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._lock = threading.RLock()
+        with self._lock:
+            if str(path) != ":memory:":
+                self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.executescript(_SCHEMA)
+
+    def put(self, records: Sequence[MemoryRecord], *, tokens: Sequence[Sequence[str]]) -> None:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for record, terms in zip(records, tokens, strict=True):
+                    row = self._conn.execute(
+                        "SELECT seq FROM memory_records WHERE tenant = ? AND memory_id = ?",
+                        (record.tenant, record.memory_id),
+                    ).fetchone()
+                    values = (record.session_id, record.position, record.subject, encode_record(record))
+                    if row is None:
+                        cur = self._conn.execute(
+                            "INSERT INTO memory_records (tenant, memory_id, session_id, position, subject, data)"
+                            " VALUES (?, ?, ?, ?, ?, ?)",
+                            (record.tenant, record.memory_id, *values),
+                        )
+                        seq = cur.lastrowid
+                    else:
+                        seq = row[0]
+                        self._conn.execute(
+                            "UPDATE memory_records SET session_id = ?, position = ?, subject = ?, data = ?"
+                            " WHERE seq = ?",
+                            (*values, seq),
+                        )
+                        self._conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (seq,))
+                    self._conn.execute(
+                        "INSERT INTO memory_fts (rowid, tokens, tenant) VALUES (?, ?, ?)",
+                        (seq, " ".join(terms), record.tenant),
+                    )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def get(self, tenant: str, memory_ids: Sequence[str]) -> list[MemoryRecord]:
+        if not memory_ids:
+            return []
+        found: dict[str, MemoryRecord] = {}
+        with self._lock:
+            for start in range(0, len(memory_ids), 500):
+                chunk = list(memory_ids[start : start + 500])
+                marks = ",".join("?" * len(chunk))
+                for memory_id, data in self._conn.execute(
+                    f"SELECT memory_id, data FROM memory_records WHERE tenant = ? AND memory_id IN ({marks})",
+                    (tenant, *chunk),
+                ):
+                    found[memory_id] = decode_record(data)
+        return [found[i] for i in memory_ids if i in found]
+
+    def scan(self, tenant: str) -> Iterator[MemoryRecord]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT data FROM memory_records WHERE tenant = ? ORDER BY seq", (tenant,)
+            ).fetchall()
+        return (decode_record(data) for (data,) in rows)
+
+    def count(self, tenant: str) -> int:
+        with self._lock:
+            (n,) = self._conn.execute("SELECT count(*) FROM memory_records WHERE tenant = ?", (tenant,)).fetchone()
+        return int(n)
+
+    def delete(self, tenant: str, memory_ids: Sequence[str]) -> int:
+        removed = 0
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for memory_id in memory_ids:
+                    row = self._conn.execute(
+                        "SELECT seq FROM memory_records WHERE tenant = ? AND memory_id = ?", (tenant, memory_id)
+                    ).fetchone()
+                    if row is None:
+                        continue
+                    self._conn.execute("DELETE FROM memory_fts WHERE rowid = ?", row)
+                    self._conn.execute("DELETE FROM memory_records WHERE seq = ?", row)
+                    self._conn.execute(
+                        "DELETE FROM memory_vectors WHERE tenant = ? AND memory_id = ?", (tenant, memory_id)
+                    )
+                    removed += 1
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return removed
+
+    def by_subject(self, tenant: str, subject: str) -> list[MemoryRecord]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT data FROM memory_records WHERE tenant = ? AND subject = ? ORDER BY seq", (tenant, subject)
+            ).fetchall()
+        return [decode_record(data) for (data,) in rows]
+
+    def neighbours(self, tenant: str, record: MemoryRecord, *, span: int) -> list[MemoryRecord]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT data FROM memory_records WHERE tenant = ? AND session_id IS ? AND position BETWEEN ? AND ?"
+                " AND memory_id != ? ORDER BY position",
+                (tenant, record.session_id, record.position - span, record.position + span, record.memory_id),
+            ).fetchall()
+        return [decode_record(data) for (data,) in rows]
+
+    def keyword_search(
+        self, tenant: str, tokens: Sequence[str], *, limit: int, session_id: str | None = None
+    ) -> list[tuple[str, float]]:
+        terms = list(dict.fromkeys(tokens))
+        if not terms:
+            return []
+        query = " OR ".join(_fts_term(t) for t in terms)
+        sql = (
+            "SELECT r.memory_id, -bm25(memory_fts) AS score FROM memory_fts"
+            " JOIN memory_records r ON r.seq = memory_fts.rowid"
+            " WHERE memory_fts MATCH ? AND memory_fts.tenant = ?"
+        )
+        params: list[object] = [query, tenant]
+        if session_id is not None:
+            sql += " AND r.session_id = ?"
+            params.append(session_id)
+        sql += " ORDER BY bm25(memory_fts) LIMIT ?"
+        params.append(limit)
+        with self._lock:
+            return [(memory_id, float(score)) for memory_id, score in self._conn.execute(sql, params)]
+
+    def put_vectors(self, tenant: str, model: str, vectors: dict[str, list[float]]) -> None:
+        with self._lock:
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO memory_vectors (tenant, model, memory_id, vector) VALUES (?, ?, ?, ?)",
+                [(tenant, model, i, struct.pack(f"<{len(v)}f", *v)) for i, v in vectors.items()],
+            )
+
+    def vectors(self, tenant: str, model: str) -> dict[str, list[float]]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT memory_id, vector FROM memory_vectors WHERE tenant = ? AND model = ?", (tenant, model)
+            ).fetchall()
+        return {i: list(struct.unpack(f"<{len(blob) // 4}f", blob)) for i, blob in rows}
+
+    def close(self) -> None:
+        if self._owns:
+            with self._lock:
+                self._conn.close()

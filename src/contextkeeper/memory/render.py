@@ -1,0 +1,82 @@
+"""Rendering recalled memories into text that fits a token budget."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Literal
+
+from ..tokens.base import TokenCounter
+from .records import Hit, MemoryRecord
+
+__all__ = ["pack_hits", "render_hits"]
+
+Style = Literal["compact", "labelled"]
+
+
+def _when(record: MemoryRecord) -> str:
+    if "date" in record.metadata:
+        return record.metadata["date"]
+    return dt.datetime.fromtimestamp(record.created_at, tz=dt.UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _header(record: MemoryRecord) -> str:
+    label = record.group or record.session_id or "memory"
+    return f"[{label} · {_when(record)}]"
+
+
+def _line(hit: Hit, style: Style) -> str:
+    record = hit.memory
+    who = f"{record.speaker}: " if record.speaker else (f"{record.role}: " if record.role else "")
+    if style == "compact":
+        return f"{who}{record.text}"
+    ids = ",".join(record.message_ids[:3]) or record.memory_id
+    mark = " (superseded)" if record.superseded_by else ""
+    return f"- [{_when(record)} · {ids} · score {hit.score:.2f}{mark}] {who}{record.text}"
+
+
+def _order(hits: Sequence[Hit]) -> list[Hit]:
+    return sorted(hits, key=lambda h: (h.memory.created_at, h.memory.session_id or "", h.memory.position))
+
+
+def render_hits(hits: Sequence[Hit], *, style: Style = "compact") -> str:
+    """The hits as text, in the order they were said.
+
+    ``compact`` groups consecutive memories of one session under a ``[group · date]`` header and
+    writes ``speaker: text`` lines (many short turns in few tokens); ``labelled`` writes one line
+    per memory with its time, source message ids and score.
+    """
+    lines: list[str] = []
+    header: str | None = None
+    for hit in _order(hits):
+        if style == "compact":
+            current = _header(hit.memory)
+            if current != header:
+                lines.append(current)
+                header = current
+        lines.append(_line(hit, style))
+    return "\n".join(lines)
+
+
+def pack_hits(hits: Sequence[Hit], *, budget_tokens: int, counter: TokenCounter, style: Style = "compact") -> list[Hit]:
+    """The best hits (in the given order, best first) whose rendering fits ``budget_tokens``."""
+    chosen: list[Hit] = []
+    headers: set[str] = set()
+    used = 0
+    for hit in hits:
+        cost = counter.count_text(_line(hit, style)) + 1
+        header = _header(hit.memory)
+        if style == "compact" and header not in headers:
+            cost += counter.count_text(header) + 1
+        if used + cost > budget_tokens:
+            if budget_tokens - used < 4:
+                break
+            continue
+        chosen.append(hit)
+        used += cost
+        if style == "compact":
+            headers.add(header)
+    # Interleaving groups can repeat a header; trim from the worst hit until the real count fits.
+    while chosen and counter.count_text(render_hits(chosen, style=style)) > budget_tokens:
+        chosen.pop()
+    return chosen

@@ -1,0 +1,539 @@
+"""The working set: what the agent itself acted on, ranked, for the context block.
+
+Losing the files an agent is changing is the most expensive kind of forgetting: it re-reads,
+re-edits or contradicts its own work. The working set follows the agent's own actions in the
+transcript (file tools' paths, the paths in its shell commands, the tests it ran and how they
+ended, errors not yet resolved, symbols it named) and ranks them by how often and how recently
+the agent referred to each. It is rendered into the context block after every compaction, above
+the ledger's identifiers that merely appeared in some output.
+
+The work is lazy: messages are read when the context block is rendered (a compaction), never on
+a plain turn, so the common turn stays O(1) and each message is read once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .keyinfo import error_lines
+from .messages import Message, ToolCall
+
+__all__ = ["WorkItem", "WorkingSet"]
+
+ItemKind = Literal["file", "command", "error", "symbol"]
+
+# How strongly one reference counts, by who made it and what it did. An edit by the agent counts
+# most; a path that only appeared in a tool's output counts least (it was seen, not acted on).
+_WEIGHTS: Mapping[str, float] = {
+    "edited": 6.0,
+    "created": 6.0,
+    "tested": 4.0,
+    "ran": 3.0,
+    "read": 2.5,
+    "named": 1.5,  # in the agent's own text
+    "asked": 2.5,  # in a user message
+    "seen": 0.25,  # in a tool output only
+}
+# A reference loses half its weight after this many transcript messages: recent work ranks first,
+# but a file edited 300 messages ago still outranks one a grep listed once.
+_HALF_LIFE = 400.0
+# Rank tiers: anything the agent acted on outranks what it merely named, which outranks what it saw.
+_TIER: Mapping[str, int] = {
+    "edited": 3,
+    "created": 3,
+    "tested": 2,
+    "ran": 2,
+    "read": 1,
+    "named": 1,
+    "asked": 1,
+    "seen": 0,
+}
+_MAX_ITEMS = 600
+_MAX_TEXT_SCAN = 200_000  # characters of one message that are read for references
+_KEY_CHARS = 240  # longer commands and error lines are cut to this many characters
+
+_CODE_EXT = (
+    "py|pyi|ipynb|js|mjs|cjs|jsx|ts|tsx|go|rs|java|kt|kts|scala|rb|php|cs|fs|swift|m|mm|c|h|cc|cpp|cxx|hh|hpp|"
+    "cu|cuh|s|asm|zig|nim|lua|pl|pm|r|jl|dart|ex|exs|erl|hrl|clj|hs|ml|mli|elm|vue|svelte|pony|sol|"
+    "md|rst|txt|tex|bib|adoc|org|json|jsonl|yaml|yml|toml|ini|cfg|conf|env|lock|xml|html|htm|css|scss|less|"
+    "sql|sh|bash|zsh|fish|ps1|bat|mk|cmake|gradle|proto|graphql|csv|tsv|log|patch|diff|in|pyx|pxd|tf|nix"
+)
+_BARE_NAMES = "Makefile|CMakeLists\\.txt|Dockerfile|Gemfile|Rakefile|Procfile|Justfile|BUILD|WORKSPACE|LICENSE"
+# A path: optional ./ ../ ~/ or / start, components of word characters, dots, dashes, @ and +;
+# either with a slash and a file-like last component, or a bare name with a known extension.
+_PATH_RE = re.compile(
+    r"(?<![\w./~@+-])"
+    r"((?:~|\.{1,2})?/?(?:[\w@+-][\w.@+-]*/)*"
+    rf"(?:[\w@+-][\w.@+-]*\.(?:{_CODE_EXT})|{_BARE_NAMES}))"
+    r"(?![\w/@+-]|\.[A-Za-z0-9])"
+)
+_SYMBOL_RE = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::)[A-Za-z_][A-Za-z0-9_]*)*)(?:\(\))?`")
+_FILE_ARG_KEYS = ("file_path", "path", "filename", "file", "notebook_path", "target_file", "filepath")
+_COMMAND_ARG_KEYS = ("command", "cmd", "script", "code", "input")
+_EDIT_TOOLS = re.compile(r"edit|write|create|replace|patch|insert|append|apply|notebook", re.IGNORECASE)
+_READ_TOOLS = re.compile(r"read|view|open|cat|show|glob|grep|search|find|list|ls", re.IGNORECASE)
+_HEREDOC_RE = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+_OPEN_WRITE_RE = re.compile(r"""open\(\s*(?:r|f)?['"]([^'"\n]+)['"]\s*,\s*['"][wax]""")
+_PATH_WRITE_RE = re.compile(r"""Path\(\s*['"]([^'"\n]+)['"]\s*\)\s*\.write_(?:text|bytes)""")
+_DIFF_RE = re.compile(r"^(?:\+\+\+|---) (?:[ab]/)?(\S+)|^diff --git a/(\S+) b/", re.MULTILINE)
+_FENCED_SHELL_RE = re.compile(r"```(?:bash|sh|shell|console|zsh)[ \t]*\n(.*?)```", re.DOTALL)
+_OBSERVATION_RE = re.compile(r"\s*(?:<returncode>|<output>|Observation:|exit code)", re.IGNORECASE)
+_TEXT_CALL = "ck:fenced-command"  # the pending key of a command given in a fenced block of the reply
+_SEGMENT_SPLIT = re.compile(r"&&|\|\||;|\n|(?<![|>])\|(?!\|)")
+_EXIT_RE = re.compile(
+    r"(?:exit(?:ed with)? code|returncode|return code|exit status)\W{0,3}(-?\d+)|<returncode>(-?\d+)</returncode>",
+    re.IGNORECASE,
+)
+_TEST_SUMMARY_RE = re.compile(r"\b(\d+) (failed|passed|errors?)\b")
+
+_READERS = frozenset(
+    "cat head tail less more nl wc grep egrep rg ag awk diff file stat bat view python-read strings od xxd".split()
+)
+_RUNNERS = frozenset("python python3 node deno bun ruby go cargo make cmake gcc g++ clang javac java bash sh".split())
+_TESTERS = frozenset("pytest tox nox jest vitest mocha ctest".split())
+_CREATORS = frozenset(("touch", "mkdir", "cp", "mv", "ln", "install"))
+_EDITORS = frozenset(("patch", "ed", "vi", "vim", "nano", "emacs", "truncate", "dos2unix"))
+_PREFIXES = frozenset(("sudo", "time", "timeout", "nohup", "env", "exec", "xargs", "then", "do", "else", "!"))
+
+
+@dataclass(kw_only=True)
+class WorkItem:
+    """One thing in the working set: a file, a command, an open error or a symbol."""
+
+    kind: ItemKind
+    key: str
+    """The path, command, error line or symbol, verbatim as the agent or the tool wrote it."""
+    score: float = 0.0
+    """Sum of reference weights, each halved every `_HALF_LIFE` messages, as of `last_index`."""
+    tier: int = 0
+    """The strongest kind of reference so far (acted on > named > seen)."""
+    refs: int = 0
+    last_index: int = -1
+    """Transcript index of the newest reference."""
+    actions: dict[str, int] = field(default_factory=dict)
+    outcome: str | None = None
+    """For commands and tested files: how the last run ended (``ok``, ``failed: …``)."""
+
+    def weight_at(self, index: int) -> float:
+        decay: float = 0.5 ** (max(0, index - self.last_index) / _HALF_LIFE)
+        return self.score * decay
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "key": self.key,
+            "score": self.score,
+            "tier": self.tier,
+            "refs": self.refs,
+            "last": self.last_index,
+            "actions": dict(self.actions),
+            "outcome": self.outcome,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WorkItem:
+        kind = data["kind"]
+        if kind not in ("file", "command", "error", "symbol"):
+            raise ValueError(f"unknown working-set item kind {kind!r}")
+        actions = data.get("actions") or {}
+        if not isinstance(actions, Mapping):
+            raise ValueError("working-set item actions must be an object")
+        outcome = data.get("outcome")
+        return cls(
+            kind=kind,
+            key=str(data["key"]),
+            score=float(data["score"]),
+            tier=int(data["tier"]),
+            refs=int(data["refs"]),
+            last_index=int(data["last"]),
+            actions={str(k): int(v) for k, v in actions.items()},
+            outcome=None if outcome is None else str(outcome),
+        )
+
+
+@dataclass(kw_only=True)
+class _PendingCall:
+    command: str | None
+    files: list[str]
+
+
+class WorkingSet:
+    """Ranked record of the files, commands, errors and symbols the agent acted on."""
+
+    def __init__(self) -> None:
+        self.items: dict[tuple[ItemKind, str], WorkItem] = {}
+        self.cursor = 0
+        """Transcript messages read so far."""
+        self._pending: dict[str, _PendingCall] = {}
+        """Calls whose result has not been read yet, by call id: the result sets the outcome."""
+
+    # --- reading the transcript -----------------------------------------------------------
+    def catch_up(self, transcript: Sequence[Message]) -> None:
+        """Read the messages added since the last call (each message is read once)."""
+        for index in range(self.cursor, len(transcript)):
+            self.observe(transcript[index], index)
+        self.cursor = max(self.cursor, len(transcript))
+
+    def observe(self, message: Message, index: int) -> None:
+        """Record the references one transcript message makes."""
+        if message.extra.get("contextkeeper"):
+            return  # the library's own context blocks and stand-ins are not the agent's work
+        role = message.role
+        if role == "assistant":
+            for call in message.tool_calls:
+                self._observe_call(call, index)
+            text = message.text[:_MAX_TEXT_SCAN]
+            if text:
+                # agents without tool calling put their command in a fenced block of the reply
+                # (mini-swe-agent style); the next observation carries its outcome
+                for block in _FENCED_SHELL_RE.findall(text):
+                    self._observe_command(block.strip(), index, call_id=_TEXT_CALL)
+                for path in _paths(_FENCED_SHELL_RE.sub(" ", text)):
+                    self._touch("file", path, "named", index)
+                for symbol in _SYMBOL_RE.findall(text):
+                    if not _PATH_RE.fullmatch(symbol):
+                        self._touch("symbol", symbol, "named", index)
+        elif role == "user":
+            text = message.text[:_MAX_TEXT_SCAN]
+            if _TEXT_CALL in self._pending and _OBSERVATION_RE.match(text):
+                # an observation sent back as a user message answers the fenced command before it
+                self._observe_result(message, index, call_id=_TEXT_CALL)
+                return
+            for path in _paths(text):
+                self._touch("file", path, "asked", index)
+        elif role == "tool":
+            self._observe_result(message, index)
+
+    def _observe_call(self, call: ToolCall, index: int) -> None:
+        args = _arguments(call)
+        files: list[str] = []
+        command: str | None = None
+        for key in _FILE_ARG_KEYS:
+            value = args.get(key)
+            if isinstance(value, str) and value.strip() and len(value) < 1024 and "\n" not in value:
+                action = _file_tool_action(call.name, args)
+                self._touch("file", value.strip(), action, index)
+                files.append(value.strip())
+        for item in args.get("edits", ()) if isinstance(args.get("edits"), list) else ():
+            if isinstance(item, Mapping) and isinstance(item.get("file_path"), str):
+                self._touch("file", item["file_path"], "edited", index)
+        for key in _COMMAND_ARG_KEYS:
+            value = args.get(key)
+            if isinstance(value, str) and value.strip() and not files:
+                command = value.strip()
+                break
+        if command is None and not args and call.arguments.strip() and not call.arguments.lstrip().startswith("{"):
+            command = call.arguments.strip()  # a tool whose arguments are the command line itself
+        if command is not None:
+            self._observe_command(command, index, call_id=call.call_id, files=files)
+        else:
+            self._pending[call.call_id] = _PendingCall(command=None, files=files)
+
+    def _observe_command(self, command: str, index: int, *, call_id: str, files: list[str] | None = None) -> None:
+        tested = list(files or ())
+        for path, action in shell_references(command[:_MAX_TEXT_SCAN]):
+            self._touch("file", path, action, index)
+            if action in ("tested", "ran"):
+                tested.append(path)
+        key = _one_line(command)
+        self._touch("command", key, "ran", index)
+        self._pending[call_id] = _PendingCall(command=key, files=tested)
+
+    def _observe_result(self, message: Message, index: int, *, call_id: str | None = None) -> None:
+        text = message.text[:_MAX_TEXT_SCAN]
+        call = self._pending.pop(call_id or message.tool_call_id or "", None)
+        failed, outcome = _outcome(text, is_error=message.is_error)
+        if call is not None:
+            if call.command is not None:
+                item = self.items.get(("command", call.command))
+                if item is not None:
+                    item.outcome = outcome
+                    if failed:
+                        for line in error_lines(text, limit=2):
+                            self._touch("error", _one_line(line), "seen", index, tier=2)
+                    else:
+                        self._resolve_errors()
+            for path in call.files:
+                item = self.items.get(("file", path))
+                if item is not None and (item.actions.get("tested") or item.actions.get("ran")):
+                    item.outcome = outcome
+        for path in _paths(text, limit=64):
+            self._touch("file", path, "seen", index)
+
+    def _resolve_errors(self) -> None:
+        # a command that succeeds after failures: the errors seen so far were dealt with
+        for key in [k for k in self.items if k[0] == "error"]:
+            del self.items[key]
+
+    def _touch(self, kind: ItemKind, key: str, action: str, index: int, *, tier: int | None = None) -> None:
+        if not key or len(key) > _KEY_CHARS * 4:
+            return
+        item = self.items.get((kind, key))
+        if item is None:
+            if len(self.items) >= _MAX_ITEMS * 2:
+                self._prune(index)
+            item = self.items[(kind, key)] = WorkItem(kind=kind, key=key)
+        item.score = item.weight_at(index) + _WEIGHTS[action]
+        item.last_index = max(item.last_index, index)
+        item.tier = max(item.tier, _TIER[action] if tier is None else tier)
+        item.refs += 1
+        item.actions[action] = item.actions.get(action, 0) + 1
+
+    def _prune(self, index: int) -> None:
+        ranked = sorted(self.items.values(), key=lambda it: (it.tier, it.weight_at(index)), reverse=True)
+        self.items = {(it.kind, it.key): it for it in ranked[:_MAX_ITEMS]}
+
+    # --- ranking and rendering ------------------------------------------------------------
+    def ranked(self, kind: ItemKind, *, now: int | None = None) -> list[WorkItem]:
+        """Items of one kind, strongest first: acted-on before named before seen, then by weight."""
+        at = self.cursor if now is None else now
+        items = [it for it in self.items.values() if it.kind == kind]
+        items.sort(key=lambda it: (it.tier, it.weight_at(at), it.last_index), reverse=True)
+        return items
+
+    def render(self, *, max_tokens: int, count: Callable[[str], int]) -> str:
+        """The working-set section of the context block, at most `max_tokens` tokens ("" if empty)."""
+        if max_tokens <= 0:
+            return ""
+        files = [it for it in self.ranked("file") if it.tier >= 1 or it.refs >= 3]
+        commands = self.ranked("command")[:8]
+        errors = self.ranked("error")[:4]
+        symbols = [it for it in self.ranked("symbol") if it.refs >= 2][:24]
+        groups: list[tuple[str, list[str]]] = [
+            # the strongest files say what was done to them; the tail is bare paths, more of them fit
+            ("Files:", [f"- {it.key} ({_describe(it)})" if i < 10 else f"- {it.key}" for i, it in enumerate(files)]),
+            ("Commands (last outcome):", [f"- {it.key} → {it.outcome or 'no result yet'}" for it in commands]),
+            ("Unresolved errors:", [f"- {it.key}" for it in errors]),
+        ]
+        header = "Working set (what you acted on, most relevant first):"
+        lines = [header]
+        used = count(header)
+        for title, rows in groups:
+            if not rows:
+                continue
+            title_cost = count(title) + 1
+            added = False
+            for row in rows:
+                cost = count(row) + 1
+                if used + cost + (0 if added else title_cost) > max_tokens:
+                    break
+                if not added:
+                    lines.append(title)
+                    used += title_cost
+                    added = True
+                lines.append(row)
+                used += cost
+        if symbols:
+            row = "Symbols: " + ", ".join(it.key for it in symbols)
+            while symbols and used + count(row) + 1 > max_tokens:
+                symbols.pop()
+                row = "Symbols: " + ", ".join(it.key for it in symbols)
+            if symbols:
+                lines.append(row)
+        return "\n".join(lines) if len(lines) > 1 else ""
+
+    # --- persistence ----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cursor": self.cursor,
+            "items": [it.to_dict() for it in self.items.values()],
+            "pending": {k: {"command": v.command, "files": list(v.files)} for k, v in self._pending.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WorkingSet:
+        ws = cls()
+        ws.cursor = int(data.get("cursor", 0))
+        for raw in data.get("items", ()):
+            item = WorkItem.from_dict(raw)
+            ws.items[(item.kind, item.key)] = item
+        for call_id, raw in (data.get("pending") or {}).items():
+            command = raw.get("command")
+            ws._pending[str(call_id)] = _PendingCall(
+                command=None if command is None else str(command), files=[str(f) for f in raw.get("files", ())]
+            )
+        return ws
+
+
+# --- helpers -------------------------------------------------------------------------------
+def _arguments(call: ToolCall) -> dict[str, Any]:
+    text = call.arguments
+    if not text or len(text) > _MAX_TEXT_SCAN or not text.lstrip().startswith("{"):
+        return {}
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _file_tool_action(tool: str, args: Mapping[str, Any]) -> str:
+    sub = args.get("command")
+    if isinstance(sub, str) and sub in ("create",):
+        return "created"
+    if isinstance(sub, str) and sub in ("str_replace", "insert", "undo_edit", "edit", "write", "append"):
+        return "edited"
+    if isinstance(sub, str) and sub in ("view", "read", "cat"):
+        return "read"
+    if tool.lower() == "write" or "create" in tool.lower():
+        return "created"
+    if _EDIT_TOOLS.search(tool) or any(k in args for k in ("new_string", "old_string", "content", "new_str")):
+        return "edited"
+    if _READ_TOOLS.search(tool):
+        return "read"
+    return "named"
+
+
+def _paths(text: str, *, limit: int | None = None) -> list[str]:
+    found: list[str] = []
+    seen: set[str] = set()
+    for match in _PATH_RE.finditer(text):
+        path = match.group(1).rstrip(".")
+        if path in seen or "://" in text[max(0, match.start() - 8) : match.start() + 3]:
+            continue
+        if path.count(".") > 0 and path.replace(".", "").isdigit():
+            continue  # a version number
+        seen.add(path)
+        found.append(path)
+        if limit is not None and len(found) >= limit:
+            break
+    return found
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= _KEY_CHARS else line[: _KEY_CHARS - 1] + "…"
+
+
+def _describe(item: WorkItem) -> str:
+    order = ("created", "edited", "tested", "ran", "read", "named", "asked", "seen")
+    parts = [f"{a} {item.actions[a]}×" for a in order if item.actions.get(a) and a != "seen"]
+    if not parts:
+        parts = [f"seen {item.actions.get('seen', 0)}×"]
+    text = ", ".join(parts[:3])
+    if item.outcome:
+        text += f"; last run {item.outcome}"
+    return text
+
+
+def _outcome(text: str, *, is_error: bool) -> tuple[bool, str]:
+    code: int | None = None
+    match = _EXIT_RE.search(text)
+    if match:
+        code = int(match.group(1) or match.group(2))
+    summary = {m.group(2).rstrip("s"): int(m.group(1)) for m in _TEST_SUMMARY_RE.finditer(text[-4000:])}
+    failed = (
+        is_error
+        or (code is not None and code != 0)
+        or summary.get("failed", 0) > 0
+        or summary.get("error", 0) > 0
+        or (code is None and "Traceback (most recent call last)" in text)
+    )
+    if failed:
+        first = error_lines(text, limit=1)
+        detail = _one_line(first[0])[:120] if first else (f"exit code {code}" if code is not None else "error")
+        return True, f"failed: {detail}"
+    if summary.get("passed"):
+        return False, f"ok ({summary['passed']} passed)"
+    return False, "ok"
+
+
+def shell_references(command: str) -> list[tuple[str, str]]:
+    """The files one shell command acts on, each with what it does to it.
+
+    Reads redirections, editors (``sed -i``, ``perl -pi``, ``patch``), heredoc writes
+    (``cat > f <<EOF``), files a heredoc script writes (``open(p, "w")``, diff headers for
+    ``git apply``), test runners (``pytest path::test``) and readers (``cat``, ``nl``, ``grep``).
+    """
+    refs: list[tuple[str, str]] = []
+    body_start = len(command)
+    heredoc = _HEREDOC_RE.search(command)
+    if heredoc is not None:
+        line_end = command.find("\n", heredoc.end())
+        if line_end >= 0:
+            body_start = line_end + 1
+            body = command[body_start:]
+            for rx in (_OPEN_WRITE_RE, _PATH_WRITE_RE):
+                refs.extend((m.group(1), "edited") for m in rx.finditer(body))
+            refs.extend(
+                (m.group(1) or m.group(2), "edited") for m in _DIFF_RE.finditer(body) if m.group(1) != "/dev/null"
+            )
+    head = command[:body_start]
+    for segment in _SEGMENT_SPLIT.split(head):
+        refs.extend(_segment_references(segment))
+    # whatever path the command names that the segment rules did not place was still named by it
+    placed = {p for p, _ in refs}
+    refs.extend((p, "read") for p in _paths(head) if p not in placed)
+    return refs
+
+
+def _segment_references(segment: str) -> Iterable[tuple[str, str]]:
+    text = segment.strip()
+    if not text:
+        return []
+    try:
+        words = shlex.split(text, comments=False, posix=True)
+    except ValueError:
+        words = text.split()
+    refs: list[tuple[str, str]] = []
+    # redirections: `> file`, `>> file` write a file; the operator and its target are not arguments
+    plain: list[str] = []
+    skip_next = False
+    for i, word in enumerate(words):
+        if skip_next:
+            skip_next = False
+            continue
+        target = None
+        if word in (">", ">>", "1>", "&>", "2>", "<", "<<", "<<<") and i + 1 < len(words):
+            skip_next = True
+            target = words[i + 1] if word not in ("<", "<<", "<<<", "2>") else None
+        elif word.startswith((">", "1>", "&>")) and not word.startswith(">&"):
+            target = word.lstrip("1&>")
+        elif word.startswith(("<", "2>")):
+            continue
+        else:
+            plain.append(word)
+        if target and _PATH_RE.fullmatch(target) and not target.startswith("/dev/"):
+            refs.append((target, "edited"))
+    words = plain
+    while words and (words[0] in _PREFIXES or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0])):
+        words = words[2:] if words[0] == "timeout" and len(words) > 1 else words[1:]
+    if not words:
+        return refs
+    program = words[0].rsplit("/", 1)[-1]
+    args = words[1:]
+    files = [a for a in args if not a.startswith("-")]
+    if program in ("sed", "perl"):
+        in_place = any(a.startswith("-i") or a.startswith("-pi") or a == "--in-place" for a in args)
+        # the first plain argument of sed is its script unless -e/-f gave one
+        script_given = any(a in ("-e", "-f") for a in args)
+        targets = files if script_given else files[1:]
+        refs.extend((f, "edited" if in_place else "read") for f in targets if _PATH_RE.fullmatch(f))
+    elif program == "tee":
+        refs.extend((f, "edited") for f in files if _PATH_RE.fullmatch(f))
+    elif program in _EDITORS or program in _CREATORS:
+        action = "created" if program in ("touch", "cp", "mv", "install") else "edited"
+        targets = files[-1:] if program in ("cp", "mv", "install") else files
+        refs.extend((f, action) for f in targets if _PATH_RE.fullmatch(f))
+        refs.extend((f, "read") for f in files[:-1] if program in ("cp", "mv") and _PATH_RE.fullmatch(f))
+    elif program == "git" and args and args[0] in ("add", "diff", "checkout", "restore", "show", "log"):
+        refs.extend((f, "read") for f in files[1:] if _PATH_RE.fullmatch(f))
+    elif program in _TESTERS or (program.startswith("python") and args[:2] == ["-m", "pytest"]):
+        for f in files:
+            path = f.split("::", 1)[0]
+            if path != "pytest" and _PATH_RE.fullmatch(path):
+                refs.append((path, "tested"))
+    elif program in _RUNNERS or program.startswith("python"):
+        for f in files[:1] if program.startswith("python") else files:
+            if _PATH_RE.fullmatch(f):
+                refs.append((f, "ran"))
+    elif program in _READERS:
+        pattern_first = program in ("grep", "egrep", "rg", "ag", "awk") and not any(a in ("-e", "-f") for a in args)
+        targets = files[1:] if pattern_first else files
+        refs.extend((f, "read") for f in targets if _PATH_RE.fullmatch(f))
+    return refs
