@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from contextkeeper.agent_state import AGENT_SLOT, AgentState, CompletedSubtask
-from contextkeeper.exceptions import AgentStateError, SchemaError, VersionConflict
+from contextkeeper.exceptions import AgentStateError, SchemaError, SessionNotFound, VersionConflict
 from contextkeeper.stores import AsyncMemoryStore, MemoryStore, SqliteStore
 
 
@@ -188,3 +188,28 @@ def test_progress_markdown() -> None:
     assert "- [ ] **port the schema** (in progress)" in markdown
     assert "- [ ] run the tests" in markdown
     assert "## Open issues" not in markdown
+
+
+def test_agent_state_is_tenant_scoped(tmp_path: Path) -> None:
+    with SqliteStore.connect(tmp_path / "ck.db") as store:
+        store.create_session("s", tenant="acme")
+        saved = plan().save(store, "s", tenant="acme")
+        assert AgentState.load(store, "s", tenant="acme") == saved
+        # another tenant sees no such session: it can neither read nor overwrite the checkpoint
+        with pytest.raises(SessionNotFound):
+            AgentState.load(store, "s", tenant="evil")
+        with pytest.raises(SessionNotFound):
+            saved.complete_current("x").save(store, "s", tenant="evil")
+        assert AgentState.load(store, "s", tenant="acme") == saved
+
+
+@pytest.mark.anyio
+async def test_async_agent_state_is_tenant_scoped() -> None:
+    store = AsyncMemoryStore()
+    await store.create_session("s", tenant="acme")
+    saved = await plan().asave(store, "s", tenant="acme")
+    with pytest.raises(SessionNotFound):
+        await AgentState.aload(store, "s", tenant="evil")
+    with pytest.raises(SessionNotFound):
+        await saved.asave(store, "s", tenant="evil")
+    assert await AgentState.aload(store, "s", tenant="acme") == saved

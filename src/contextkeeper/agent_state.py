@@ -248,28 +248,44 @@ class AgentState:
                 actual=version,
             )
 
-    def save(self, store: SessionStore, session_id: str, *, clock: Callable[[], float] = time.time) -> AgentState:
+    def save(
+        self,
+        store: SessionStore,
+        session_id: str,
+        *,
+        tenant: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> AgentState:
         """Checkpoint into the session's ``"agent"`` state slot; return the saved state (new version).
+
+        ``tenant`` is the session's tenant: another tenant's session is missing (`SessionNotFound`).
 
         Raises:
             AgentStateError: the state breaks an invariant.
             VersionConflict: a newer checkpoint (higher window, or saved since this one was loaded) exists.
         """
-        stored, version = store.load_state(session_id, slot=AGENT_SLOT)
+        stored, version = store.load_state(session_id, slot=AGENT_SLOT, tenant=tenant)
         self._checked_for_save(session_id, stored, version)
         saved = replace(self, saved_at=clock())
-        new_version = store.save_state(session_id, saved.to_dict(), expected_version=self.version, slot=AGENT_SLOT)
+        new_version = store.save_state(
+            session_id, saved.to_dict(), expected_version=self.version, slot=AGENT_SLOT, tenant=tenant
+        )
         return replace(saved, version=new_version)
 
     async def asave(
-        self, store: AsyncSessionStore, session_id: str, *, clock: Callable[[], float] = time.time
+        self,
+        store: AsyncSessionStore,
+        session_id: str,
+        *,
+        tenant: str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> AgentState:
         """Async twin of `save`."""
-        stored, version = await store.load_state(session_id, slot=AGENT_SLOT)
+        stored, version = await store.load_state(session_id, slot=AGENT_SLOT, tenant=tenant)
         self._checked_for_save(session_id, stored, version)
         saved = replace(self, saved_at=clock())
         new_version = await store.save_state(
-            session_id, saved.to_dict(), expected_version=self.version, slot=AGENT_SLOT
+            session_id, saved.to_dict(), expected_version=self.version, slot=AGENT_SLOT, tenant=tenant
         )
         return replace(saved, version=new_version)
 
@@ -287,15 +303,15 @@ class AgentState:
             ) from None
 
     @classmethod
-    def load(cls, store: SessionStore, session_id: str) -> AgentState | None:
-        """The session's last checkpoint, or None when none was saved."""
-        stored, version = store.load_state(session_id, slot=AGENT_SLOT)
+    def load(cls, store: SessionStore, session_id: str, *, tenant: str | None = None) -> AgentState | None:
+        """The session's last checkpoint, or None when none was saved (another tenant's: `SessionNotFound`)."""
+        stored, version = store.load_state(session_id, slot=AGENT_SLOT, tenant=tenant)
         return cls._loaded(session_id, stored, version)
 
     @classmethod
-    async def aload(cls, store: AsyncSessionStore, session_id: str) -> AgentState | None:
+    async def aload(cls, store: AsyncSessionStore, session_id: str, *, tenant: str | None = None) -> AgentState | None:
         """Async twin of `load`."""
-        stored, version = await store.load_state(session_id, slot=AGENT_SLOT)
+        stored, version = await store.load_state(session_id, slot=AGENT_SLOT, tenant=tenant)
         return cls._loaded(session_id, stored, version)
 
     # --- rendering -----------------------------------------------------------------------------

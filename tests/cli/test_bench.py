@@ -1,4 +1,4 @@
-"""`bench ...`: probes end to end on a small file, the placeholders, argument errors."""
+"""`bench ...`: probes, locomo and memory end to end on small inputs, argument errors."""
 
 from __future__ import annotations
 
@@ -48,15 +48,75 @@ def test_probes_bad_arguments(runner: CliRunner, probe_file: Path) -> None:
     assert bad.exit_code == 2 and "comma list" in bad.stderr
 
 
-@pytest.mark.parametrize("name", ["locomo", "memory"])
-def test_memory_benchmarks_are_placeholders(runner: CliRunner, name: str) -> None:
-    result = runner.invoke(app, ["bench", name, "--data", "x.json", "--budgets", "2000"])
-    assert result.exit_code == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1
-    assert f"`bench {name}`" in lines[0] and "not available in this version" in lines[0]
-    assert "long-term memory" in lines[0] and "nothing is run" in lines[0]
-    assert "issue" not in lines[0] and "filed" not in lines[0]
+def _locomo_file(tmp_path: Path) -> Path:
+    turns = [
+        {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a grey cat named Pixel last week."},
+        {"speaker": "Bob", "dia_id": "D1:2", "text": "Lovely! I started pottery classes on Tuesdays."},
+        {"speaker": "Ann", "dia_id": "D1:3", "text": "The weather has been rainy all month."},
+    ]
+    later = [
+        {"speaker": "Bob", "dia_id": "D2:1", "text": "My pottery teacher says my vases are improving."},
+        {"speaker": "Ann", "dia_id": "D2:2", "text": "Pixel knocked a glass off the shelf again."},
+    ]
+    sample = {
+        "sample_id": "conv-test",
+        "conversation": {
+            "speaker_a": "Ann",
+            "speaker_b": "Bob",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": turns,
+            "session_2_date_time": "3:10 pm on 20 May, 2023",
+            "session_2": later,
+        },
+        "qa": [
+            {"question": "What is the name of Ann's cat?", "answer": "Pixel", "evidence": ["D1:1"], "category": 4},
+            {"question": "What does Bob make in pottery?", "answer": "vases", "evidence": ["D:2:1"], "category": 1},
+            {"question": "What class does Bob take?", "answer": "pottery", "evidence": ["D1:2; D2:1"], "category": 3},
+            {"question": "Who broke a glass?", "adversarial_answer": "Bob", "evidence": ["D"], "category": 5},
+        ],
+    }
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([sample]))
+    return path
+
+
+def test_locomo_keyword_only_writes_the_documented_json(runner: CliRunner, tmp_path: Path) -> None:
+    data = _locomo_file(tmp_path)
+    out = tmp_path / "locomo-out.json"
+    result = runner.invoke(
+        app,
+        ["bench", "locomo", "--data", str(data), "--budgets", "40,400", "--embedder", "none", "--json", str(out)],
+    )
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(out.read_text())
+    assert report["dataset"] == str(data) and set(report["budgets"]) == {"40", "400"}
+    big = report["budgets"]["400"]
+    # Everything fits in 400 tokens: every repaired evidence id is found, the dropped one is not counted.
+    assert big["evidence_recall"] == 1.0 and big["questions"] == 4
+    assert big["by_category"]["1 multi-hop"]["evidence_recall"] == 1.0
+    assert big["answer_containment"] == 1.0
+    assert report["budgets"]["40"]["evidence_recall"] < 1.0
+    assert set(report["ablation"]) == {"keyword"}
+    assert "evidence recall" in result.stdout and "multi-hop" in result.stdout
+
+
+def test_locomo_bad_arguments(runner: CliRunner, tmp_path: Path) -> None:
+    missing = runner.invoke(app, ["bench", "locomo", "--data", "nope.json"])
+    assert missing.exit_code == 2 and "no such file" in missing.stderr
+    data = _locomo_file(tmp_path)
+    bad = runner.invoke(app, ["bench", "locomo", "--data", str(data), "--embedder", "bert"])
+    assert bad.exit_code == 2 and "minilm or none" in bad.stderr
+
+
+def test_memory_bench_small(runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "memory.json"
+    result = runner.invoke(app, ["bench", "memory", "--memories", "600", "--queries", "20", "--json", str(out)])
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(out.read_text())
+    assert report["memories"] == 600
+    for path in ("keyword", "dense"):
+        assert report[path]["p99_ms"] >= report[path]["p50_ms"] > 0
+        assert report[path]["hit_at_10"] >= 0.9
 
 
 def test_stores_memory_and_sqlite(runner: CliRunner, tmp_path: Path) -> None:

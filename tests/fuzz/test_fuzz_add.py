@@ -324,4 +324,4 @@ def fuzz_add(store: Any, fmt: str, examples: int) -> None:
 @pytest.mark.parametrize("fmt", list(INPUTS))
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
 def test_add_hostile_messages(fmt: str, backend: str, stores: dict[str, Any]) -> None:
-    fuzz_add(stores[backend], fmt, 60)
+    fuzz_add(stores[backend], fmt, 80)

@@ -87,7 +87,7 @@ def test_import_hostile_exports(backend: str, stores: dict[str, Any], export: li
     store = stores[backend]
     entry = "import_session"
 
-    @fuzz_settings(60)
+    @fuzz_settings(80)
     @given(lines=edited(export))
     def run(lines: list[str | bytes]) -> None:
         other, before = new_session(store)  # a session already in the store

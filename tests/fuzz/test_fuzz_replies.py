@@ -42,9 +42,25 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         yield opened
 
 
+class Serving:
+    """The server answers every request with the item set last (a request that never came, because
+    the call failed before it, cannot shift later answers as a script would)."""
+
+    def __init__(self) -> None:
+        self.item: Any = ScriptedError(status=500)
+
+    def __call__(self, body: dict[str, Any]) -> Any:
+        return self.item
+
+
 @pytest.fixture(scope="module")
-def server() -> Iterator[ScriptedOpenAIServer]:
-    with ScriptedOpenAIServer() as running:
+def serving() -> Serving:
+    return Serving()
+
+
+@pytest.fixture(scope="module")
+def server(serving: Serving) -> Iterator[ScriptedOpenAIServer]:
+    with ScriptedOpenAIServer(default=serving) as running:
         yield running
 
 
@@ -185,7 +201,9 @@ def anthropic_events(draw: Any) -> list[Any]:
     for i, block in enumerate(blocks):
         if block["type"] == "tool_use":
             start = {**block, "input": {}}
-            delta = {"type": "input_json_delta", "partial_json": draw(json_text)}
+            # while a streamed tool input nested thousands deep breaks the client (test_found_defects), none here
+            partial = shallow_json_text if "deep-stream-input" in OPEN_DEFECTS else json_text
+            delta = {"type": "input_json_delta", "partial_json": draw(partial)}
         elif block["type"] == "text":
             start, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
         else:
@@ -223,16 +241,16 @@ STREAMS = {
 
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
-def test_reply_bodies(api: str, server: ScriptedOpenAIServer, models: dict[str, Any], stores: dict[str, Any]) -> None:
+def test_reply_bodies(api: str, serving: Serving, models: dict[str, Any], stores: dict[str, Any]) -> None:
     model = models[api]
 
-    @fuzz_settings(25)
+    @fuzz_settings(30)
     @given(body=BODIES[api], backend=st.sampled_from(["memory", "sqlite"]))
     def run(body: str, backend: str) -> None:
-        server.push(ScriptedError(status=200, body=body))
+        serving.item = ScriptedError(status=200, body=body)
         alone = probe.call(f"{api} client: reply body", model.request, [_user()])
         session, before = new_session(stores[backend])
-        server.push(ScriptedError(status=200, body=body))
+        serving.item = ScriptedError(status=200, body=body)
         entry = f"Session.complete ({api} reply body)"
         done = probe.call(entry, session.complete, model)
         if alone.ok and not done.ok:
@@ -246,16 +264,16 @@ def test_reply_bodies(api: str, server: ScriptedOpenAIServer, models: dict[str, 
 
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
-def test_reply_streams(api: str, server: ScriptedOpenAIServer, models: dict[str, Any], stores: dict[str, Any]) -> None:
+def test_reply_streams(api: str, serving: Serving, models: dict[str, Any], stores: dict[str, Any]) -> None:
     model = models[api]
 
-    @fuzz_settings(25)
+    @fuzz_settings(30)
     @given(events=STREAMS[api], done=st.booleans(), backend=st.sampled_from(["memory", "sqlite"]))
     def run(events: list[str], done: bool, backend: str) -> None:
-        server.push(ScriptedStream(events=events, done=done))
+        serving.item = ScriptedStream(events=events, done=done)
         probe.call(f"{api} client: reply stream", lambda: list(model.stream([_user()])))
         session, before = new_session(stores[backend])
-        server.push(ScriptedStream(events=events, done=done))
+        serving.item = ScriptedStream(events=events, done=done)
         entry = f"Session.stream ({api} reply stream)"
         probe.call(entry, lambda: list(session.stream(model)))
         check_after(entry, session, before)

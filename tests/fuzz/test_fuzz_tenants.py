@@ -54,7 +54,7 @@ def _calls(store: Any, sid: str, tenant: str) -> dict[str, Callable[[], Any]]:
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
 def test_other_tenant_cannot_read_or_append(backend: str, stores: dict[str, Any]) -> None:
-    fuzz_tenants(stores[backend], 40)
+    fuzz_tenants(stores[backend], 60)
 
 
 def fuzz_tenants(store: Any, examples: int) -> None:

@@ -55,7 +55,7 @@ def _big_enough(session: Any) -> None:
 def test_read_context_arguments(backend: str, stores: dict[str, Any]) -> None:
     entry = "handle_tool_call (read_context)"
 
-    @fuzz_settings(40)
+    @fuzz_settings(60)
     @given(data=st.data())
     def run(data: st.DataObject) -> None:
         session, before = new_session(stores[backend])
@@ -78,7 +78,7 @@ def test_read_context_arguments(backend: str, stores: dict[str, Any]) -> None:
 def test_write_note_arguments(backend: str, stores: dict[str, Any]) -> None:
     entry = "handle_tool_call (write_note)"
 
-    @fuzz_settings(40)
+    @fuzz_settings(60)
     @given(data=st.data())
     def run(data: st.DataObject) -> None:
         session, before = new_session(stores[backend])

@@ -2,8 +2,8 @@
 
 ``probes`` and ``stores`` run in this process; ``tokens`` and ``trim`` run the scripts of the
 repository's ``benchmarks/`` folder (and the shared ``peers_bench.py`` harness) as subprocesses,
-so they need a source checkout. ``locomo`` and ``memory`` need long-term memory, which this version
-does not have.
+so they need a source checkout. ``locomo`` and ``memory`` measure long-term memory
+(``contextkeeper[memory]``; locomo's dense path needs ``contextkeeper[embeddings]``).
 """
 
 from __future__ import annotations
@@ -287,19 +287,111 @@ def trim(
         raise CLIError(f"peers_bench.py failed (exit code {code}); see its output above.")
 
 
-_NO_MEMORY = (
-    "is not available in this version: it measures long-term memory recall (sensory, short-term and long-term "
-    "memory with BM25 and dense retrieval), which this release does not have; nothing is run"
-)
+@bench_app.command("locomo")
+def locomo(
+    data: Annotated[Path, typer.Option(help="LoCoMo JSON: a list of conversations with `qa`.")],
+    budgets: Annotated[str, typer.Option(help="Comma list of context budgets (cl100k tokens).")] = "2000,4000,8000",
+    embedder: Annotated[
+        str, typer.Option(help="minilm: the packaged all-MiniLM-L6-v2 (extra `embeddings`); none: keyword only.")
+    ] = "minilm",
+    ablation: Annotated[bool, typer.Option(help="Also run keyword only, + dense, + neighbours.")] = True,
+    json_out: JsonPath = None,
+) -> None:
+    """Evidence recall of long-term memory on LoCoMo conversations (no LLM; the question alone recalls).
+
+    Each conversation is one memory; its turns are added in order with their session date and
+    dialogue id. Per question and budget B, the context is the recalled turns packed into B
+    cl100k tokens. Scores: evidence recall (share of evidence turns whose text is in the
+    context), all-evidence rate, answer containment (normalized answer in the normalized
+    context), overall and per category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop,
+    5 adversarial). Malformed evidence ids are repaired when their intent is clear (`D:11:26` is
+    D11:26, `D30:05` is D30:5, `"D8:6; D9:17"` is two ids) and dropped when they name no turn
+    (`D`); a question left without evidence counts in the all-evidence rate as a miss.
+    """
+    if not data.is_file():
+        raise typer.BadParameter(f"{data}: no such file", param_hint="--data")
+    if embedder not in ("minilm", "none"):
+        raise typer.BadParameter(f"{embedder!r}: use minilm or none", param_hint="--embedder")
+    from ..benchmarks.locomo import ABLATIONS, Variant, run_locomo
+    from ..tokens import get_counter
+
+    values = _budgets(budgets)
+    model = None
+    if embedder == "minilm":
+        from ..memory.embedders import SentenceTransformerEmbedder
+
+        try:
+            with err.status("loading all-MiniLM-L6-v2…"):
+                model = SentenceTransformerEmbedder()
+        except ImportError as exc:
+            raise CLIError(f"{exc} Or run with --embedder none.", exit_code=2) from None
+    variants: tuple[Variant, ...] = ABLATIONS if ablation else ABLATIONS[-1:]
+    if model is None:
+        variants = tuple(v for v in variants if not v.dense) or ABLATIONS[:1]
+    samples = json.loads(data.read_text(encoding="utf-8"))
+    total = sum(len(s.get("qa", [])) for s in samples) * len(variants)
+    with progress_bar(f"locomo {data.name}", total) as advance:
+        state = {"done": 0}
+
+        def progress(done: int, _total: int) -> None:
+            advance(done - state["done"])
+            state["done"] = done
+
+        result = run_locomo(
+            data,
+            values,
+            counter=get_counter("tiktoken:cl100k_base"),
+            embedder=model,
+            variants=variants,
+            progress=progress,
+        )
+    out.print(locomo_table(result, title=f"locomo: {plain(data.name)} (variant {result['variant']})"))
+    _write_json(json_out, result)
 
 
-@bench_app.command("locomo", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def locomo() -> None:
-    """LoCoMo long-term recall (not available in this version: needs long-term memory)."""
-    raise CLIError(f"`bench locomo` {_NO_MEMORY}.", exit_code=2)
+def locomo_table(result: dict[str, Any], *, title: str) -> Table:
+    """The locomo result as a table: per budget overall figures, the categories, and the ablation."""
+    table = Table(title=title)
+    budgets = list(result["budgets"])
+    table.add_column("row")
+    for budget in budgets:
+        table.add_column(f"B={budget}")
+    for key, label in (
+        ("evidence_recall", "evidence recall"),
+        ("all_evidence", "all evidence"),
+        ("answer_containment", "answer containment"),
+    ):
+        table.add_row(label, *(f"{result['budgets'][b][key]:.3f}" for b in budgets))
+    for category in result["budgets"][budgets[0]]["by_category"]:
+        table.add_row(
+            f"  recall: {category}",
+            *(f"{result['budgets'][b]['by_category'][category]['evidence_recall']:.3f}" for b in budgets),
+        )
+    for name, per in result.get("ablation", {}).items():
+        table.add_row(f"ablation: {name}", *(f"{per[b]['evidence_recall']:.3f}" for b in budgets))
+    return table
 
 
-@bench_app.command("memory", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def memory() -> None:
-    """Memory recall benchmark (not available in this version: needs long-term memory)."""
-    raise CLIError(f"`bench memory` {_NO_MEMORY}.", exit_code=2)
+@bench_app.command("memory")
+def memory(
+    memories: Annotated[int, typer.Option(help="Memories to store.")] = 100_000,
+    queries: Annotated[int, typer.Option(help="Recalls timed per path.")] = 300,
+    json_out: JsonPath = None,
+) -> None:
+    """Recall latency (top 10) over many memories in an SQLite file: keyword path (FTS5) and dense path."""
+    if memories <= 0 or queries <= 0:
+        raise typer.BadParameter("--memories and --queries must be positive")
+    from ..benchmarks.memory import run_memory_bench
+
+    with err.status("memory: writing…") as status:
+        result = run_memory_bench(memories=memories, queries=queries, progress=status.update)
+    table = Table(title=f"memory: recall of the top 10 over {memories:,} memories (SQLite, {queries} queries)")
+    for col in ("path", "p50 ms", "p99 ms", "mean ms", "hit@10"):
+        table.add_column(col)
+    for path in ("keyword", "dense"):
+        row = result[path]
+        table.add_row(
+            path, f"{row['p50_ms']:.2f}", f"{row['p99_ms']:.2f}", f"{row['mean_ms']:.2f}", f"{row['hit_at_10']:.3f}"
+        )
+    out.print(table)
+    _write_json(json_out, result)

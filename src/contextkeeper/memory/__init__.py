@@ -13,7 +13,7 @@ from __future__ import annotations
 from .backends.base import MemoryBackend
 from .backends.memory import InMemoryBackend
 from .backends.sqlite import SQLiteMemoryBackend
-from .embedders import Embedder, OpenAIEmbedder, SentenceTransformerEmbedder, packaged_minilm_path
+from .embedders import Embedder, HashingEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder, packaged_minilm_path
 from .importance import HeuristicImportance, ImportanceScorer, LLMImportance
 from .longterm import MAX_QUERY_CHARS, LongTermMemory
 from .records import Hit, MemoryRecord, new_memory_id
@@ -25,6 +25,7 @@ from .tiers import HybridMemory, SensoryMemory, ShortTermMemory, from_messages
 __all__ = [
     "MAX_QUERY_CHARS",
     "Embedder",
+    "HashingEmbedder",
     "HeuristicImportance",
     "Hit",
     "HybridMemory",

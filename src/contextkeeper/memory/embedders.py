@@ -17,7 +17,14 @@ from ..exceptions import ConfigError, EmbedderError
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["Embedder", "OpenAIEmbedder", "SentenceTransformerEmbedder", "check_vectors", "packaged_minilm_path"]
+__all__ = [
+    "Embedder",
+    "HashingEmbedder",
+    "OpenAIEmbedder",
+    "SentenceTransformerEmbedder",
+    "check_vectors",
+    "packaged_minilm_path",
+]
 
 
 @runtime_checkable
@@ -61,6 +68,45 @@ def check_vectors(vectors: object, *, count: int, dimension: int, name: str) -> 
             raise EmbedderError(f"Embedder {name!r} returned a non-finite value in vector {i}.")
         out.append(floats)
     return out
+
+
+class HashingEmbedder:
+    """A dependency-free embedder: keyword tokens hashed into a fixed number of signed buckets.
+
+    It captures word overlap only (no synonyms), so it is a stand-in for tests, benchmarks of the
+    dense path's cost, and machines without a model; use a real model for semantic recall.
+
+    Args:
+        dimension: The vector length.
+    """
+
+    def __init__(self, *, dimension: int = 256) -> None:
+        if dimension <= 0:
+            raise ConfigError(f"HashingEmbedder dimension={dimension!r}: give a positive length.")
+        self._dimension = dimension
+
+    @property
+    def name(self) -> str:
+        return f"hashing:{self._dimension}"
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        import hashlib
+
+        from ._text import tokenize
+
+        out: list[list[float]] = []
+        for text in texts:
+            vector = [0.0] * self._dimension
+            for token in tokenize(text):
+                digest = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
+                vector[digest % self._dimension] += 1.0 if (digest >> 63) else -1.0
+            norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+            out.append([x / norm for x in vector])
+        return out
 
 
 class OpenAIEmbedder:

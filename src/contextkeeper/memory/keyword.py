@@ -67,7 +67,8 @@ class KeywordIndex:
         import numpy as np
 
         with self._lock:
-            if not self._docs or not tokens:
+            # bm25s divides by the mean document length: a corpus without a single token has none.
+            if not tokens or not any(self._docs.values()):
                 return []
             retriever, ids = (self._built, self._ids) if self._built is not None else self._build()
             known = [t for t in tokens if t in retriever.vocab_dict]  # type: ignore[attr-defined]

@@ -165,15 +165,19 @@ def from_messages(
     session_id: str | None = None,
     tenant: str = "default",
     group: str | None = None,
+    start: int = 0,
     clock: Callable[[], float] = time.time,
 ) -> list[MemoryRecord]:
     """Memories made from transcript messages that left the view (cleared or evicted), with provenance.
 
-    One memory per message with text: its id in ``message_ids``, its time, turn and role. Tool
-    results are labelled with the tool's name; system messages and empty messages are skipped.
+    One memory per message with text: its id in ``message_ids``, its time and role, and position
+    ``start + i`` for the i-th message given (pass the transcript index of the first message, so
+    that neighbour expansion finds the adjacent turns). Tool results are labelled with the tool's
+    name; a tool call without text becomes ``called name(arguments)``; system and empty messages
+    are skipped.
     """
     records: list[MemoryRecord] = []
-    for message in messages:
+    for index, message in enumerate(messages):
         text = message.text.strip()
         if message.role == "system" or not text:
             if message.tool_calls:
@@ -189,7 +193,7 @@ def from_messages(
                 created_at=message.created_at if message.created_at is not None else clock(),
                 role=message.role,
                 speaker=message.name if message.role == "tool" else None,
-                position=message.turn if message.turn is not None else len(records),
+                position=start + index,
                 group=group,
             )
         )

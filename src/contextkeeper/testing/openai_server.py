@@ -15,6 +15,9 @@ mid-stream disconnect), `ScriptedError` (a status and an error body: context ove
 limit with ``Retry-After``, server error, or any body verbatim), `ScriptedStream` (stream events
 sent verbatim, for malformed or empty streams), `ScriptedDisconnect` (close the connection without
 answering), or a function of the request body returning one of those.
+``POST /v1/embeddings`` answers with one vector per input (OpenAI's format): by default a
+deterministic hashed vector of ``embedding_dim`` floats, or whatever the ``embed`` function
+returns for the inputs (vectors, or a `ScriptedError` to fail).
 ``GET /v1/models`` lists the server's model. It exists so that agents and the library's own
 tests can exercise real HTTP (retries, timeouts, streaming) without a model or a network.
 
@@ -27,6 +30,7 @@ request answered with HTTP 200 and an empty event stream, and no usage in stream
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import socket
@@ -48,6 +52,7 @@ __all__ = [
     "ScriptedReply",
     "ScriptedStream",
     "ServerScriptItem",
+    "hashed_embedding",
 ]
 
 
@@ -295,6 +300,10 @@ class _Handler(BaseHTTPRequestHandler):
             body = None
         api = _api(self.path)
         try:
+            if api is None and self.path.rstrip("/") in ("/v1/embeddings", "/embeddings"):
+                self.server.record(ReceivedRequest(method="POST", path=self.path, headers=self._headers(), body=body))
+                self._embeddings(body)
+                return
             if api is None:
                 self.server.record(ReceivedRequest(method="POST", path=self.path, headers=self._headers(), body=body))
                 self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
@@ -314,6 +323,30 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(api, body, item)
         except _Closed:
             self.close_connection = True
+
+    def _embeddings(self, body: Any) -> None:
+        inputs = body.get("input") if isinstance(body, dict) else None
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        if not isinstance(inputs, list) or not all(isinstance(x, str) for x in inputs):
+            problem = {"message": "`input` must be a string or a list of strings", "type": "invalid_request_error"}
+            self._send_json(400, {"error": problem})
+            return
+        answer = self.server.owner.embed(inputs)
+        if isinstance(answer, ScriptedError):
+            self._send_json(answer.status, self._error_body("openai", answer))
+            return
+        data = [{"object": "embedding", "index": i, "embedding": list(v)} for i, v in enumerate(answer)]
+        tokens = sum(max(1, len(x) // 4) for x in inputs)
+        self._send_json(
+            200,
+            {
+                "object": "list",
+                "data": data,
+                "model": body.get("model", self.server.model),
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            },
+        )
 
     def _headers(self) -> dict[str, str]:
         return {name.lower(): value for name, value in self.headers.items()}
@@ -564,6 +597,18 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_frames(frames, reply)
 
 
+def hashed_embedding(text: str, dimension: int) -> list[float]:
+    """A deterministic unit vector for ``text``: the same text always gives the same vector."""
+    digest = b""
+    counter = 0
+    while len(digest) < dimension:
+        digest += hashlib.sha256(f"{counter}:{text}".encode()).digest()
+        counter += 1
+    values = [b / 127.5 - 1.0 for b in digest[:dimension]]
+    norm = sum(v * v for v in values) ** 0.5 or 1.0
+    return [v / norm for v in values]
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -624,6 +669,9 @@ class ScriptedOpenAIServer:
             (``stream_options.include_usage``); False for servers that never do.
         overflow_stream: How a *streamed* request over ``n_ctx`` is answered: ``"error"`` (the
             HTTP error, as for a plain request) or ``"empty"`` (HTTP 200 and an empty event stream).
+        embed: Answers ``POST /v1/embeddings``: the inputs in, one vector per input (or a
+            `ScriptedError`) out; default: `hashed_embedding` of ``embedding_dim`` floats.
+        embedding_dim: The length of the default vectors.
     """
 
     def __init__(
@@ -638,8 +686,12 @@ class ScriptedOpenAIServer:
         count_tokens: Callable[[Mapping[str, Any]], int] | None = None,
         stream_usage: bool = True,
         overflow_stream: Literal["error", "empty"] = "error",
+        embed: Callable[[list[str]], Sequence[Sequence[float]] | ScriptedError] | None = None,
+        embedding_dim: int = 8,
     ) -> None:
         self.model = model
+        self.embedding_dim = embedding_dim
+        self._embed = embed
         self.default = default
         self.n_ctx = n_ctx
         self.count_tokens = count_tokens
@@ -678,6 +730,12 @@ class ScriptedOpenAIServer:
             overflow_stream="empty",
             **kwargs,
         )
+
+    def embed(self, inputs: list[str]) -> Sequence[Sequence[float]] | ScriptedError:
+        """The server's answer to an embeddings request for ``inputs``."""
+        if self._embed is not None:
+            return self._embed(inputs)
+        return [hashed_embedding(text, self.embedding_dim) for text in inputs]
 
     def prompt_tokens(self, body: Mapping[str, Any]) -> int:
         """The server's count of a request's prompt tokens."""

@@ -46,7 +46,7 @@ class MemoryBackend(Protocol):
         ...
 
     def neighbours(self, tenant: str, record: MemoryRecord, *, span: int) -> list[MemoryRecord]:
-        """Records of the same session whose position is within ``span`` of the record's (itself excluded)."""
+        """Records of the record's session (none without one) at another position within ``span`` of its."""
         ...
 
     def keyword_search(

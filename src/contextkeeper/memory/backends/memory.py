@@ -64,8 +64,9 @@ class InMemoryBackend:
             return [
                 r
                 for r in self._records.get(tenant, {}).values()
-                if r.session_id == record.session_id
-                and r.memory_id != record.memory_id
+                if record.session_id is not None
+                and r.session_id == record.session_id
+                and r.position != record.position
                 and abs(r.position - record.position) <= span
             ]
 

@@ -3,6 +3,12 @@
 The FTS5 table holds the library's own tokens (CJK bigrams included) joined by spaces, so SQLite's
 ``unicode61`` tokenizer only splits them again; ranking is FTS5's built-in BM25. The file can be
 the session store's: the tables are prefixed ``memory_``.
+
+A query term found in more than `COMMON_SHARE` of all memories (and in more than 1,000) is left out
+of the match when rarer terms remain: FTS5 scores every row a term matches, so one very common
+term made a query over 100,000 memories take 400 ms instead of under 5 ms, while its BM25 weight
+(its IDF) is close to zero anyway. A query made only of common terms searches the newest
+`COMMON_WINDOW` memories.
 """
 
 from __future__ import annotations
@@ -16,7 +22,12 @@ from pathlib import Path
 from .._codec import decode_record, encode_record
 from ..records import MemoryRecord
 
-__all__ = ["SQLiteMemoryBackend"]
+__all__ = ["COMMON_SHARE", "SQLiteMemoryBackend"]
+
+COMMON_SHARE = 0.02
+"""A query term in more than this share of the memories only selects when no rarer term is left."""
+COMMON_WINDOW = 5000
+"""A query of common terms only searches this many of the newest memories."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS memory_records (
@@ -32,6 +43,7 @@ CREATE TABLE IF NOT EXISTS memory_records (
 CREATE INDEX IF NOT EXISTS memory_records_subject ON memory_records (tenant, subject);
 CREATE INDEX IF NOT EXISTS memory_records_position ON memory_records (tenant, session_id, position);
 CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5 (tokens, tenant UNINDEXED, tokenize = 'unicode61');
+CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts_vocab USING fts5vocab (memory_fts, 'row');
 CREATE TABLE IF NOT EXISTS memory_vectors (
     tenant TEXT NOT NULL,
     model TEXT NOT NULL,
@@ -58,6 +70,7 @@ class SQLiteMemoryBackend:
         self._owns = connection is None
         self._conn = connection or sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._lock = threading.RLock()
+        self._size: int | None = None
         with self._lock:
             if str(path) != ":memory:":
                 self._conn.execute("PRAGMA journal_mode=WAL")
@@ -65,6 +78,7 @@ class SQLiteMemoryBackend:
 
     def put(self, records: Sequence[MemoryRecord], *, tokens: Sequence[Sequence[str]]) -> None:
         with self._lock:
+            self._size = None
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 for record, terms in zip(records, tokens, strict=True):
@@ -127,6 +141,7 @@ class SQLiteMemoryBackend:
     def delete(self, tenant: str, memory_ids: Sequence[str]) -> int:
         removed = 0
         with self._lock:
+            self._size = None
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 for memory_id in memory_ids:
@@ -155,18 +170,20 @@ class SQLiteMemoryBackend:
         return [decode_record(data) for (data,) in rows]
 
     def neighbours(self, tenant: str, record: MemoryRecord, *, span: int) -> list[MemoryRecord]:
+        if record.session_id is None:
+            return []
         with self._lock:
             rows = self._conn.execute(
-                "SELECT data FROM memory_records WHERE tenant = ? AND session_id IS ? AND position BETWEEN ? AND ?"
-                " AND memory_id != ? ORDER BY position",
-                (tenant, record.session_id, record.position - span, record.position + span, record.memory_id),
+                "SELECT data FROM memory_records WHERE tenant = ? AND session_id = ? AND position BETWEEN ? AND ?"
+                " AND position != ? ORDER BY position",
+                (tenant, record.session_id, record.position - span, record.position + span, record.position),
             ).fetchall()
         return [decode_record(data) for (data,) in rows]
 
     def keyword_search(
         self, tenant: str, tokens: Sequence[str], *, limit: int, session_id: str | None = None
     ) -> list[tuple[str, float]]:
-        terms = list(dict.fromkeys(tokens))
+        terms, common = self._selective(list(dict.fromkeys(tokens)))
         if not terms:
             return []
         query = " OR ".join(_fts_term(t) for t in terms)
@@ -176,6 +193,9 @@ class SQLiteMemoryBackend:
             " WHERE memory_fts MATCH ? AND memory_fts.tenant = ?"
         )
         params: list[object] = [query, tenant]
+        if common:
+            sql += " AND memory_fts.rowid > (SELECT max(seq) FROM memory_records) - ?"
+            params.append(COMMON_WINDOW)
         if session_id is not None:
             sql += " AND r.session_id = ?"
             params.append(session_id)
@@ -183,6 +203,21 @@ class SQLiteMemoryBackend:
         params.append(limit)
         with self._lock:
             return [(memory_id, float(score)) for memory_id, score in self._conn.execute(sql, params)]
+
+    def _selective(self, terms: list[str]) -> tuple[list[str], bool]:
+        """The terms worth matching, and whether they are all common."""
+        if not terms:
+            return terms, False
+        with self._lock:
+            if self._size is None:
+                (self._size,) = self._conn.execute("SELECT count(*) FROM memory_records").fetchone()
+            size = self._size or 0
+            marks = ",".join("?" * len(terms))
+            df = dict(self._conn.execute(f"SELECT term, doc FROM memory_fts_vocab WHERE term IN ({marks})", terms))
+        known = sorted((t for t in terms if t in df), key=lambda t: df[t])
+        limit = max(1000, COMMON_SHARE * size)
+        rare = [t for t in known if df[t] <= limit]
+        return (rare, False) if rare else (known[:2], True)
 
     def put_vectors(self, tenant: str, model: str, vectors: dict[str, list[float]]) -> None:
         with self._lock:

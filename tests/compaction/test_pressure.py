@@ -1,0 +1,68 @@
+"""Pressure states in the band mode say what an operator can act on; the ratio mode keeps fixed thresholds."""
+
+from __future__ import annotations
+
+from hypothesis import given, strategies as st
+
+from contextkeeper.budget import Thresholds
+from contextkeeper.compaction.pressure import PressureInputs, pressure_state
+
+T = Thresholds()
+
+
+def state(**changes: object) -> str:
+    base: dict[str, object] = {
+        "used": 9_000,
+        "effective": 10_000,
+        "high_water": 1.0,
+        "growth": 100.0,
+        "floor": 1_000,
+        "behind": False,
+    }
+    base.update(changes)
+    return pressure_state(PressureInputs(**base), mode="band", thresholds=T)  # type: ignore[arg-type]
+
+
+def test_a_full_view_that_compaction_handles_is_normal_not_critical() -> None:
+    assert state(used=9_600, growth=100.0) == "normal"  # 96%: ratio mode would call it critical
+    assert (
+        pressure_state(
+            PressureInputs(used=9_600, effective=10_000, high_water=1.0, growth=100.0, floor=1_000, behind=False),
+            mode="ratio",
+            thresholds=T,
+        )
+        == "critical"
+    )
+
+
+def test_a_compaction_due_within_three_turns_is_a_warning() -> None:
+    assert state(used=9_000, growth=400.0) == "warning"  # 9,000 + 3 × 400 ≥ 10,000
+    assert state(used=9_000, growth=300.0) == "normal"
+    assert state(used=7_000, growth=0.0) == "normal"
+
+
+def test_compaction_falling_behind_is_an_error_and_a_large_protected_part_is_critical() -> None:
+    assert state(behind=True) == "error"
+    assert state(floor=9_500) == "critical"
+    assert state(used=10_001) == "overflow"
+
+
+@given(
+    used=st.integers(0, 20_000),
+    growth=st.floats(0, 5_000),
+    floor=st.integers(0, 20_000),
+    behind=st.booleans(),
+    high=st.floats(0.5, 1.0),
+)
+def test_band_states_are_ordered_by_what_went_wrong(
+    used: int, growth: float, floor: int, behind: bool, high: float
+) -> None:
+    s = state(used=used, growth=growth, floor=floor, behind=behind, high_water=high)
+    if used > 10_000:
+        assert s == "overflow"
+    elif floor >= 9_500:
+        assert s == "critical"
+    elif behind:
+        assert s == "error"
+    else:
+        assert s in ("normal", "warning")
