@@ -12,7 +12,8 @@ mini-swe-agent or OpenHands' CodeAct edit through a shell: `sed -i`, `cat > file
 Probes are the paths of the files the run's final patch changes that occur in the history so
 far (the held-out SWE-bench definition). A run is cut after every `--every` actions.
 
-    .venv/bin/python -m benchmarks.coding_traces --data ../shared/datasets/coding-sessions/openhands-multi-swe-bench-example/output.jsonl \
+    .venv/bin/python -m benchmarks.coding_traces \
+        --data ../shared/datasets/coding-sessions/openhands-multi-swe-bench-example/output.jsonl \
         --out bench-out/openhands-shell.jsonl
     .venv/bin/python -m contextkeeper bench probes --data bench-out/openhands-shell.jsonl --budgets 4000,8000
 """

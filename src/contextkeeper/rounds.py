@@ -14,6 +14,11 @@
 
 Results are matched to calls as in `contextkeeper.toolpairs` (the most recent unanswered call
 with that id). O(n).
+
+This is the one round model: the compaction engine's round book (`compaction.book`) makes the
+same rounds one message at a time, with the same kinds and the same rule (`opening_kind`,
+`is_reply`). A book cannot stretch a round over rounds it already made, so there a result that
+arrives after later messages joins its call as ``late`` instead.
 """
 
 from __future__ import annotations
@@ -25,14 +30,14 @@ from typing import Literal
 from .messages import Message
 from .toolpairs import _pair
 
-__all__ = ["Round", "RoundKind", "group_rounds"]
+__all__ = ["Round", "RoundKind", "group_rounds", "is_reply", "opening_kind"]
 
 RoundKind = Literal["system", "tool-call", "exchange", "message"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Round:
-    """A run ``messages[start:end]`` that is kept or dropped as one piece."""
+    """A run ``messages[start:end]`` (plus ``late`` results) that is kept or dropped as one piece."""
 
     start: int
     end: int
@@ -42,14 +47,40 @@ class Round:
     """The tool calls made in the round, in order."""
     pending: tuple[str, ...] = ()
     """The calls of the round with no result in the history (yet)."""
+    late: tuple[int, ...] = ()
+    """Indices past ``end`` that belong to the round: results that arrived after later rounds had
+    begun (only a round book, which groups one message at a time, makes them)."""
 
     def __len__(self) -> int:
-        return self.end - self.start
+        return self.end - self.start + len(self.late)
 
     @property
-    def indices(self) -> range:
-        """The message indices of the round."""
+    def indices(self) -> range | list[int]:
+        """The message indices of the round, in order."""
+        if self.late:
+            return [*range(self.start, self.end), *self.late]
         return range(self.start, self.end)
+
+    def add_index(self, index: int) -> None:
+        """Let message ``index`` (the newest of the history) join the round."""
+        if index == self.end and not self.late:
+            self.end += 1
+        else:
+            self.late = (*self.late, index)
+
+
+def opening_kind(m: Message) -> RoundKind:
+    """The kind of the round that ``m`` begins (a lone user message becomes an exchange by `is_reply`)."""
+    if m.role in ("system", "developer"):
+        return "system"
+    if m.role == "assistant" and m.tool_calls:
+        return "tool-call"
+    return "message"
+
+
+def is_reply(m: Message) -> bool:
+    """Whether ``m``, right after a lone user message, joins it as its reply (an ``"exchange"`` round)."""
+    return m.role == "assistant" and not m.tool_calls
 
 
 def group_rounds(messages: Sequence[Message]) -> list[Round]:
@@ -92,7 +123,7 @@ def group_rounds(messages: Sequence[Message]) -> list[Round]:
         elif role in ("system", "developer"):
             rounds.append(Round(i, i + 1, "system"))
             i += 1
-        elif role == "user" and i + 1 < n and messages[i + 1].role == "assistant" and (i + 1) not in calls:
+        elif role == "user" and i + 1 < n and (i + 1) not in calls and is_reply(messages[i + 1]):
             rounds.append(Round(i, i + 2, "exchange"))
             i += 2
         else:

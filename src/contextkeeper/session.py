@@ -1,7 +1,7 @@
 """The agent-facing API: add messages, prepare the view, hook into the agent loop.
 
 `Session` (sync) and `AsyncSession` (async) share `_BaseSession`, which holds everything but
-the I/O of the summary layer: the engine's compaction is a generator that yields a
+the I/O of the summarize layer: the engine's compaction is a generator that yields a
 `SummaryRequest`, and each twin answers it with its own summarizer.
 """
 
@@ -24,6 +24,7 @@ from .budget import Budget, PressureMonitor, Thresholds
 from .compaction.config import CompactionConfig
 from .compaction.engine import ContextEngine, ViewStatus
 from .compaction.summarizer import AsyncSummarizer, Summarizer, SummaryReply, SummaryRequest
+from .delegation import DelegationResult, arun, run, session_options
 from .events import Alert, DelegationFinished, Event, EventBus
 from .exceptions import (
     ConfigError,
@@ -48,7 +49,6 @@ from .tokens.accountant import OPENAI_FRAMING, Framing, TokenAccountant
 from .usage import RequestUsage, SessionUsage
 
 if TYPE_CHECKING:
-    from .delegate import DelegationResult
     from .llm.base import AsyncModel, Model, ModelResponse, StreamEvent
 
 __all__ = ["AsyncSession", "DelegableTask", "OutputFormat", "PreparedView", "Session"]
@@ -316,7 +316,7 @@ class _BaseSession:
 
         When the view reaches the cascade's ``delegation`` utilization (0.95 by default), the next
         `complete()`/`stream()` first runs every marked sub-task in an isolated session with its own
-        budget (`contextkeeper.delegate.delegate`) and adds only its result here: a ``delegate``
+        budget (`contextkeeper.delegation.run`) and adds only its result here: a ``delegate``
         tool call and its result, so the step shows in the ledger like any other. Below that
         utilization the marks wait (`pending_delegations`); `delegate_pending()` runs them now.
         """
@@ -380,14 +380,12 @@ class _BaseSession:
             )
         )
 
-    def _delegation_kwargs(self, marked: DelegableTask) -> dict[str, Any]:
-        return {
-            "window": self.budget.window,
-            "max_result_tokens": marked.max_result_tokens,
-            "max_turns": marked.max_turns,
-            "counter": self.accountant.counter,
-            "session_id": "sub_" + marked.task_id,
-        }
+    def _sub_session_kwargs(self, marked: DelegableTask) -> dict[str, Any]:
+        """Keyword arguments of the sub-session a marked sub-task runs in (a window as large as this one's)."""
+        options = session_options(
+            self.budget.window, None, None, marked.max_result_tokens, self.accountant.counter, None
+        )
+        return {"session_id": "sub_" + marked.task_id, **options}
 
     # --- transcript -----------------------------------------------------------------------
     def add(self, items: Sequence[Any] | Any, *, format: Format | None = None) -> int:
@@ -606,13 +604,9 @@ class _BaseSession:
         self._converted_upto = len(view)
         return list(out)
 
-    def _wire_summarizer(self) -> None:
-        """Tell the engine what the summarizer can do: degrade without its model, offer background summaries."""
-        summarizer = getattr(self, "summarizer", None)
-        self.engine.summarizer_enabled = summarizer is not None
-        self.engine.summarizer_degrades = bool(getattr(summarizer, "supports_degraded", False))
-        self.engine.summarizer_checks_identifiers = bool(getattr(summarizer, "checks_identifiers", False))
-        self.engine.summary_merger = summarizer if callable(getattr(summarizer, "take_ready", None)) else None
+    def _wire_summarizer(self, summarizer: Summarizer | AsyncSummarizer | None) -> None:
+        """Let the session's summarizer drive the engine's summarize layer (its capabilities included)."""
+        self.engine.use_summarizer(summarizer)
 
     def _flow(self, reactive: bool) -> Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]:
         if reactive:
@@ -631,7 +625,7 @@ class Session(_BaseSession):
         tools: OpenAI tool schemas sent with every call (their tokens leave the budget).
         counter: A TokenCounter or spec (``"tiktoken:cl100k_base"``, ``"heuristic"``...).
         config: Compaction thresholds and policies.
-        summarizer: Drives the summary layer (L3); without one, clearing, eviction and the ledger do the work.
+        summarizer: Drives the summarize layer; without one, clearing, eviction and the ledger do the work.
         snapshots: Where full originals go (default: the store when given, else files under
             ``data_dir/snapshots`` when given, else memory).
         store: A session store (`contextkeeper.stores.open_store`): the transcript is written
@@ -650,7 +644,7 @@ class Session(_BaseSession):
     def __init__(self, session_id: str | None = None, *, summarizer: Summarizer | None = None, **kwargs: Any) -> None:
         super().__init__(session_id, **kwargs)
         self.summarizer = summarizer
-        self._wire_summarizer()
+        self._wire_summarizer(self.summarizer)
         self._state_version = 0
         if self.store is not None:
             if _is_async_store(self.store):
@@ -753,7 +747,7 @@ class Session(_BaseSession):
         assert self._link is not None
         messages, state, version = self._link.load()
         self._reset_engine()
-        self._wire_summarizer()
+        self._wire_summarizer(self.summarizer)
         self.engine.add(messages)
         self._state_version = version
         if state is not None:
@@ -838,7 +832,7 @@ class Session(_BaseSession):
     ) -> ModelResponse:
         """One agent step: prepare the view, call ``model``, record usage, append the reply.
 
-        On a provider context-length error the view is compacted deeper (L4) and the call is
+        On a provider context-length error the view is compacted deeper (the reactive layer) and the call is
         retried ``config.reactive_retries`` times (once by default) before the error is raised.
         Sub-tasks marked delegable run first when the view is at the ``delegation`` utilization.
 
@@ -880,11 +874,11 @@ class Session(_BaseSession):
     ) -> Iterator[StreamEvent]:
         """`complete()` as a stream: yields the model's events; the reply is appended when it is done.
 
-        A context-length error before the first event triggers L4 and a retry, as in `complete()`.
+        A context-length error before the first event triggers the reactive layer and a retry, as in `complete()`.
         A stream that ends before its first event while the view is larger than any view answered
         so far (or near the budget) may be a server's way of refusing a prompt too long for it
         (llama-cpp-python's server answers so): the request is sent once more without streaming,
-        to get the real error (then L4 and a retry) or the reply (then replayed as events).
+        to get the real error (then the reactive layer and a retry) or the reply (then replayed as events).
         The last event's `ResponseDone.response` is the reply as appended.
         """
         if self.delegation_due():
@@ -929,17 +923,23 @@ class Session(_BaseSession):
 
     def delegate_pending(self, model: Model) -> list[DelegationResult]:
         """Run every sub-task marked delegable now, each in its own session with ``model``; add their results."""
-        from .delegate import delegate  # delegate builds on Session: imported when used
-
         results = []
         for marked in list(self._delegable):
-            result = delegate(marked.task, marked.context, model=model, **self._delegation_kwargs(marked))
+            sub = Session(**self._sub_session_kwargs(marked))
+            result = run(
+                sub,
+                marked.task,
+                marked.context,
+                model=model,
+                max_result_tokens=marked.max_result_tokens,
+                max_turns=marked.max_turns,
+            )
             self._record_delegation(marked, result)
             results.append(result)
         return results
 
     def call_with_retry(self, call: Callable[[list[Any]], Any], *, format: OutputFormat | None = None) -> Any:
-        """Prepare, call ``call(view)``; on ContextOverflowError compact (L4) and retry as configured.
+        """Prepare, call ``call(view)``; on ContextOverflowError compact (reactive layer) and retry as configured.
 
         A smaller window named by the error is adopted, and a view compaction could not shrink
         raises `OverflowUnresolved` instead of being sent again (as in `complete()`).
@@ -971,7 +971,7 @@ class AsyncSession(_BaseSession):
             )
         super().__init__(session_id, **kwargs)
         self.summarizer = summarizer
-        self._wire_summarizer()
+        self._wire_summarizer(self.summarizer)
         self._state_version = 0
         self._unsaved: list[Message] = []
         self._loaded = store is None
@@ -1124,7 +1124,7 @@ class AsyncSession(_BaseSession):
         assert self._alink is not None
         messages, state, version = await self._alink.load()
         self._reset_engine()
-        self._wire_summarizer()
+        self._wire_summarizer(self.summarizer)
         self.engine.add(messages)
         self._state_version = version
         if state is not None:
@@ -1276,17 +1276,23 @@ class AsyncSession(_BaseSession):
 
     async def delegate_pending(self, model: AsyncModel) -> list[DelegationResult]:
         """Async twin of `Session.delegate_pending`."""
-        from .delegate import adelegate  # delegate builds on Session: imported when used
-
         results = []
         for marked in list(self._delegable):
-            result = await adelegate(marked.task, marked.context, model=model, **self._delegation_kwargs(marked))
+            sub = AsyncSession(**self._sub_session_kwargs(marked))
+            result = await arun(
+                sub,
+                marked.task,
+                marked.context,
+                model=model,
+                max_result_tokens=marked.max_result_tokens,
+                max_turns=marked.max_turns,
+            )
             self._record_delegation(marked, result)
             results.append(result)
         return results
 
     async def call_with_retry(self, call: Callable[[list[Any]], Any], *, format: OutputFormat | None = None) -> Any:
-        """Prepare, await ``call(view)``; on ContextOverflowError compact (L4) and retry as configured."""
+        """Prepare, await ``call(view)``; on ContextOverflowError compact (reactive layer) and retry as configured."""
         view = await self.prepare(format=format)
         for attempt in range(self.config.reactive_retries + 1):
             sent = self.engine.status().used_raw

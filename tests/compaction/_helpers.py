@@ -14,11 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextkeeper import toolpairs
-from contextkeeper.events import Event
+from contextkeeper.compaction.base import Room
+from contextkeeper.compaction.book import RoundBook
+from contextkeeper.compaction.config import CompactionConfig
+from contextkeeper.events import Event, EventBus
 from contextkeeper.keyinfo import key_lines, preview, salient_facts
 from contextkeeper.messages import Message, ToolCall
 from contextkeeper.session import PreparedView, Session
-from contextkeeper.snapshots import make_snapshot_id
+from contextkeeper.snapshots import MemorySnapshotStore, make_snapshot_id
+from contextkeeper.tokens import get_counter
 from contextkeeper.tokens.accountant import TokenAccountant
 
 COUNTER = "tiktoken:cl100k_base"
@@ -290,3 +294,38 @@ def protected_floor(s: Session) -> int:
     for m in must.values():
         total += stand_in_floor(s, m) if m.role == "tool" else acc.count_message(m)
     return total
+
+
+def make_book(
+    messages: Sequence[Message] = (),
+    *,
+    effective: int = 4000,
+    config: CompactionConfig | None = None,
+    events: EventBus | None = None,
+    snapshots: MemorySnapshotStore | None = None,
+) -> RoundBook:
+    """A round book (the layers' shared state) holding ``messages``, counted like `session` counts them."""
+    config = config if config is not None else CompactionConfig()
+    book = RoundBook(
+        session_id="ses_book",
+        accountant=TokenAccountant(get_counter(COUNTER)),
+        snapshots=snapshots if snapshots is not None else MemorySnapshotStore(),
+        events=events if events is not None else EventBus(),
+        room=Room.of(effective, config),
+        ledger_max_entries=config.ledger_max_entries,
+        max_facts=config.cleared_max_facts,
+        scan_chars=config.scan_chars,
+    )
+    book.commit(book.check(list(messages)))
+    return book
+
+
+def book_totals_ok(book: RoundBook) -> bool:
+    """The book's running totals equal a walk over its rounds."""
+    rounds = book.rounds
+    return (
+        book.rounds_total == sum(r.view_tokens for r in rounds)
+        and book.tool_total == sum(r.view_tool_tokens for r in rounds)
+        and book.system_total == sum(r.view_tokens for r in rounds if r.kind == "system")
+        and book.n_evicted == sum(r.state == "evicted" for r in rounds)
+    )

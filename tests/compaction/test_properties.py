@@ -16,7 +16,7 @@ from contextkeeper.keyinfo import extract_identifiers
 from contextkeeper.messages import Message, ThinkingPart, ToolCall
 from contextkeeper.session import AsyncSession, PreparedView, Session
 
-from ._helpers import COUNTER, Recorder, check_view, make_text, protected_floor
+from ._helpers import COUNTER, Recorder, book_totals_ok, check_view, make_text, protected_floor
 
 WINDOWS = (2000, 3000, 6000, 12000, 32000)
 
@@ -255,7 +255,11 @@ def run_program(s: Session, batches: list[Step]) -> list[PreparedView | BudgetEx
             prev, new = None, []
             continue
         check_view(s, pv, added)
+        book = s.engine.book
+        assert book_totals_ok(book), "the running totals drifted from the rounds"
+        assert sorted(i for r in book.rounds for i in r.indices) == list(range(len(added))), "rounds must partition"
         compacted = bool(rec.since(mark, "compaction.started"))
+        assert len(rec.since(mark, "compaction.started")) == len(rec.since(mark, "compaction.finished"))
         if compacted:
             event(f"compacted: {pv.status.layer}")
         if isinstance(batch, Overflow):

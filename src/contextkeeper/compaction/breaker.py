@@ -1,4 +1,4 @@
-"""Circuit breaker for the summary layer: stop calling a summarizer that keeps failing."""
+"""Circuit breaker for the summarize layer: stop calling a summarizer that keeps failing."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ BreakerState = Literal["closed", "open", "half-open"]
 class CircuitBreaker:
     """Opens after ``max_failures`` consecutive failures; lets one trial through after ``cooldown_s``.
 
-    Only the summary layer sits behind it: the deterministic layers never stop.
+    Only the summarize layer sits behind it: the deterministic layers never stop.
     """
 
     max_failures: int = 3

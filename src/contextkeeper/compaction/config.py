@@ -8,9 +8,9 @@ each one; a narrow band keeps more history but rewrites the prefix every few tur
 the trim workload (README, Benchmarks): high 1.0 / low 0.45 keeps prefix reuse at 0.97 (128k)
 and 0.905 (32k), where cutting to 60% gives 0.89 at 32k. The ``seed`` profile reproduces the
 seed design (clear and evict from the warning state, summarize from the error state, cut to
-just under warning). The ``cascade`` table maps utilization to the seed's compression
-strategies (tool-result summarization 0.75, progressive tiers 0.85, conversation compaction
-0.92, delegation 0.95).
+just under warning). The ``cascade`` table gates each layer by utilization; it keeps the seed's
+strategy names as its keys (``tool-results`` gates clear at 0.75, ``progressive`` evict at
+0.85, ``conversation`` summarize at 0.92, ``delegation`` 0.95), translated in `CASCADE_KEYS`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ..exceptions import ConfigError
 from ..messages import ROLES
 
 __all__ = [
+    "CASCADE_KEYS",
     "DEFAULT_CASCADE",
     "EVICTION_POLICIES",
     "STRATEGIES",
@@ -46,6 +47,8 @@ DEFAULT_CASCADE: Mapping[str, float] = {
     "conversation": 0.92,
     "delegation": 0.95,
 }
+CASCADE_KEYS: Mapping[Layer, Strategy] = {"clear": "tool-results", "evict": "progressive", "summarize": "conversation"}
+"""The cascade table's key for each layer: the table keeps the seed's strategy names, the code uses layer names."""
 
 
 LAYERS: tuple[Layer, ...] = ("clear", "evict", "summarize")
@@ -220,11 +223,11 @@ class CompactionConfig:
     cascade: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_CASCADE))
     """Utilization (view / effective budget) from which each compression strategy may run.
 
-    ``tool-results``: clearing (L1) — old outputs, and outputs of ``tool_result_min_tokens`` or
+    ``tool-results``: the clear layer — old outputs, and outputs of ``tool_result_min_tokens`` or
     more once the agent has used them, become key findings plus a snapshot reference.
-    ``progressive``: eviction (L2) by age tiers — full for the newest rounds, key points (cleared)
+    ``progressive``: the evict layer, by age tiers — full for the newest rounds, key points (cleared)
     past ``clear_after_rounds``, one ledger line past ``progressive_line_after`` (evicted first), a
-    rolled-up count beyond what the ledger lists. ``conversation``: the summary layer (L3) — a
+    rolled-up count beyond what the ledger lists. ``conversation``: the summarize layer — a
     fresh view of summary + notes + ledger + recent rounds. ``delegation``: before a model call,
     sub-tasks the caller marked delegable run in isolated sessions and only their results enter.
 
@@ -232,7 +235,7 @@ class CompactionConfig:
     cheapest first, each only while the view is above the low-water target. With the default
     ``high_water`` of 1.0 every strategy is open when a compaction starts; lower ``high_water``
     (the ``seed`` profile) to let utilization pick them. A view that would not fit the budget, and
-    an emergency compaction (L4), may use every strategy. A threshold above 1 disables a strategy
+    an emergency compaction (the reactive layer), may use every strategy. A threshold above 1 disables a strategy
     except in those two cases (delegation: entirely).
     """
     tool_result_min_tokens: int = 500
@@ -260,7 +263,7 @@ class CompactionConfig:
     preview_tail_chars: int = 300
     """Tail kept with that head (the end of a log or stack trace is often what matters)."""
     eviction_policy: EvictionPolicyName = "fifo"
-    """Order in which old rounds leave the view (L2): fifo, lru, priority, type-ttl, semantic-merge, hybrid."""
+    """Order in which old rounds leave the view (evict layer): fifo, lru, priority, type-ttl, semantic-merge, hybrid."""
     hybrid_weights: HybridWeights = field(default_factory=HybridWeights)
     """Weights of freshness, priority, type and references in the hybrid policy's keep-score."""
     source_weights: Mapping[str, float] = field(
@@ -281,7 +284,7 @@ class CompactionConfig:
     ledger_max_entries: int = 200
     """Entries kept in the ledger; older ones roll up into counts per status and tool."""
     summary_max_tokens: int = 1500
-    """Largest running summary (L3)."""
+    """Largest running summary (summarize layer)."""
     summary_min_identifiers: float = 0.3
     """A summary must keep at least this share of the ids, dates and codes of what it replaces."""
     max_summarizer_failures: int = 3
@@ -327,6 +330,10 @@ class CompactionConfig:
     def threshold(self, strategy: Strategy) -> float:
         """The utilization from which ``strategy`` may run (missing from ``cascade``: its default)."""
         return float(self.cascade.get(strategy, DEFAULT_CASCADE[strategy]))
+
+    def gate(self, layer: Layer) -> float:
+        """The utilization from which ``layer`` may run in a compaction (its entry in ``cascade``)."""
+        return self.threshold(CASCADE_KEYS[layer])
 
     @classmethod
     def profile(cls, name: Literal["default", "seed"], **overrides: Any) -> CompactionConfig:

@@ -1,6 +1,6 @@
-"""Eviction policies: in which order old rounds leave the view (L2).
+"""Eviction policies: in which order old rounds leave the view (the evict layer).
 
-Each policy orders the candidate rounds, first-to-evict first; the engine then evicts greedily
+Each policy orders the candidate rounds, first-to-evict first; the evict layer then evicts greedily
 until its target is met. Candidates never include protected rounds (system, pinned, the
 current request, calls in flight, the newest rounds).
 """
@@ -24,7 +24,7 @@ class Candidate:
     age: int
     """Rounds newer than this one."""
     kind: str
-    """``tool-call``, ``user``, ``exchange`` or ``message``."""
+    """The round's kind: ``tool-call``, ``exchange`` or ``message`` (see `contextkeeper.rounds`)."""
     role: str
     """Role of the round's first message."""
     importance: float
@@ -63,7 +63,8 @@ def _near_duplicates(cands: Sequence[Candidate], threshold: float) -> set[int]:
     by_age = sorted(cands, key=lambda c: c.ordinal)
     for i, older in enumerate(by_age):
         for newer in by_age[i + 1 : i + 40]:  # bounded window: repeats happen close together
-            if older.kind == newer.kind and _jaccard(older.words, newer.words) >= threshold:
+            same_kind = older.kind == newer.kind and older.role == newer.role
+            if same_kind and _jaccard(older.words, newer.words) >= threshold:
                 dup.add(older.ordinal)
                 break
     return dup

@@ -1,8 +1,9 @@
-"""The summarizer interface the summary layer (L3) calls.
+"""The summarizer interface the summarize layer calls.
 
 The layer is written sans-IO: compaction yields a `SummaryRequest` and receives the summary
 text (or None on failure). `Session.prepare()` drives it with a `Summarizer`,
-`AsyncSession.prepare()` with an `AsyncSummarizer`; the logic exists once.
+`AsyncSession.prepare()` with an `AsyncSummarizer`; the logic exists once. A summarizer may
+declare what else it can do (`SummarizerCapabilities`); the built-in summarizers do.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ from typing import Protocol, runtime_checkable
 from ..exceptions import SummaryRejected
 from ..messages import Message
 
-__all__ = ["AsyncSummarizer", "SummaryReply", "SummaryRequest", "Summarizer", "check_summary"]
+__all__ = [
+    "AsyncSummarizer",
+    "SummarizerCapabilities",
+    "SummaryReply",
+    "SummaryRequest",
+    "Summarizer",
+    "check_summary",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,7 +37,7 @@ class SummaryRequest:
     span: tuple[str, str]
     """First and last message id the new summary will cover (previous span included)."""
     degraded: bool = False
-    """The summary layer's circuit breaker is open: answer without calling a model (deterministically)."""
+    """The summarize layer's circuit breaker is open: answer without calling a model (deterministically)."""
 
 
 SummaryReply = str | SummaryRejected | None
@@ -51,6 +59,30 @@ class AsyncSummarizer(Protocol):
 
     async def summarize(self, request: SummaryRequest) -> str:
         """The new running summary text."""
+        ...
+
+
+@runtime_checkable
+class SummarizerCapabilities(Protocol):
+    """What a summarizer (sync or async) can do besides `summarize`, all three declared together.
+
+    A summarizer that declares none of them (only ``summarize``) gets the defaults: the layer
+    stops while its breaker is open, checks every summary's identifiers itself, and never
+    swaps a summary between compactions.
+    """
+
+    supports_degraded: bool
+    """Answers a ``degraded`` request (the layer's breaker is open) without calling a model, so the
+    summarize layer keeps running deterministically meanwhile."""
+    checks_identifiers: bool
+    """Keeps the identifiers it was given by its own rules: the layer skips its identifier check."""
+
+    def take_ready(self, summary: str | None, span: tuple[str, str] | None = None) -> str | None:
+        """A better summary of exactly ``span`` to replace ``summary`` with, or None (none is ready).
+
+        Called at each compaction; a background summarizer hands in what it finished meanwhile,
+        the others return None.
+        """
         ...
 
 

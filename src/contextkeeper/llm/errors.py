@@ -2,7 +2,7 @@
 
 Every provider says "the prompt is too long" differently; `classify_error` recognises them all and
 raises one `ContextOverflowError` (with the window and the requested size when the provider gave
-them), so reactive compaction (L4) has a single signal to catch. Everything else becomes an
+them), so the reactive layer has a single signal to catch. Everything else becomes an
 `UpstreamError` whose message names the URL, the status and what to check.
 """
 

@@ -1,4 +1,4 @@
-"""Summarizers for the summary layer (L3) and the fidelity check.
+"""Summarizers for the summarize layer and the fidelity check.
 
 * `ExtractiveSummarizer` / `AsyncExtractiveSummarizer` — the embedded default: structured
   sections extracted verbatim from the messages, deterministic, no model.

@@ -60,7 +60,7 @@ class _Job:
 class _BaseBackground:
     supports_degraded = True
     checks_identifiers = True
-    """This summarizer keeps identifiers by its own rules; the engine's identifier check is skipped."""
+    """This summarizer keeps identifiers by its own rules; the summarize layer's identifier check is skipped."""
     """A ``degraded`` request (the session's breaker is open) queues no model job."""
 
     def __init__(self, summarizer: _BaseLLM) -> None:
@@ -171,7 +171,7 @@ class BackgroundSummarizer(_BaseBackground):
                 is this call's summary, to be used.
         """
         _, job = self._prepare(request)
-        if self._closed or getattr(request, "degraded", False):
+        if self._closed or request.degraded:
             job.done.set()
         else:
             self._start()
@@ -229,7 +229,7 @@ class AsyncBackgroundSummarizer(_BaseBackground):
     async def summarize(self, request: SummaryRequest) -> str:
         """The extractive summary (at once); the model's summary is computed in a task (see the sync twin)."""
         _, job = self._prepare(request)
-        if self._closed or getattr(request, "degraded", False):
+        if self._closed or request.degraded:
             job.done.set()
         else:
             previous = self._tasks.get(job.parent) if job.parent is not None else None

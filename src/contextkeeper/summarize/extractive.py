@@ -194,7 +194,7 @@ class _BaseExtractive:
 
     supports_degraded = True
     checks_identifiers = True
-    """This summarizer keeps identifiers by its own rules; the engine's identifier check is skipped."""
+    """This summarizer keeps identifiers by its own rules; the summarize layer's identifier check is skipped."""
     """It never calls a model, so it can answer while the session's summarizer breaker is open."""
 
     def __init__(self, *, counter: TokenCounter | None = None, facts_share: float = 0.6) -> None:
@@ -202,6 +202,10 @@ class _BaseExtractive:
         """Counts the summary against ``request.max_tokens``."""
         self.facts_share = facts_share
         """Share of the budget identifiers may take when they do not all fit."""
+
+    def take_ready(self, summary: str | None, span: tuple[str, str] | None = None) -> str | None:
+        """None: every summary is final when returned (see `SummarizerCapabilities.take_ready`)."""
+        return None
 
     def identifiers(self, request: SummaryRequest) -> list[str]:
         """Every identifier the summary tries to keep, best first (what fits is kept in this order)."""

@@ -203,7 +203,7 @@ class _BaseLLM:
 
     supports_degraded = True
     checks_identifiers = True
-    """This summarizer keeps identifiers by its own rules; the engine's identifier check is skipped."""
+    """This summarizer keeps identifiers by its own rules; the summarize layer's identifier check is skipped."""
     """A request marked ``degraded`` (the session's breaker is open) gets the extractive summary."""
 
     def __init__(
@@ -256,6 +256,10 @@ class _BaseLLM:
         self.usage = SessionUsage()
         """Tokens the summarizer model used, summed over every request."""
         self._lock = threading.Lock()
+
+    def take_ready(self, summary: str | None, span: tuple[str, str] | None = None) -> str | None:
+        """None: every summary is final when returned (see `SummarizerCapabilities.take_ready`)."""
+        return None
 
     # --- planning ---------------------------------------------------------------------------
     def _plan(self, request: SummaryRequest) -> _Plan:
@@ -506,7 +510,7 @@ class _BaseLLM:
 
     def _degraded(self, request: SummaryRequest) -> SummaryResult | None:
         """A request marked ``degraded`` (the session's breaker is open) is answered without the model."""
-        if not getattr(request, "degraded", False):
+        if not request.degraded:
             return None
         plan = self._plan(request)
         return self._result(plan, plan.fallback, "extractive", None, ())
