@@ -28,7 +28,7 @@ FIELDS = {f.name for f in dataclasses.fields(CompactionConfig)}
 def test_every_option_has_a_type_and_range_check() -> None:
     # a new option must be added to a checked table (or to the hand-written checks below it)
     by_hand = {"layers", "cascade", "eviction_policy", "hybrid_weights", "source_weights", "type_ttl"}
-    by_hand |= {"require_user_first"}
+    by_hand |= {"require_user_first", "pressure_states"}
     assert set(_INT_FIELDS) | set(_FLOAT_FIELDS) | by_hand == FIELDS
 
 
@@ -61,6 +61,7 @@ def test_every_option_has_a_type_and_range_check() -> None:
         ({"layers": ["clear", "clear"]}, "layers", "a list of distinct layer names"),
         ({"layers": ["clear", 3]}, "layers", "a list of distinct layer names"),
         ({"eviction_policy": ["fifo"]}, "eviction_policy", "fifo, lru, priority"),
+        ({"pressure_states": "fixed"}, "pressure_states", "'band' or 'ratio'"),
         ({"profile": ["seed"]}, "profile", "'default' or 'seed'"),
     ],
 )
@@ -124,6 +125,7 @@ _KNOWN_TABLE_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "type_ttl": st.dictionaries(st.sampled_from(["tool", "thinking", "message"]), st.integers(0, 50)),
     "profile": st.sampled_from(["default", "seed", "fast"]),
     "require_user_first": st.one_of(st.booleans(), _NUMBERS),
+    "pressure_states": st.sampled_from(["band", "ratio", "fixed", ""]),
 }
 
 

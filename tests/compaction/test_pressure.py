@@ -66,3 +66,28 @@ def test_band_states_are_ordered_by_what_went_wrong(
         assert s == "error"
     else:
         assert s in ("normal", "warning")
+
+
+def _fill(session: object, rounds: int) -> None:
+    from contextkeeper import Message, ToolCall
+
+    for i in range(rounds):
+        call = Message.assistant(tool_calls=[ToolCall(call_id=f"c{i}", name="grep", arguments="{}")])
+        session.add([Message.user(f"step {i}"), call, Message.tool_result(f"c{i}", "line of output\n" * 60)])  # type: ignore[attr-defined]
+        session.prepare()  # type: ignore[attr-defined]
+
+
+def test_a_session_near_its_compaction_mark_is_not_critical_in_band_mode_but_is_by_ratio() -> None:
+    from contextkeeper import CompactionConfig, Session
+
+    band = Session("band", window=6000, reserved_output=0)
+    ratio = Session("ratio", window=6000, reserved_output=0, config=CompactionConfig(pressure_states="ratio"))
+    band_states, ratio_states = [], []
+    for s, out in ((band, band_states), (ratio, ratio_states)):
+        for _ in range(40):
+            _fill(s, 1)
+            out.append((s.status().ratio, s.status().state))
+    assert any(r >= 0.95 and st == "critical" for r, st in ratio_states)
+    assert all(st in ("normal", "warning") for _, st in band_states)
+    assert any(st == "warning" for _, st in band_states), "a compaction coming up is announced"
+    assert CompactionConfig.profile("seed").pressure_states == "ratio"

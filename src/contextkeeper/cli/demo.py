@@ -126,7 +126,13 @@ def _final_table(r: DemoResult, report: Path) -> Table:
         (
             "compactions",
             f"{len(r.compactions)} layer runs on {r.compaction_turns} turns: "
-            + (", ".join(f"{k} {v}" for k, v in sorted(r.compactions_by_layer.items())) or "none"),
+            + (
+                ", ".join(
+                    f"{k} {v} (−{r.saved_by_layer.get(k, 0):,} tokens)"
+                    for k, v in sorted(r.compactions_by_layer.items())
+                )
+                or "none"
+            ),
         ),
         ("prefix reuse", f"{r.prefix_reuse:.1%} of the tokens sent (common prefix with the previous request)"),
         (

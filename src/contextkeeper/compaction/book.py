@@ -459,7 +459,7 @@ class RoundBook:
         room = self.room
         grown = self.n_evicted - self.evicted_at_render
         base = self.context_tokens or 48  # the header of a first block
-        expected = min(max(room.ledger_cap, self.context_tokens), base + 24 * max(0, grown))
+        expected = min(max(room.ledger_cap + room.work_need, self.context_tokens), base + 24 * max(0, grown))
         if room.tight:
             expected = max(expected, min(room.ledger_cap, room.effective // 4))
         # the working set is kept ahead of the newest rounds' bulk: a large recent output shrinks first

@@ -167,6 +167,8 @@ def _check_fields(config: CompactionConfig) -> None:
         raise _bad("require_user_first", config.require_user_first, "true or false")
     if not isinstance(config.eviction_policy, str) or config.eviction_policy not in EVICTION_POLICIES:
         raise _bad("eviction_policy", config.eviction_policy, ", ".join(EVICTION_POLICIES))
+    if config.pressure_states not in ("band", "ratio"):
+        raise _bad("pressure_states", config.pressure_states, "'band' or 'ratio'")
     layers = config.layers
     if (
         isinstance(layers, str | bytes)
@@ -307,6 +309,10 @@ class CompactionConfig:
     """Floor of the deepened low-water mark."""
     require_user_first: bool = True
     """Make the first non-system message of the view a user message (Anthropic and Gemini require it)."""
+    pressure_states: Literal["band", "ratio"] = "band"
+    """What the pressure states mean. ``band``: relative to compaction (warning = a compaction is due
+    within 3 turns, error = compaction is not keeping up, critical = the protected part nearly fills
+    the budget); ``ratio``: the fixed thresholds (warning 0.70, error 0.90, critical 0.95) of the budget."""
 
     def __post_init__(self) -> None:
         _check_fields(self)
@@ -342,7 +348,12 @@ class CompactionConfig:
             return cls(**overrides)
         if name == "seed":
             seed_cascade = {**DEFAULT_CASCADE, "tool-results": 0.70, "progressive": 0.70, "conversation": 0.90}
-            base: dict[str, Any] = {"high_water": 0.70, "low_water": 0.60, "cascade": seed_cascade}
+            base: dict[str, Any] = {
+                "high_water": 0.70,
+                "low_water": 0.60,
+                "cascade": seed_cascade,
+                "pressure_states": "ratio",
+            }
             if "cascade" in overrides:  # a partial table overrides the profile's, not the whole of it
                 cascade = overrides["cascade"]
                 if not isinstance(cascade, Mapping):

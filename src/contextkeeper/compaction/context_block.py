@@ -56,12 +56,15 @@ def context_room(book: RoundBook, config: CompactionConfig, target: int | None) 
     room = book.room
     effective = room.effective
     rest = book.rounds_total + book.accountant.framing.reply_priming
-    tokens = max(0, min(room.ledger_cap, effective - rest))
+    # the working set comes on top of the ledger's share: what the agent acted on must not push
+    # out the facts the ledger keeps (user constraints, ids)
+    cap = room.ledger_cap + room.work_need
+    tokens = max(0, min(cap, effective - rest))
     if target is not None and not room.tight:
         # aim at the low-water mark, but the ledger keeps up to half its share (as far as the
         # rounds that must stay allow): the settle step evicts more rounds for it when its facts
         # need the room (only then: a short ledger renders short)
-        half_share = min(room.ledger_cap, int(effective * config.ledger_share / 2))
+        half_share = min(cap, int(effective * config.ledger_share / 2) + room.work_need)
         if target < config.low_water * effective - 1:  # a deeper cut (thrashing, reactive) must land
             half_share = min(half_share, target - room.floor)
         tokens = min(tokens, max(target - rest, half_share))

@@ -26,7 +26,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..budget import Budget
+from ..budget import Budget, PressureState
 from ..events import Alert, CompactionFinished, CompactionStarted, ContextStatus, EventBus, Trigger
 from ..exceptions import BudgetExceeded, MessageError
 from ..ledger import Ledger
@@ -41,6 +41,7 @@ from .base import Change, LayerName, Plan, Room
 from .book import BookRound, RoundBook
 from .breaker import CircuitBreaker
 from .config import CompactionConfig, Layer
+from .pressure import PressureInputs, pressure_state
 from .state import Counters, export_state, import_state, saved_view
 from .summarize import SummaryLayer
 from .summarizer import SummaryReply, SummaryRequest
@@ -313,7 +314,7 @@ class ContextEngine:
             window=budget.window,
             served_window=self.accountant.calibration.served_window,
             ratio=round(used / effective, 4) if effective else 0.0,
-            state=budget.state(used),
+            state=self._pressure(used),
             layer=layer,
             breakdown={
                 "system": book.system_total,
@@ -329,6 +330,19 @@ class ContextEngine:
             subscriber_errors=self.events.subscriber_errors,
             hook_errors=self.hook_errors,
         )
+
+    def _pressure(self, used: int) -> PressureState:
+        """The pressure state (see `pressure`): relative to the compaction band unless configured by ratio."""
+        book, budget, config = self.book, self.budget, self.config
+        inputs = PressureInputs(
+            used=used,
+            effective=budget.effective,
+            high_water=config.high_water,
+            growth=self.ahead.turn_tokens,
+            floor=book.room.floor,
+            behind=book.room.tight or self.counters.thrash_streak > 0,
+        )
+        return pressure_state(inputs, mode=config.pressure_states, thresholds=budget.thresholds)
 
     def _status_event(self, s: ViewStatus) -> ContextStatus:
         state: Any = s.state
@@ -448,7 +462,7 @@ class ContextEngine:
                     used=budget.calibrated(after),
                     budget=budget.calibrated_effective,
                     ratio=round(after / effective, 4) if effective else 0.0,
-                    state=budget.state(after),
+                    state=self._pressure(after),
                     compact_layer=change.layer,
                 )
             )

@@ -117,6 +117,14 @@ class DemoResult:
         return out
 
     @property
+    def saved_by_layer(self) -> dict[str, int]:
+        """Tokens each layer took out of the view, summed over its runs."""
+        out: dict[str, int] = {}
+        for c in self.compactions:
+            out[c.layer] = out.get(c.layer, 0) + max(0, c.before - c.after)
+        return out
+
+    @property
     def compaction_turns(self) -> int:
         """Turns on which a compaction ran."""
         return len({c.turn for c in self.compactions})
@@ -188,7 +196,8 @@ def replay(
     turn_no = 0
 
     def listen(event: Event) -> None:
-        if isinstance(event, CompactionFinished) and event.items > 0:
+        # a layer run that did not make the view smaller is not a compaction (see the summarize layer)
+        if isinstance(event, CompactionFinished) and event.items > 0 and event.tokens_after < event.tokens_before:
             fresh.append(
                 CompactionRecord(
                     turn=turn_no,
