@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, cast, get_args
 
+from ._brief import brief
 from ._json import has_lone_surrogate, tool_arguments, whole_number
 from .exceptions import ConfigError, SchemaError, UsageError
 from .tokens import TokenCounter, get_counter
@@ -100,9 +101,9 @@ class Notes:
             UsageError: ``text`` is empty or longer than 2,000 characters.
         """
         if kind not in NOTE_KINDS:
-            raise ConfigError(f"note kind {kind!r} is unknown; use one of {list(NOTE_KINDS)}.", key="kind")
+            raise ConfigError(f"note kind {brief(kind)} is unknown; use one of {list(NOTE_KINDS)}.", key="kind")
         if not isinstance(text, str):
-            raise UsageError(f"a note's text must be a string, got {type(text).__name__} ({text!r:.60}).")
+            raise UsageError(f"a note's text must be a string, got {type(text).__name__} ({brief(text)}).")
         if has_lone_surrogate(text):
             raise UsageError(
                 "a note's text contains a lone surrogate (half of a character pair, e.g. the JSON escape "
@@ -213,12 +214,12 @@ class Notes:
         resolve = args.get("resolve_id")
         note_id = None if resolve is None else whole_number(resolve)
         if resolve is not None and note_id is None:
-            return f"error: resolve_id must be the id of an open item (a whole number from 1), got {resolve!r:.40}."
+            return f"error: resolve_id must be the id of an open item (a whole number from 1), got {brief(resolve)}."
         text, kind = args.get("text"), args.get("kind", "decision")
         if text is not None and not isinstance(text, str):
             return f"error: text must be a string, got {type(text).__name__}."
         if not isinstance(kind, str):
-            return f"error: kind must be one of {list(NOTE_KINDS)}, got {kind!r:.40}."
+            return f"error: kind must be one of {list(NOTE_KINDS)}, got {brief(kind)}."
         out: list[str] = []
         try:
             if note_id is not None:
@@ -265,13 +266,13 @@ class Notes:
             note_id, kind, text = raw.get("note_id"), raw.get("kind"), raw.get("text")
             turn, source_ids = raw.get("turn"), raw.get("source_ids", [])
             if not isinstance(note_id, int) or isinstance(note_id, bool):
-                raise broken(f"{field}.note_id", f"must be an integer, got {note_id!r:.40}")
+                raise broken(f"{field}.note_id", f"must be an integer, got {brief(note_id)}")
             if kind not in NOTE_KINDS:
-                raise broken(f"{field}.kind", f"must be one of {list(NOTE_KINDS)}, got {kind!r:.40}")
+                raise broken(f"{field}.kind", f"must be one of {list(NOTE_KINDS)}, got {brief(kind)}")
             if not isinstance(text, str):
                 raise broken(f"{field}.text", f"must be a string, got {type(text).__name__}")
             if turn is not None and not _is_int(turn):
-                raise broken(f"{field}.turn", f"must be an integer or null, got {turn!r:.40}")
+                raise broken(f"{field}.turn", f"must be an integer or null, got {brief(turn)}")
             if not isinstance(source_ids, list | tuple) or not all(isinstance(x, str) for x in source_ids):
                 raise broken(f"{field}.source_ids", "must be a list of message ids")
             notes.append(
@@ -286,7 +287,7 @@ class Notes:
             )
         next_id = data.get("next_id")
         if next_id is not None and not _is_int(next_id):
-            raise broken("notes.next_id", f"must be an integer, got {next_id!r:.40}")
+            raise broken("notes.next_id", f"must be an integer, got {brief(next_id)}")
         return cls(notes, next_id=next_id)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 from ._binding import AsyncStoreLink, StoreLink
+from ._brief import brief
 from ._json import tool_arguments, whole_number
 from ._replies import overflow_unresolved, repair_reply, replay_events
 from .adapters import Format, from_messages, to_messages
@@ -457,7 +458,7 @@ class _BaseSession:
         if not isinstance(ref, str):
             raise SnapshotError(f"read_context needs the reference as a string, got {type(ref).__name__}.")
         if not isinstance(page, int) or isinstance(page, bool) or page < 1:
-            raise SnapshotError(f"page must be a positive integer, got {page!r:.40}.")
+            raise SnapshotError(f"page must be a positive integer, got {brief(page)}.")
         ref = ref.strip()
         if ref.startswith("#"):
             ref = self._step_ref(ref)
@@ -478,7 +479,7 @@ class _BaseSession:
             last = self.engine.transcript[r.indices[-1]].message_id
             return f"{first}..{last}"
         raise SnapshotError(
-            f"unknown step reference {ref!r:.40}; steps are '#<number>' as listed in the progress ledger "
+            f"unknown step reference {brief(ref)}; steps are '#<number>' as listed in the progress ledger "
             f"(0..{len(self.engine.rounds) - 1})."
         )
 
@@ -500,11 +501,12 @@ class _BaseSession:
         ref, page = args.get("ref"), args.get("page", 1)
         if not isinstance(ref, str) or not ref.strip() or len(ref) > _MAX_REF_CHARS:
             return (
-                f"error: ref must be a reference of up to {_MAX_REF_CHARS} characters, got {ref!r:.60}; send {example}."
+                f"error: ref must be a reference of up to {_MAX_REF_CHARS} characters, got {brief(ref)}; "
+                f"send {example}."
             )
         number = whole_number(page)
         if number is None:
-            return f"error: page must be a whole number from 1, got {page!r:.40}; send {example}."
+            return f"error: page must be a whole number from 1, got {brief(page)}; send {example}."
         try:
             return self.read_context(ref, page=number)
         except SnapshotError as exc:

@@ -593,6 +593,10 @@ def _parse(path: Path) -> tuple[dict[str, Any], str]:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}", key="config.syntax") from None
+        except ValueError:  # tomllib's own limit: an integer longer than Python converts from text
+            raise ConfigError(
+                f"{path}: invalid TOML: a number has more digits than any option allows", key="config.limits"
+            ) from None
         except RecursionError:
             raise ConfigError(
                 f"{path}: invalid TOML: nested deeper than {MAX_CONFIG_DEPTH} levels", key="config.limits"

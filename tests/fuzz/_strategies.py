@@ -128,9 +128,6 @@ hypothesis never has to print it while describing the strategy."""
 OPEN_DEFECTS: frozenset[str] = frozenset(
     {
         "int-too-long-to-print",
-        "deep-config",
-        "huge-config-number",
-        "huge-usage",
         "import-state-shape",
         "deep-stream-input",
     }
@@ -142,14 +139,8 @@ The general strategies leave them out, so that the suite keeps checking everythi
 
 ``int-too-long-to-print``
     integers of 5,000 digits in Python values (``repr`` of them raises ValueError).
-``deep-config``
-    a `CompactionConfig` (or one of its options) given a value nested thousands deep.
-``huge-config-number``
-    a float option of `CompactionConfig` given an integer too large for a float (10**400).
 ``deep-stream-input``
     an Anthropic stream whose ``input_json_delta`` pieces add up to a tool input nested thousands deep.
-``huge-usage``
-    model replies reporting usage of 10**400 tokens (and such numbers anywhere in a reply).
 ``import-state-shape``
     exports whose view-state records are edited into the wrong shape.
 """

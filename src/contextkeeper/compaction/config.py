@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .._brief import brief
 from ..exceptions import ConfigError
 from ..messages import ROLES
 
@@ -61,7 +62,7 @@ _MAX_WEIGHT = 1000.0
 
 
 def _bad(key: str, value: object, allowed: str) -> ConfigError:
-    return ConfigError(f"compaction config: {key}={value!r} is invalid; allowed: {allowed}.", key=key)
+    return ConfigError(f"compaction config: {key}={brief(value)} is invalid; allowed: {allowed}.", key=key)
 
 
 def _is_int(value: object) -> bool:
@@ -83,7 +84,10 @@ def _check_int(key: str, value: object, low: int, high: int = _MAX_INT) -> None:
 def _check_share(key: str, value: object, low: float, high: float, *, low_open: bool, high_open: bool) -> None:
     ok = _is_number(value)
     if ok:
-        number = float(value)  # type: ignore[arg-type]
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except OverflowError:  # an integer beyond any float is out of every range
+            raise _bad(key, value, "a finite number") from None
         ok = (low < number if low_open else low <= number) and (number < high if high_open else number <= high)
     if not ok:
         interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
@@ -361,7 +365,7 @@ class CompactionConfig:
                 overrides = {**overrides, "cascade": {**seed_cascade, **cascade}}
             return cls(**{**base, **overrides})
         raise ConfigError(
-            f"compaction config: profile={name!r} is invalid; allowed: 'default' or 'seed'.", key="profile"
+            f"compaction config: profile={brief(name)} is invalid; allowed: 'default' or 'seed'.", key="profile"
         )
 
     @classmethod
@@ -374,7 +378,7 @@ class CompactionConfig:
         """
         if not isinstance(data, Mapping):
             raise ConfigError(
-                f"compaction config: {data!r} is not a table of options; pass a dict such as "
+                f"compaction config: {brief(data)} is not a table of options; pass a dict such as "
                 '{"low_water": 0.4} or a CompactionConfig.',
                 key="config",
             )

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+from .._brief import brief
 from ..exceptions import ConfigError, UsageError
 
 __all__ = ["Calibration"]
@@ -104,10 +105,13 @@ class Calibration:
         for key, value in (("estimated", estimated), ("reported", reported)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise UsageError(
-                    f"Calibration.record needs positive token counts, got {key}={value!r}; "
+                    f"Calibration.record needs positive token counts, got {key}={brief(value)}; "
                     "skip requests whose usage was not reported."
                 )
-        ratio = reported / estimated
+        try:
+            ratio = reported / estimated
+        except OverflowError:  # an absurd report (10**400 tokens) teaches nothing: clamp like any outlier
+            ratio = self.max_factor
         if self.samples == 0:
             target = ratio
         else:
