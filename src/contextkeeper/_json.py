@@ -20,6 +20,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ._brief import brief
+
 __all__ = [
     "MAX_DEPTH",
     "MAX_TOOL_ARGUMENT_CHARS",
@@ -142,6 +144,9 @@ def lone_surrogate_path(value: Any) -> str | None:
     return None
 
 
+_MAX_METADATA_INT_BITS = 2000  # about 600 decimal digits
+
+
 def metadata_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> tuple[str, str] | None:
     """Why ``value`` cannot be stored as JSON metadata, as (path, problem), or None when it can.
 
@@ -153,7 +158,13 @@ def metadata_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> tuple[str, st
         path, node, depth = stack.pop()
         if depth > max_depth:
             return path, f"nests deeper than {max_depth} levels"
-        if node is None or isinstance(node, bool | int):
+        if node is None or isinstance(node, bool):
+            continue
+        if isinstance(node, int):
+            # JSON readers (Python's included) refuse integers beyond a few thousand digits: such a
+            # value would be stored and then never load again
+            if node.bit_length() > _MAX_METADATA_INT_BITS:
+                return path, "is an integer too long to store (more than 600 digits)"
             continue
         if isinstance(node, float):
             if not math.isfinite(node):
@@ -164,9 +175,9 @@ def metadata_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> tuple[str, st
         elif isinstance(node, dict):
             for k, v in node.items():
                 if not isinstance(k, str):
-                    return path, f"has a key of type {type(k).__name__} ({k!r:.40}); keys must be strings"
+                    return path, f"has a key of type {type(k).__name__} ({brief(k)}); keys must be strings"
                 if has_lone_surrogate(k):
-                    return path, f"has a key with a lone surrogate ({k!r:.40})"
+                    return path, f"has a key with a lone surrogate ({brief(k)})"
                 stack.append((f"{path}.{k}" if path else k, v, depth + 1))
         elif isinstance(node, list | tuple):
             stack.extend((f"{path}[{i}]", v, depth + 1) for i, v in enumerate(node))

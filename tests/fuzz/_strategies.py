@@ -127,9 +127,7 @@ hypothesis never has to print it while describing the strategy."""
 
 OPEN_DEFECTS: frozenset[str] = frozenset(
     {
-        "int-too-long-to-print",
         "import-state-shape",
-        "deep-stream-input",
     }
 )
 """Input families that still break an entry point in an area whose fix is under way.
@@ -137,10 +135,6 @@ OPEN_DEFECTS: frozenset[str] = frozenset(
 The general strategies leave them out, so that the suite keeps checking everything else;
 `test_found_defects` holds each as a strict xfail. When those pass, remove the family here:
 
-``int-too-long-to-print``
-    integers of 5,000 digits in Python values (``repr`` of them raises ValueError).
-``deep-stream-input``
-    an Anthropic stream whose ``input_json_delta`` pieces add up to a tool input nested thousands deep.
 ``import-state-shape``
     exports whose view-state records are edited into the wrong shape.
 """

@@ -122,7 +122,6 @@ def test_a_config_file_with_a_5000_digit_integer_is_a_config_error(tmp_path: Pat
         assert validate_config_file(path, environment=False)
 
 
-@pytest.mark.xfail(strict=True, reason="add(): a 5,000-digit integer in `extra` is stored, then cannot be loaded")
 @pytest.mark.parametrize(
     ("fmt", "item"),
     [
@@ -209,8 +208,7 @@ def test_import_refuses_a_state_the_session_cannot_open() -> None:
     Session("imported", store=store, window=3000)  # accepted: it must open
 
 
-@pytest.mark.xfail(strict=True, reason="Anthropic stream: the assembled tool input is parsed without a depth bound")
-def test_a_streamed_tool_input_nested_5000_deep_is_an_upstream_error(server: ScriptedOpenAIServer) -> None:
+def test_a_streamed_tool_input_nested_5000_deep_is_kept_raw_as_invalid_input(server: ScriptedOpenAIServer) -> None:
     start = {"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {}}
     deep = {"type": "input_json_delta", "partial_json": '{"a":' * 5000}
     events = [
@@ -224,7 +222,11 @@ def test_a_streamed_tool_input_nested_5000_deep_is_an_upstream_error(server: Scr
     model = _model("anthropic", server)
     server.push(ScriptedStream(events=events))
     try:
-        with pytest.raises(UpstreamError):
-            list(model.stream([Message.user("go")]))
+        events = list(model.stream([Message.user("go")]))
     finally:
         model.close()
+    # the paid reply is not lost: its call is there with the raw input, which the session answers
+    # as invalid arguments (see test_complete)
+    message = events[-1].response.message  # type: ignore[union-attr]
+    assert [c.name for c in message.tool_calls] == ["ls"]
+    assert message.tool_calls[0].arguments == '{"a":' * 5000

@@ -14,6 +14,7 @@ from typing import Any, Generic
 
 import httpx
 
+from .. import _json
 from ..exceptions import UpstreamError
 from ..messages import ImagePart, Message, Part, TextPart, ThinkingPart, ToolCall
 from ..usage import RequestUsage
@@ -332,7 +333,8 @@ class _StreamAssembler:
             if index in self._json:
                 text = "".join(self._json[index])
                 try:
-                    block["input"] = json.loads(text) if text.strip() else {}
+                    # bounded: a tool input nested thousands deep is kept raw, like any invalid input
+                    block["input"] = _json.loads(text) if text.strip() else {}
                 except ValueError:
                     block["input"] = {}
                     raw_arguments[position] = text
