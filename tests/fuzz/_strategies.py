@@ -125,18 +125,12 @@ _TOO_LONG_TO_PRINT = st.just(5000).map(lambda digits: 10**digits)
 """More digits than Python prints by default (str() raises ValueError); built lazily so that
 hypothesis never has to print it while describing the strategy."""
 
-OPEN_DEFECTS: frozenset[str] = frozenset(
-    {
-        "import-state-shape",
-    }
-)
+OPEN_DEFECTS: frozenset[str] = frozenset()
 """Input families that still break an entry point in an area whose fix is under way.
 
 The general strategies leave them out, so that the suite keeps checking everything else;
-`test_found_defects` holds each as a strict xfail. When those pass, remove the family here:
-
-``import-state-shape``
-    exports whose view-state records are edited into the wrong shape.
+`test_found_defects` holds each as a strict xfail. When those pass, remove the family here.
+Every family the suite found so far is fixed: none is left out.
 """
 
 hostile_number = st.one_of(

@@ -195,9 +195,6 @@ def _export_with_bad_ledger_turn() -> list[str]:
     return out
 
 
-@pytest.mark.xfail(
-    strict=True, reason="import_session: a view state of the wrong shape is accepted; the session never opens"
-)
 def test_import_refuses_a_state_the_session_cannot_open() -> None:
     lines = _export_with_bad_ledger_turn()
     store = MemoryStore()

@@ -200,6 +200,17 @@ _LOADERS: tuple[tuple[str, Callable[[Any], object]], ...] = (
 )
 
 
+def check_saved_view(session_id: str, state: Any) -> None:
+    """Raise `SchemaError` when a saved view state could not be opened (its shape, ledger and notes).
+
+    Imports run it before writing anything, so an accepted session always opens.
+    """
+    check_state(session_id, state)
+    Ledger.from_dict(state.get("ledger", {}), session_id=session_id)
+    if "notes" in state:
+        Notes.from_dict(state["notes"], session_id=session_id)
+
+
 def check_state(session_id: str, state: Any) -> None:
     """Raise `SchemaError` (naming the session and the field) when ``state`` is not shaped as saved.
 

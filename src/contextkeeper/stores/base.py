@@ -1248,6 +1248,14 @@ class _StoreCommon:
         version = record.get("version")
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise _bad_export(number, f"`version` {version!r:.60} is not an int >= 1", session_id)
+        if slot == DEFAULT_SLOT and state.get("format") == 1:
+            # the view state must open: a session that imports and then never loads is worse than a refusal
+            from ..compaction.state import check_saved_view
+
+            try:
+                check_saved_view(session_id, state)
+            except SchemaError as exc:
+                raise _bad_export(number, f"the view state cannot be opened ({exc})", session_id) from None
         return slot, self._import_json(state, number, "state", session_id), version
 
     def _import_snapshot(self, record: Mapping[str, Any], number: int, session_id: str) -> tuple[str, bytes, str]:
