@@ -8,18 +8,15 @@ the view fits:
    overflow is offloaded to its snapshot with a head-and-tail preview;
 2. rounds leave the view, oldest first, down to the ones no layer may remove (system, pinned,
    the current request, calls in flight, the newest round);
-3. the outputs of those protected rounds become previews sized to the room they have;
-4. a user request or a reply that alone is larger than the budget becomes a head-and-tail preview
-   naming its snapshot (the transcript keeps it whole).
+3. the outputs of those protected rounds become previews sized to the room they have.
 
 What still does not fit then is a `BudgetExceeded` for the orchestrator to raise.
 """
 
 from __future__ import annotations
 
-from ..keyinfo import preview
 from .base import Change
-from .book import BookRound, RoundBook
+from .book import RoundBook
 from .clear import Cut, clear_round
 from .config import CompactionConfig
 
@@ -63,43 +60,4 @@ def _shrink(book: RoundBook, budget: int, config: CompactionConfig) -> int:
             cut = Cut(mode="preview", limit=max(16, room // outputs))
             if clear_round(book, r, config, reason="offloaded", cut=cut) > 0:
                 changed += 1
-    for r in conversation:  # a request or a reply larger than the whole budget: offloaded the same way
-        if book.total() <= budget:
-            return changed
-        if r.state != "evicted" and r.kind != "system" and _preview_texts(book, r, budget):
-            changed += 1
     return changed
-
-
-def _preview_texts(book: RoundBook, r: BookRound, budget: int) -> bool:
-    """Replace the round's largest user or assistant text by a head-and-tail preview that fits.
-
-    The full message stays in the transcript and in the round's snapshot, which the preview names;
-    tool calls stay (their results still pair with them).
-    """
-    count = book.accountant.count_message
-    shown = list(r.shown if r.shown is not None else book.messages(r))
-    candidates = [k for k, m in enumerate(shown) if m.role in ("user", "assistant") and m.text]
-    if not candidates:
-        return False
-    k = max(candidates, key=lambda j: count(shown[j]))
-    original = shown[k]
-    room = budget - (book.total() - count(original))
-    snapshot_id = book.snapshot_id(r)
-    note = (
-        f"\n[contextkeeper] this message was too long for the context window and was shortened; "
-        f'read_context("{snapshot_id}") returns it in full.'
-    )
-    chars = max(64, room * 3)
-    for _ in range(6):
-        text = preview(original.text, head_chars=chars * 2 // 3, tail_chars=chars // 3) + note
-        candidate = original.with_text(text)
-        if count(candidate) <= max(room, 16) or chars <= 64:
-            break
-        chars //= 2
-    if count(candidate) >= count(original):
-        return False
-    book.snapshot(r, "offloaded")
-    shown[k] = candidate
-    book.show(r, shown)
-    return True
