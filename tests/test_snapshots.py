@@ -267,13 +267,13 @@ class _CountingMemoryStore(MemorySnapshotStore):
 
 
 def _small_window_session(snapshots: SnapshotStore) -> tuple[Session, dict[str, str], list[Message]]:
-    """A 2,000-token session whose rounds are cleared and then evicted.
+    """A 2,400-token session whose rounds are cleared and then evicted.
 
     Returns the session, the outputs by call id and the stand-ins its views showed.
     """
     s = Session(
         "ses_lazy",
-        window=2000,
+        window=2400,
         counter="tiktoken:cl100k_base",
         snapshots=snapshots,
         config=CompactionConfig(keep_recent_rounds=1, clear_after_rounds=1),

@@ -79,4 +79,16 @@ def pack_hits(hits: Sequence[Hit], *, budget_tokens: int, counter: TokenCounter,
     # Interleaving groups can repeat a header; trim from the worst hit until the real count fits.
     while chosen and counter.count_text(render_hits(chosen, style=style)) > budget_tokens:
         chosen.pop()
+    # The per-line estimate counts separators the real text shares: a hit skipped by a token or two
+    # may fit after all. Try those (in order, so the result stays a subsequence of ``hits``).
+    used = counter.count_text(render_hits(chosen, style=style)) if chosen else 0
+    picked = {id(h) for h in chosen}
+    for hit in hits:
+        if id(hit) in picked or counter.count_text(_line(hit, style)) > budget_tokens - used + 2:
+            continue
+        trial = [h for h in hits if id(h) in picked or h is hit]
+        real = counter.count_text(render_hits(trial, style=style))
+        if real <= budget_tokens:
+            picked.add(id(hit))
+            chosen, used = trial, real
     return chosen
