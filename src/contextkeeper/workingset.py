@@ -55,6 +55,7 @@ _TIER: Mapping[str, int] = {
 }
 _MAX_ITEMS = 600
 _MAX_TEXT_SCAN = 200_000  # characters of one message that are read for references
+_OUTPUT_SCAN_CHARS = 4000  # characters of a tool output read for paths it merely shows
 _KEY_CHARS = 240  # longer commands and error lines are cut to this many characters
 
 _CODE_EXT = (
@@ -171,6 +172,8 @@ class WorkingSet:
         """Transcript messages read so far."""
         self._pending: dict[str, _PendingCall] = {}
         """Calls whose result has not been read yet, by call id: the result sets the outcome."""
+        self._renders: dict[tuple[int, int], str] = {}
+        """Renders since the last change, by (cursor, max_tokens): a compaction renders several times."""
 
     # --- reading the transcript -----------------------------------------------------------
     def catch_up(self, transcript: Sequence[Message]) -> None:
@@ -181,6 +184,7 @@ class WorkingSet:
 
     def observe(self, message: Message, index: int) -> None:
         """Record the references one transcript message makes."""
+        self._renders.clear()
         if message.extra.get("contextkeeper"):
             return  # the library's own context blocks and stand-ins are not the agent's work
         role = message.role
@@ -262,17 +266,21 @@ class WorkingSet:
                 item = self.items.get(("file", path))
                 if item is not None and (item.actions.get("tested") or item.actions.get("ran")):
                     item.outcome = outcome
-        for path in _paths(text, limit=64):
+        # a path that only appears in an output is weak evidence: the head of the output (where
+        # listings and grep hits start) is enough, and scanning whole logs would slow compactions
+        for path in _paths(text[:_OUTPUT_SCAN_CHARS], limit=64):
             self._touch("file", path, "seen", index)
 
     def _resolve_errors(self) -> None:
         # a command that succeeds after failures: the errors seen so far were dealt with
+        self._renders.clear()
         for key in [k for k in self.items if k[0] == "error"]:
             del self.items[key]
 
     def _touch(self, kind: ItemKind, key: str, action: str, index: int, *, tier: int | None = None) -> None:
         if not key or len(key) > _KEY_CHARS * 4:
             return
+        self._renders.clear()
         item = self.items.get((kind, key))
         if item is None:
             if len(self.items) >= _MAX_ITEMS * 2:
@@ -300,6 +308,12 @@ class WorkingSet:
         """The working-set section of the context block, at most `max_tokens` tokens ("" if empty)."""
         if max_tokens <= 0:
             return ""
+        memo = (self.cursor, max_tokens)
+        if memo not in self._renders:
+            self._renders[memo] = self._render(max_tokens, count)
+        return self._renders[memo]
+
+    def _render(self, max_tokens: int, count: Callable[[str], int]) -> str:
         files = [it for it in self.ranked("file") if it.tier >= 1 or it.refs >= 3]
         commands = self.ranked("command")[:8]
         errors = self.ranked("error")[:4]
