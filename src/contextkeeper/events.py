@@ -44,6 +44,8 @@ class ContextStatus:
     state: PressureLevel
     compact_layer: str | None = None
     """The layer that last ran in this prepare, or None."""
+    turn: int | None = None
+    """The turn of a prepared view; None on the status after a single compaction layer."""
     ts: float = field(default_factory=time.time)
     kind: Literal["context.status"] = "context.status"
 

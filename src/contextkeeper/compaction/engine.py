@@ -347,7 +347,13 @@ class ContextEngine:
     def _status_event(self, s: ViewStatus) -> ContextStatus:
         state: Any = s.state
         return ContextStatus(
-            session_id=self.session_id, used=s.used, budget=s.budget, ratio=s.ratio, state=state, compact_layer=s.layer
+            session_id=self.session_id,
+            used=s.used,
+            budget=s.budget,
+            ratio=s.ratio,
+            state=state,
+            compact_layer=s.layer,
+            turn=s.turn,
         )
 
     def _check_thrashing(self) -> None:
