@@ -6,7 +6,7 @@ import json
 
 from hypothesis import given, settings, strategies as st
 
-from contextkeeper import Message, Session, ToolCall
+from contextkeeper import Message, Session, ToolCall, workingset
 from contextkeeper.tokens import get_counter
 from contextkeeper.workingset import WorkingSet, shell_references
 
@@ -183,3 +183,121 @@ def test_the_files_being_changed_survive_a_long_noisy_session_in_a_small_window(
     assert all(path in text for path in edited)
     block = next(m.text for m in view if m.extra.get("contextkeeper") == "context")
     assert block.index(edited[0]) < block.index("Progress ledger") if "Progress ledger" in block else True
+
+
+# --- the fast scans agree with the full patterns they stand in for ------------------------------
+def _paths_by_full_scan(text: str) -> list[str]:
+    """What trying _PATH_RE at every position finds (the definition the fast scan must keep)."""
+    found: list[str] = []
+    for match in workingset._PATH_RE.finditer(text):
+        path = match.group(1).rstrip(".")
+        if path in found or "://" in text[max(0, match.start() - 8) : match.start() + 3]:
+            continue
+        if path.count(".") > 0 and path.replace(".", "").isdigit():
+            continue
+        found.append(path)
+    return found
+
+
+_PATHISH = st.lists(
+    st.sampled_from(
+        [
+            "src/",
+            "a.py",
+            "./x/",
+            "~/",
+            "../",
+            "Makefile",
+            "REBUILD",
+            "v1.2.3",
+            "http://h/a.py",
+            " ",
+            "\n",
+            ".",
+            "-",
+            "~",
+            "@",
+            "+",
+            "x",
+            "é",
+            "中",
+            "foo.pyc",
+            ".tar.gz",
+            "CMakeLists.txt",
+            "/",
+            "b.rs",
+            "c.py.bak",
+            "::",
+        ]
+    ),
+    max_size=30,
+).map("".join)
+
+
+@given(st.one_of(_PATHISH, st.text(max_size=80)))
+@settings(max_examples=400)
+def test_fast_path_scan_finds_what_the_full_pattern_finds(text: str) -> None:
+    assert workingset._paths(text) == _paths_by_full_scan(text)
+
+
+@given(_PATHISH, st.integers(min_value=1, max_value=4))
+def test_path_scan_limit_keeps_the_first_paths(text: str, limit: int) -> None:
+    assert workingset._paths(text, limit=limit) == _paths_by_full_scan(text)[:limit]
+
+
+def _exit_code_by_full_scan(text: str) -> int | None:
+    match = workingset._EXIT_RE.search(text)
+    return int(match.group(1) or match.group(2)) if match else None
+
+
+_OUTPUTS = st.lists(
+    st.sampled_from(
+        [
+            "exit code",
+            "Exit Code",
+            "EXIT STATUS",
+            "exited with code",
+            "returncode",
+            "<returncode>",
+            "</returncode>",
+            "return code",
+            "status",
+            "code",
+            ": ",
+            " ",
+            "\n",
+            "0",
+            "1",
+            "-9",
+            "42",
+            "passed",
+            "failed",
+            "errors",
+            "error",
+            " 3 ",
+            "x",
+            "中",
+        ]
+    ),
+    max_size=25,
+).map("".join)
+
+
+@given(_OUTPUTS)
+@settings(max_examples=400)
+def test_exit_code_is_the_first_report_the_full_pattern_finds(text: str) -> None:
+    assert workingset._exit_code(text) == _exit_code_by_full_scan(text)
+
+
+@given(_OUTPUTS)
+@settings(max_examples=400)
+def test_test_summary_counts_what_the_full_pattern_counts(text: str) -> None:
+    expected = {m.group(2).rstrip("s"): int(m.group(1)) for m in workingset._TEST_SUMMARY_RE.finditer(text)}
+    assert workingset._test_summary(text) == expected
+
+
+def test_outcome_reads_both_ends_of_a_long_output() -> None:
+    middle = "log line\n" * 5000
+    assert workingset._outcome("<returncode>1</returncode>\n" + middle, is_error=False)[0]
+    assert workingset._outcome(middle + "=== 2 failed, 3 passed in 1s ===", is_error=False)[0]
+    assert workingset._outcome(middle + "=== 5 passed in 1s ===", is_error=False) == (False, "ok (5 passed)")

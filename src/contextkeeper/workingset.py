@@ -7,17 +7,20 @@ ended, errors not yet resolved, symbols it named) and ranks them by how often an
 the agent referred to each. It is rendered into the context block after every compaction, above
 the ledger's identifiers that merely appeared in some output.
 
-The work is lazy: messages are read when the context block is rendered (a compaction), never on
-a plain turn, so the common turn stays O(1) and each message is read once.
+The work is lazy: messages are read when the context block is rendered (a compaction) or while
+the engine prepares the rounds a compaction will take (see `compaction.ahead`), never on a plain
+turn, so the common turn stays O(1) and each message is read once.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Literal
 
 from .keyinfo import error_lines
@@ -56,6 +59,7 @@ _TIER: Mapping[str, int] = {
 _MAX_ITEMS = 600
 _MAX_TEXT_SCAN = 200_000  # characters of one message that are read for references
 _OUTPUT_SCAN_CHARS = 4000  # characters of a tool output read for paths it merely shows
+_OUTCOME_SCAN_CHARS = 4000  # characters at each end of a tool output read for its exit code and test summary
 _KEY_CHARS = 240  # longer commands and error lines are cut to this many characters
 
 _CODE_EXT = (
@@ -67,12 +71,17 @@ _CODE_EXT = (
 _BARE_NAMES = "Makefile|CMakeLists\\.txt|Dockerfile|Gemfile|Rakefile|Procfile|Justfile|BUILD|WORKSPACE|LICENSE"
 # A path: optional ./ ../ ~/ or / start, components of word characters, dots, dashes, @ and +;
 # either with a slash and a file-like last component, or a bare name with a known extension.
+_PATH_END = r"(?![\w/@+-]|\.[A-Za-z0-9])"  # not followed by more of a name or another extension
 _PATH_RE = re.compile(
     r"(?<![\w./~@+-])"
     r"((?:~|\.{1,2})?/?(?:[\w@+-][\w.@+-]*/)*"
     rf"(?:[\w@+-][\w.@+-]*\.(?:{_CODE_EXT})|{_BARE_NAMES}))"
-    r"(?![\w/@+-]|\.[A-Za-z0-9])"
+    rf"{_PATH_END}"
 )
+_EXT_HIT_RE = re.compile(rf"\.(?:{_CODE_EXT}){_PATH_END}")
+_BARE_HIT_RE = re.compile(rf"(?:{_BARE_NAMES}){_PATH_END}")
+_BARE_NAME_LIST = tuple(name.replace("\\", "") for name in _BARE_NAMES.split("|"))
+_PATH_CHAR_RE = re.compile(r"[\w./~@+-]")
 _SYMBOL_RE = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::)[A-Za-z_][A-Za-z0-9_]*)*)(?:\(\))?`")
 _FILE_ARG_KEYS = ("file_path", "path", "filename", "file", "notebook_path", "target_file", "filepath")
 _COMMAND_ARG_KEYS = ("command", "cmd", "script", "code", "input")
@@ -90,6 +99,7 @@ _EXIT_RE = re.compile(
     r"(?:exit(?:ed with)? code|returncode|return code|exit status)\W{0,3}(-?\d+)|<returncode>(-?\d+)</returncode>",
     re.IGNORECASE,
 )
+_EXIT_HINTS = ("ode", "ODE", "tatus", "TATUS")  # in every way _EXIT_RE's reports are spelled
 _TEST_SUMMARY_RE = re.compile(r"\b(\d+) (failed|passed|errors?)\b")
 
 _READERS = frozenset(
@@ -119,10 +129,26 @@ class WorkItem:
     actions: dict[str, int] = field(default_factory=dict)
     outcome: str | None = None
     """For commands and tested files: how the last run ended (``ok``, ``failed: …``)."""
+    _rank_key: tuple[tuple[int, float, int], tuple[int, float, int]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def weight_at(self, index: int) -> float:
         decay: float = 0.5 ** (max(0, index - self.last_index) / _HALF_LIFE)
         return self.score * decay
+
+    @property
+    def rank_key(self) -> tuple[int, float, int]:
+        """Sorts like ``(tier, weight_at(now), last_index)`` for any ``now`` past the last reference.
+
+        log2 of the weight at ``now`` is ``log2(score) + last_index / half-life - now / half-life``:
+        the last term is the same for every item, so the key needs no ``now`` and is cached.
+        """
+        cached = self._rank_key
+        if cached is None or cached[0] != (self.tier, self.score, self.last_index):
+            level = math.log2(self.score) + self.last_index / _HALF_LIFE if self.score > 0 else -math.inf
+            cached = self._rank_key = ((self.tier, self.score, self.last_index), (self.tier, level, self.last_index))
+        return cached[1]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -176,11 +202,12 @@ class WorkingSet:
         """Renders since the last change, by (cursor, max_tokens): a compaction renders several times."""
 
     # --- reading the transcript -----------------------------------------------------------
-    def catch_up(self, transcript: Sequence[Message]) -> None:
-        """Read the messages added since the last call (each message is read once)."""
-        for index in range(self.cursor, len(transcript)):
+    def catch_up(self, transcript: Sequence[Message], *, upto: int | None = None) -> None:
+        """Read the messages added since the last call, up to index ``upto`` (each message is read once)."""
+        end = len(transcript) if upto is None else min(upto, len(transcript))
+        for index in range(self.cursor, end):
             self.observe(transcript[index], index)
-        self.cursor = max(self.cursor, len(transcript))
+        self.cursor = max(self.cursor, end)
 
     def observe(self, message: Message, index: int) -> None:
         """Record the references one transcript message makes."""
@@ -293,15 +320,14 @@ class WorkingSet:
         item.actions[action] = item.actions.get(action, 0) + 1
 
     def _prune(self, index: int) -> None:
-        ranked = sorted(self.items.values(), key=lambda it: (it.tier, it.weight_at(index)), reverse=True)
+        ranked = sorted(self.items.values(), key=_by_rank, reverse=True)
         self.items = {(it.kind, it.key): it for it in ranked[:_MAX_ITEMS]}
 
     # --- ranking and rendering ------------------------------------------------------------
-    def ranked(self, kind: ItemKind, *, now: int | None = None) -> list[WorkItem]:
-        """Items of one kind, strongest first: acted-on before named before seen, then by weight."""
-        at = self.cursor if now is None else now
+    def ranked(self, kind: ItemKind) -> list[WorkItem]:
+        """Items of one kind, strongest first: acted-on before named before seen, then by weight now."""
         items = [it for it in self.items.values() if it.kind == kind]
-        items.sort(key=lambda it: (it.tier, it.weight_at(at), it.last_index), reverse=True)
+        items.sort(key=_by_rank, reverse=True)
         return items
 
     def render(self, *, max_tokens: int, count: Callable[[str], int]) -> str:
@@ -375,6 +401,9 @@ class WorkingSet:
 
 
 # --- helpers -------------------------------------------------------------------------------
+_by_rank = attrgetter("rank_key")
+
+
 def _arguments(call: ToolCall) -> dict[str, Any]:
     text = call.arguments
     if not text or len(text) > _MAX_TEXT_SCAN or not text.lstrip().startswith("{"):
@@ -404,9 +433,27 @@ def _file_tool_action(tool: str, args: Mapping[str, Any]) -> str:
 
 
 def _paths(text: str, *, limit: int | None = None) -> list[str]:
+    # Every path ends in a known extension or is a known bare name, and a match of _PATH_RE can
+    # only start where a run of path characters starts (its lookbehind refuses any other place).
+    # So the cheap extension search finds the runs, and the full pattern runs once per run
+    # instead of being tried at every character of a long output.
+    hits = [m.start() for m in _EXT_HIT_RE.finditer(text)]
+    if any(name in text for name in _BARE_NAME_LIST):
+        hits.extend(m.start() for m in _BARE_HIT_RE.finditer(text))
+        hits.sort()
     found: list[str] = []
     seen: set[str] = set()
-    for match in _PATH_RE.finditer(text):
+    runs: set[int] = set()
+    for hit in hits:
+        start = hit
+        while start > 0 and _PATH_CHAR_RE.match(text, start - 1):
+            start -= 1
+        if start in runs:
+            continue
+        runs.add(start)
+        match = _PATH_RE.match(text, start)
+        if match is None:
+            continue
         path = match.group(1).rstrip(".")
         if path in seen or "://" in text[max(0, match.start() - 8) : match.start() + 3]:
             continue
@@ -436,11 +483,12 @@ def _describe(item: WorkItem) -> str:
 
 
 def _outcome(text: str, *, is_error: bool) -> tuple[bool, str]:
-    code: int | None = None
-    match = _EXIT_RE.search(text)
-    if match:
-        code = int(match.group(1) or match.group(2))
-    summary = {m.group(2).rstrip("s"): int(m.group(1)) for m in _TEST_SUMMARY_RE.finditer(text[-4000:])}
+    # Exit codes and test summaries are printed at the start (mini-swe-agent's <returncode>) or
+    # at the end (shells, test runners) of an output; the middle of a long log is not read.
+    scan = _OUTCOME_SCAN_CHARS
+    ends = text if len(text) <= 2 * scan else text[:scan] + "\n" + text[-scan:]
+    code = _exit_code(ends)
+    summary = _test_summary(text[-_OUTCOME_SCAN_CHARS:])
     failed = (
         is_error
         or (code is not None and code != 0)
@@ -455,6 +503,41 @@ def _outcome(text: str, *, is_error: bool) -> tuple[bool, str]:
     if summary.get("passed"):
         return False, f"ok ({summary['passed']} passed)"
     return False, "ok"
+
+
+def _hits(text: str, needles: Iterable[str]) -> list[int]:
+    """Positions of every occurrence of the needles in ``text``, in order (str.find is fast)."""
+    found: list[int] = []
+    for needle in needles:
+        at = text.find(needle)
+        while at >= 0:
+            found.append(at)
+            at = text.find(needle, at + 1)
+    found.sort()
+    return found
+
+
+def _exit_code(text: str) -> int | None:
+    """The first exit code the text reports (``exit code 1``, ``<returncode>0</returncode>``, …).
+
+    Every report names "code" or "status", so the (case-insensitive, slow) pattern only runs
+    around those words; the first report in the text wins.
+    """
+    for at in _hits(text, _EXIT_HINTS):
+        match = _EXIT_RE.search(text, max(0, at - 16), at + 24)
+        if match:
+            return int(match.group(1) or match.group(2))
+    return None
+
+
+def _test_summary(text: str) -> dict[str, int]:
+    """Counts a test runner's summary reports (``3 failed``, ``10 passed``, ``1 error``), the last of each kind."""
+    summary: dict[str, int] = {}
+    for at in _hits(text, (" failed", " passed", " error")):
+        for match in _TEST_SUMMARY_RE.finditer(text, max(0, at - 20), at + 9):
+            if match.start(2) == at + 1:
+                summary[match.group(2).rstrip("s")] = int(match.group(1))
+    return summary
 
 
 def shell_references(command: str) -> list[tuple[str, str]]:

@@ -93,6 +93,8 @@ class PrepareAhead:
             i += 1
             if r.prepared or r.state == "evicted" or r.kind == "system" or r.pending:
                 continue
+            # the working set reads the transcript in order: what precedes this round is read now too
+            book.working_set.catch_up(book.transcript, upto=r.end)
             book.facts(r)
             if r.kind == "tool-call":
                 book.write_snapshot(r)
