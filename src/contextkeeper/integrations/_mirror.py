@@ -1,0 +1,48 @@
+"""Which of a framework's messages a session has not seen yet.
+
+Frameworks hand over their whole history on every call (LangGraph state, a pydantic-ai run's
+messages, an Agents SDK model input). Converting all of it each turn would make a turn cost
+O(history); frameworks only append, so the mirror remembers how many items it passed on and the
+last of them, and passes on only the tail. When the history was rewritten (the last item seen is
+no longer where it was), everything is passed on again: sessions add by message id, idempotently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["Mirror"]
+
+
+class Mirror:
+    """Tracks the prefix of a framework's history a session already has."""
+
+    def __init__(self) -> None:
+        self._seen = 0
+        self._last: Any = None
+
+    def fresh(self, items: Sequence[Any]) -> list[Any]:
+        """The items after the prefix passed on before (all of them when the history was rewritten)."""
+        n = self._seen
+        if n and (n > len(items) or not _same(items[n - 1], self._last)):
+            n = 0
+        return list(items[n:])
+
+    def mark(self, items: Sequence[Any]) -> None:
+        """Record that the session now has all of ``items``."""
+        self._seen = len(items)
+        self._last = items[-1] if items else None
+
+    def reset(self) -> None:
+        """Forget everything (the session was cleared)."""
+        self._seen, self._last = 0, None
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:  # an item type whose comparison fails is simply a different item
+        return False
