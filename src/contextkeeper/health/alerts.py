@@ -50,21 +50,26 @@ class AlertRules:
 
     A view above the mark is normal while it fills towards the high-water mark (the default
     cascade compacts when the next call would not fit), so the streak starts only when a
-    compaction leaves the view above the mark, or the engine reports the ``critical`` or
-    ``overflow`` state; it ends at the first turn at or below the mark."""
+    compaction leaves the view above the mark, or the engine reports a state past ``warning``
+    (compaction not keeping up, a protected part too large, overflow); it ends at the first
+    turn at or below the mark."""
     max_evictions_per_turn: float = 5.0
     """Eviction frequency (rounds evicted per turn over the last ``eviction_window`` turns) above
     which ``high-eviction-frequency`` is raised."""
-    eviction_window: int = 10
+    eviction_window: int = 20
     """Turns the eviction frequency averages over (one compaction evicts many rounds at once)."""
     min_fidelity: float = 0.75
     """A fidelity score (share of probed facts kept) below this raises ``low-fidelity``."""
     min_compression_ratio: float = 2.0
     """A compaction whose tokens before / after is above 1 and below this raises ``low-compression``."""
     burn_spike_factor: float = 2.0
-    """A turn adding more than this × the mean of the turns before it raises ``burn-rate-spike``."""
-    burn_min_history: int = 3
-    """Growth turns needed before a spike can be told from the session's start."""
+    """A burn rate (mean growth over the last ``burn_window`` turns) above this × the mean growth of
+    the turns before them raises ``burn-rate-spike``. One large tool output is normal; several
+    turns in a row that each add far more than usual are how a runaway loop looks."""
+    burn_window: int = 10
+    """Turns the burn rate averages over."""
+    burn_min_history: int = 10
+    """Turns before the window needed for a historical mean (the session's start sets it)."""
     enabled: frozenset[AlertName] = frozenset(ALERT_NAMES)
     """The alerts raised; the others are neither delivered nor counted."""
 
@@ -77,6 +82,7 @@ class AlertRules:
             ("min_fidelity", self.min_fidelity, 0 <= self.min_fidelity <= 1, "0 <= x <= 1"),
             ("min_compression_ratio", self.min_compression_ratio, self.min_compression_ratio >= 1, "x >= 1"),
             ("burn_spike_factor", self.burn_spike_factor, self.burn_spike_factor > 1, "x > 1"),
+            ("burn_window", self.burn_window, self.burn_window >= 1, "an int >= 1"),
             ("burn_min_history", self.burn_min_history, self.burn_min_history >= 1, "an int >= 1"),
         ]
         for key, value, ok, wanted in checks:
@@ -114,21 +120,33 @@ class AlertState:
     _active: set[AlertName] = field(default_factory=set)
 
     def check(
-        self, sample: TurnSample, *, session_id: str, growth_mean: float | None, eviction_frequency: float
+        self,
+        sample: TurnSample,
+        *,
+        session_id: str,
+        burn_rate: float | None,
+        growth_mean: float | None,
+        eviction_frequency: float,
     ) -> list[HealthAlert]:
         """The alerts one finished turn raises.
 
-        ``growth_mean`` is the mean growth of the turns before it (None: too few to tell);
-        ``eviction_frequency`` the rounds evicted per turn over the recent turns, this one included.
+        ``burn_rate`` is the mean growth over the last ``burn_window`` turns, this one included, and
+        ``growth_mean`` the mean growth of the turns before them (None for either: too few turns);
+        ``eviction_frequency`` the rounds evicted per turn over the last ``eviction_window`` turns.
         """
-        return list(self._check(sample, session_id, growth_mean, eviction_frequency))
+        return list(self._check(sample, session_id, burn_rate, growth_mean, eviction_frequency))
 
     def _check(
-        self, s: TurnSample, session_id: str, growth_mean: float | None, eviction_frequency: float
+        self,
+        s: TurnSample,
+        session_id: str,
+        burn_rate: float | None,
+        growth_mean: float | None,
+        eviction_frequency: float,
     ) -> Iterator[HealthAlert]:
         rules = self.rules
         above = s.utilization > rules.critical_utilization
-        starts = s.compaction_before is not None or s.state in ("critical", "overflow")
+        starts = s.compaction_before is not None or s.state in ("error", "critical", "overflow")
         self.critical_streak = self.critical_streak + 1 if above and (self.critical_streak or starts) else 0
         if self._edge("critical-utilization", self.critical_streak >= rules.critical_turns):
             yield HealthAlert(
@@ -164,20 +182,21 @@ class AlertState:
         if s.fidelity is not None and s.fidelity < rules.min_fidelity:
             yield self.low_fidelity(session_id, s.fidelity, turn=s.turn, what="compaction probes")
         spike = (
-            growth_mean is not None
+            burn_rate is not None
+            and growth_mean is not None
             and growth_mean > 0
-            and s.growth > rules.burn_spike_factor * growth_mean
-            and s.compaction_before is None  # a compaction's own turn grows the view by design
+            and burn_rate > rules.burn_spike_factor * growth_mean
         )
-        if spike:
+        if self._edge("burn-rate-spike", spike):
+            assert burn_rate is not None and growth_mean is not None
             yield HealthAlert(
                 session_id=session_id,
                 name="burn-rate-spike",
                 turn=s.turn,
-                value=float(s.growth),
-                threshold=rules.burn_spike_factor * (growth_mean or 0.0),
-                detail=f"turn added {s.growth} tokens, {s.growth / (growth_mean or 1):.1f}x the session mean "
-                f"of {growth_mean:.0f} (a likely runaway loop)",
+                value=burn_rate,
+                threshold=rules.burn_spike_factor * growth_mean,
+                detail=f"the last {rules.burn_window} turns added {burn_rate:.0f} tokens each, "
+                f"{burn_rate / growth_mean:.1f}x the earlier mean of {growth_mean:.0f} (a likely runaway loop)",
             )
 
     def low_fidelity(self, session_id: str, score: float, *, turn: int | None, what: str) -> HealthAlert:

@@ -83,12 +83,11 @@ class HealthMonitor:
         self._state = AlertState(rules=self.rules)
         self._raising = False
         self._turn_before: int | None = None
-        self._turn_after: int | None = None
         self._turn_ms = 0.0
         self._turn_layers: Counter[str] = Counter()
         self._turn_evictions = 0
         self._last_used: int | None = None
-        self._growths: deque[int] = deque(maxlen=_RECENT)
+        self._growths: deque[int] = deque(maxlen=self.rules.burn_window)
         self._growth_sum = 0
         self._growth_turns = 0
         self._compactions: Counter[str] = Counter()
@@ -140,7 +139,6 @@ class HealthMonitor:
             if self._turn_before is None:
                 self._turn_before = event.tokens_before
         elif isinstance(event, CompactionFinished):
-            self._turn_after = event.tokens_after
             self._turn_ms += event.duration_ms
             if event.items:
                 self._turn_layers[event.layer] += 1
@@ -161,7 +159,6 @@ class HealthMonitor:
 
     def _reset_turn(self) -> None:
         self._turn_before = None
-        self._turn_after = None
         self._turn_ms = 0.0
         self._turn_layers = Counter()
         self._turn_evictions = 0
@@ -183,15 +180,20 @@ class HealthMonitor:
         if sample.fidelity is not None:
             self._fidelity = sample.fidelity
             self.process.fidelity(sample.fidelity)
+        if sample.growth is not None:
+            growths = self._growths
+            if len(growths) == growths.maxlen:  # the oldest of the window joins the history
+                self._growth_sum += growths[0]
+                self._growth_turns += 1
+            growths.append(max(0, sample.growth))
+        full = len(self._growths) == self._growths.maxlen
+        burn = statistics.fmean(self._growths) if full else None
         mean = self._growth_sum / self._growth_turns if self._growth_turns >= self.rules.burn_min_history else None
         window = list(self.samples)[-self.rules.eviction_window :]
         evictions = sum(r.evictions for r in window) / len(window)
-        raised = self._state.check(sample, session_id=self.session_id, growth_mean=mean, eviction_frequency=evictions)
-        if sample.compaction_before is None and sample.growth > 0:  # compaction turns' growth is kept apart
-            self._growth_sum += sample.growth
-            self._growth_turns += 1
-        if sample.growth > 0 or sample.compaction_before is not None:
-            self._growths.append(max(0, sample.growth))
+        raised = self._state.check(
+            sample, session_id=self.session_id, burn_rate=burn, growth_mean=mean, eviction_frequency=evictions
+        )
         self.latest = self._snapshot(sample)
         self.history.append(self.latest)
         for alert in raised:
@@ -211,7 +213,7 @@ class HealthMonitor:
             self._breaker = status.breaker
             reuse, fidelity = self._view_checks(session, compacted=self._turn_before is not None)
         start = self._turn_before if self._turn_before is not None else used
-        growth = start - self._last_used if self._last_used is not None else 0
+        growth = start - self._last_used if self._last_used is not None else None
         self._last_used = used
         return TurnSample(
             turn=event.turn or 0,
@@ -224,7 +226,8 @@ class HealthMonitor:
             evictions=self._turn_evictions,
             layers=dict(self._turn_layers),
             compaction_before=self._turn_before,
-            compaction_after=self._turn_after if self._turn_before is not None else None,
+            # the view as sent, not the last layer's figure: the context block is rendered after the layers
+            compaction_after=used if self._turn_before is not None else None,
             compaction_ms=round(self._turn_ms, 3),
             tool_result_share=tool_share,
             prefix_reuse=reuse,
@@ -252,7 +255,11 @@ class HealthMonitor:
                 total = sum(count(m) for m in view)
                 reuse = sum(count(m) for m in view[:shared]) / total if total else 1.0
             if compacted and self.fidelity_probe is not None:
-                compaction_input = [*prev, *transcript[self._prev_transcript :]]
+                # the input's own messages: the previous context block and stand-ins were probed
+                # when they were made, and would count the engine's words as the user's
+                known = {m.message_id for m in transcript}
+                compaction_input = [m for m in prev if m.message_id in known]
+                compaction_input += transcript[self._prev_transcript :]
                 try:
                     fidelity = self.fidelity_probe(compaction_input, view)
                 except Exception:  # a probe bug must never stop the agent

@@ -2,7 +2,8 @@
 
 Facts that matter are the ones the user or the agent stated, not every token of every tool output
 (those stay in snapshots and are read back on demand): identifiers the user gave or the agent
-named in its text and tool-call arguments, the user's constraints, the agent's decisions, and
+named in two of its messages or more (text and tool-call arguments), the user's constraints, the
+agent's decisions, and
 open items (failed calls not yet fixed, TODOs, a pending question). A fact survives when its
 text occurs in what the model reads next: the view, which carries the ledger, the notes and the
 running summary. Identifiers, constraints and open items are found and matched by
@@ -84,13 +85,22 @@ def decision_sentences(messages: Sequence[Message]) -> list[str]:
 
 
 def _agent_identifiers(messages: Sequence[Message], limit: int) -> list[str]:
-    """Identifiers the user gave or the agent named (not those that merely appeared in a tool output)."""
-    found: dict[str, None] = {}
+    """Identifiers the user gave, and those the agent named in two messages or more.
+
+    Not those that merely appeared in a tool output, nor a path the agent touched once long ago:
+    what the agent keeps coming back to is what it will need again (the working set's rule too).
+    """
+    user: dict[str, None] = {}
+    agent: dict[str, int] = {}
     for m in messages:
-        if m.role in ("user", "assistant"):
+        if m.role == "user":
             for f in message_identifiers(m):
-                found.setdefault(f, None)
-    return list(found)[:limit]
+                user.setdefault(f, None)
+        elif m.role == "assistant":
+            for f in message_identifiers(m):
+                agent[f] = agent.get(f, 0) + 1
+    recurring = [f for f, n in agent.items() if n >= 2 and f not in user]
+    return [*user, *recurring][:limit]
 
 
 def extract_probes(messages: Sequence[Message], *, max_identifiers: int = 40) -> list[Probe]:

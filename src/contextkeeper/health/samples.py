@@ -27,8 +27,8 @@ class TurnSample:
     """The effective budget (the counter's tokens)."""
     utilization: float
     state: str
-    growth: int
-    """Tokens this turn added before any compaction (the burn)."""
+    growth: int | None
+    """Tokens this turn added before any compaction (the burn); None on the first turn."""
     evictions: int = 0
     """Rounds the evict layer dropped in this turn."""
     layers: dict[str, int] = field(default_factory=dict)
@@ -64,7 +64,7 @@ class HealthSnapshot:
     budget: int
     state: str
     burn_rate: float
-    """Mean tokens added per turn over the recent turns."""
+    """Mean tokens added per turn over the recent turns (`AlertRules.burn_window`)."""
     turns_until_overflow: float | None
     """Turns left at ``burn_rate`` before the view reaches the budget (None when it does not grow)."""
     eviction_frequency: float
