@@ -60,6 +60,8 @@ __all__ = [
     "CompactionSection",
     "ConfigProblem",
     "ModelOverride",
+    "ServiceKey",
+    "ServiceSection",
     "Settings",
     "find_config_file",
     "load_settings",
@@ -252,6 +254,49 @@ class ModelOverride(BaseModel):
     max_output: Int | None = Field(default=None, gt=0)
 
 
+class ServiceKey(BaseModel):
+    """One API key of the service: its SHA-256 (hex) and the tenant it stands for."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str = Field(min_length=1, max_length=128)
+    key_sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
+    """``sha256(key).hexdigest()``; the key itself is never stored (`contextkeeper serve --hash-key KEY`)."""
+
+
+class ServiceSection(BaseModel):
+    """``[service]``: the OpenAI-compatible proxy run by ``contextkeeper serve``."""
+
+    model_config = _SECTION_CONFIG
+
+    host: str = "127.0.0.1"
+    port: Int = Field(default=8787, ge=0, le=65535)
+    upstream_url: str = "https://api.openai.com/v1"
+    """The OpenAI-compatible server requests are forwarded to (its API root, usually ending in /v1)."""
+    upstream_api_key_env: str | None = "OPENAI_API_KEY"
+    """Environment variable holding the upstream key; without it the client's own bearer is forwarded
+    when the service has no API keys of its own."""
+    api_keys: list[ServiceKey] = Field(default_factory=list)
+    """Keys that map to tenants; empty: no authentication, every request is tenant ``default``."""
+    require_session_id: bool = False
+    """Refuse requests naming no session (``X-Session-Id`` or ``user``); else they pass through unmanaged."""
+    max_body_bytes: Int = Field(default=8 * 1024 * 1024, gt=0)
+    max_concurrent_per_tenant: Int = Field(default=64, gt=0)
+    upstream_timeout: Number = Field(default=600.0, gt=0)
+    """Seconds to wait for the upstream's reply (between stream chunks for a stream)."""
+    upstream_connect_timeout: Number = Field(default=10.0, gt=0)
+    keepalive_seconds: Number = Field(default=15.0, gt=0)
+    """Seconds between SSE keep-alive comments."""
+    event_history: Int = Field(default=1000, ge=0)
+    """Events kept per session for ``Last-Event-ID`` resume."""
+    metrics_sessions: Int = Field(default=100, ge=0)
+    """Sessions with their own utilization gauge (the most recently active; bounds label cardinality)."""
+    log_content: bool = False
+    """Log message content (off: logs carry sizes and ids only)."""
+    max_cached_sessions: Int = Field(default=1000, gt=0)
+    """Sessions kept open in memory per process (the least recently used are reopened from the store)."""
+
+
 # --- the settings --------------------------------------------------------------------------------
 
 STORE_URL_FORMS = (
@@ -287,6 +332,7 @@ class Settings(BaseSettings):
     store: StoreSection = Field(default_factory=StoreSection)
     summarizer: SummarizerSection = Field(default_factory=SummarizerSection)
     models: dict[str, ModelOverride] = Field(default_factory=dict)
+    service: ServiceSection = Field(default_factory=ServiceSection)
 
     @classmethod
     def settings_customise_sources(

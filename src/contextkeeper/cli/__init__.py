@@ -20,6 +20,7 @@ from . import _common
 from .bench import bench_app
 from .config import config_app
 from .demo import demo_command
+from .serve import serve_command
 from .sessions import inspect_command, sessions_app
 from .transcript import compact_command, count_command
 
@@ -172,16 +173,7 @@ app.command("inspect")(inspect_command)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(config_app, name="config")
 app.add_typer(bench_app, name="bench")
-
-
-@app.command("serve")
-def serve_command() -> None:
-    """Run the OpenAI-compatible proxy service (not available in this version)."""
-    raise _common.CLIError(
-        "`contextkeeper serve` is not available in this version: this release has no proxy service (sessions "
-        "REST, SSE events, /metrics, dashboard). Use the library API (contextkeeper.Session) in your own process.",
-        exit_code=2,
-    )
+app.command("serve")(serve_command)
 
 
 def main() -> None:

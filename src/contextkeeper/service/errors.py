@@ -1,0 +1,61 @@
+"""OpenAI-style error replies: ``{"error": {"message", "type", "param", "code"}}`` with the right status.
+
+Agents behind the proxy already handle OpenAI's errors; answering in the same shape keeps their
+retry and back-off logic working unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from starlette.responses import JSONResponse
+
+__all__ = ["ServiceError", "error_response"]
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    502: "upstream_error",
+    503: "service_unavailable",
+    504: "upstream_timeout",
+}
+
+
+class ServiceError(Exception):
+    """A request the service answers with an error body (raised inside route handlers)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+        self.headers = dict(headers or {})
+
+    def response(self) -> JSONResponse:
+        """The error as a response."""
+        return error_response(self.status, self.message, code=self.code, param=self.param, headers=self.headers)
+
+
+def error_response(
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    param: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    """An OpenAI-style error body with ``status``."""
+    body = {"error": {"message": message, "type": _TYPES.get(status, "api_error"), "param": param, "code": code}}
+    return JSONResponse(body, status_code=status, headers=dict(headers or {}))

@@ -1,0 +1,277 @@
+"""Session events as Server-Sent Events: numbered per session, kept for resume, fanned out.
+
+Every event of a session gets the next number of that session; the newest ``history`` of them are
+kept, so a client reconnecting with ``Last-Event-ID`` gets what it missed. `LocalHub` does this in
+process memory (one process, or SQLite); `RedisHub` keeps the numbers and the history in Redis and
+fans events out with Redis pub/sub, so an SSE client of one replica sees the events of a session
+served by another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator, Mapping
+from contextlib import suppress
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+__all__ = ["EventHub", "LocalHub", "RedisHub", "encode_event", "open_hub", "sse_stream"]
+
+logger = logging.getLogger(__name__)
+
+Numbered = tuple[int, dict[str, Any]]
+"""An event's number in its session and its JSON-ready dict (``kind`` names it)."""
+
+
+def encode_event(event_id: int, record: Mapping[str, Any]) -> bytes:
+    """One SSE frame: ``id``, ``event`` (the event's kind) and its JSON as ``data``."""
+    data = json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str)
+    return f"id: {event_id}\nevent: {record.get('kind', 'message')}\ndata: {data}\n\n".encode()
+
+
+class EventHub(Protocol):
+    """Numbers, keeps and delivers session events."""
+
+    def publish(self, tenant: str, session_id: str, record: dict[str, Any]) -> None:
+        """Queue an event of the session (never blocks; called from session callbacks)."""
+
+    def listen(self, tenant: str, session_id: str) -> asyncio.Queue[Numbered]:
+        """A queue receiving the session's events from now on; `unlisten` it when done."""
+        ...
+
+    def unlisten(self, tenant: str, session_id: str, queue: asyncio.Queue[Numbered]) -> None:
+        """Stop delivering to ``queue``."""
+
+    async def since(self, tenant: str, session_id: str, after: int) -> list[Numbered]:
+        """Kept events numbered above ``after``, oldest first."""
+        ...
+
+    async def start(self) -> None:
+        """Start background delivery."""
+
+    async def stop(self) -> None:
+        """Stop background delivery."""
+
+    async def ping(self) -> None:
+        """Raise when the hub's backend cannot be reached."""
+
+
+class _Listeners:
+    def __init__(self) -> None:
+        self._queues: defaultdict[tuple[str, str], set[asyncio.Queue[Numbered]]] = defaultdict(set)
+
+    def listen(self, tenant: str, session_id: str) -> asyncio.Queue[Numbered]:
+        queue: asyncio.Queue[Numbered] = asyncio.Queue(maxsize=10_000)
+        self._queues[(tenant, session_id)].add(queue)
+        return queue
+
+    def unlisten(self, tenant: str, session_id: str, queue: asyncio.Queue[Numbered]) -> None:
+        queues = self._queues.get((tenant, session_id))
+        if queues is not None:
+            queues.discard(queue)
+            if not queues:
+                del self._queues[(tenant, session_id)]
+
+    def deliver(self, tenant: str, session_id: str, item: Numbered) -> None:
+        for queue in list(self._queues.get((tenant, session_id), ())):
+            with suppress(asyncio.QueueFull):  # a client that stopped reading loses events, not the server
+                queue.put_nowait(item)
+
+
+class LocalHub(_Listeners):
+    """Events of this process only (a single replica)."""
+
+    def __init__(self, history: int = 1000) -> None:
+        super().__init__()
+        self.history = history
+        self._kept: defaultdict[tuple[str, str], deque[Numbered]] = defaultdict(lambda: deque(maxlen=history))
+        self._numbers: defaultdict[tuple[str, str], int] = defaultdict(int)
+
+    def publish(self, tenant: str, session_id: str, record: dict[str, Any]) -> None:
+        key = (tenant, session_id)
+        self._numbers[key] += 1
+        item = (self._numbers[key], record)
+        if self.history:
+            self._kept[key].append(item)
+        self.deliver(tenant, session_id, item)
+
+    async def since(self, tenant: str, session_id: str, after: int) -> list[Numbered]:
+        return [item for item in self._kept.get((tenant, session_id), ()) if item[0] > after]
+
+    def forget(self, tenant: str, session_id: str) -> None:
+        """Drop a deleted session's events."""
+        self._kept.pop((tenant, session_id), None)
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    async def ping(self) -> None:
+        return None
+
+
+# Numbers the event, keeps it (newest first, trimmed) and publishes "<number> <json>" in one step.
+_PUBLISH = """
+local n = redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+local message = n .. ' ' .. ARGV[2]
+if tonumber(ARGV[3]) > 0 then
+  redis.call('LPUSH', KEYS[2], message)
+  redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[3]) - 1)
+  redis.call('EXPIRE', KEYS[2], ARGV[4])
+end
+redis.call('PUBLISH', ARGV[1], message)
+return n
+"""
+
+
+class RedisHub(_Listeners):
+    """Events shared by every replica over one Redis: numbers and history in keys, delivery by pub/sub."""
+
+    def __init__(self, url: str, *, prefix: str = "contextkeeper", history: int = 1000, ttl: int = 7 * 86400) -> None:
+        super().__init__()
+        import redis.asyncio as aioredis
+
+        self._redis = aioredis.Redis.from_url(url)
+        self.prefix = prefix
+        self.history = history
+        self.ttl = ttl
+        self.channel = f"{prefix}:events"
+        self._outbox: asyncio.Queue[tuple[str, str, dict[str, Any]]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._script = self._redis.register_script(_PUBLISH)
+        self._subscribed = asyncio.Event()
+
+    def _keys(self, tenant: str, session_id: str) -> list[str]:
+        base = f"{self.prefix}:ev:{len(tenant)}:{tenant}:{session_id}"
+        return [f"{base}:n", f"{base}:log"]
+
+    def publish(self, tenant: str, session_id: str, record: dict[str, Any]) -> None:
+        self._outbox.put_nowait((tenant, session_id, record))
+
+    async def _publisher(self) -> None:
+        while True:
+            tenant, session_id, record = await self._outbox.get()
+            payload = json.dumps([tenant, session_id, record], separators=(",", ":"), default=str)
+            try:
+                await self._script(
+                    keys=self._keys(tenant, session_id), args=[self.channel, payload, self.history, self.ttl]
+                )
+            except Exception:  # events are best effort: a Redis outage must not stop the proxy
+                logger.warning("could not publish a %s event of session %s to Redis", record.get("kind"), session_id)
+
+    async def _subscriber(self) -> None:
+        while True:
+            pubsub = self._redis.pubsub()
+            try:
+                await pubsub.subscribe(self.channel)
+                self._subscribed.set()
+                async for message in pubsub.listen():
+                    if message.get("type") != "message":
+                        continue
+                    item = _parse(message["data"])
+                    if item is not None:
+                        tenant, session_id, numbered = item
+                        self.deliver(tenant, session_id, numbered)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("Redis event subscription broke; resubscribing in 1 s")
+                await asyncio.sleep(1.0)
+            finally:
+                with suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def since(self, tenant: str, session_id: str, after: int) -> list[Numbered]:
+        raw = await self._redis.lrange(self._keys(tenant, session_id)[1], 0, -1)
+        out: list[Numbered] = []
+        for data in reversed(raw):
+            item = _parse(data)
+            if item is not None and item[2][0] > after:
+                out.append(item[2])
+        return out
+
+    def forget(self, tenant: str, session_id: str) -> None:
+        """Nothing to drop here: a deleted session's keys expire."""
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._publisher()), asyncio.create_task(self._subscriber())]
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._subscribed.wait(), timeout=5.0)
+
+    async def stop(self) -> None:
+        # let queued events go out before the publisher stops
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._drain(), timeout=2.0)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with suppress(asyncio.CancelledError, Exception):
+                await task
+        await self._redis.aclose()
+
+    async def _drain(self) -> None:
+        while not self._outbox.empty():
+            await asyncio.sleep(0.01)
+
+    async def ping(self) -> None:
+        await self._redis.ping()
+
+
+def _parse(data: bytes | str) -> tuple[str, str, Numbered] | None:
+    text = data.decode() if isinstance(data, bytes) else data
+    number, _, payload = text.partition(" ")
+    try:
+        tenant, session_id, record = json.loads(payload)
+        return str(tenant), str(session_id), (int(number), record)
+    except (ValueError, TypeError):
+        return None
+
+
+def open_hub(store_url: str, *, history: int) -> LocalHub | RedisHub:
+    """A `RedisHub` when the store is Redis (replicas share it), else a `LocalHub`."""
+    parts = urlsplit(store_url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("redis", "rediss"):
+        return LocalHub(history)
+    prefix = parse_qs(parts.query).get("prefix", ["contextkeeper"])[0]
+    return RedisHub(urlunsplit((scheme, parts.netloc, parts.path, "", "")), prefix=prefix, history=history)
+
+
+async def sse_stream(
+    hub: EventHub,
+    tenant: str,
+    session_id: str,
+    *,
+    last_event_id: int,
+    keepalive: float,
+) -> AsyncIterator[bytes]:
+    """The session's events as SSE frames: first those after ``last_event_id``, then live ones.
+
+    A comment line goes out every ``keepalive`` seconds without events, so proxies keep the
+    connection open and a dead client is noticed.
+    """
+    queue = hub.listen(tenant, session_id)  # before reading the history: nothing falls in between
+    try:
+        yield b"retry: 2000\n\n"
+        sent = last_event_id
+        for number, record in await hub.since(tenant, session_id, last_event_id):
+            yield encode_event(number, record)
+            sent = number
+        while True:
+            try:
+                number, record = await asyncio.wait_for(queue.get(), timeout=keepalive)
+            except TimeoutError:
+                yield b": keep-alive\n\n"
+                continue
+            if number <= sent:
+                continue  # already sent from the history
+            yield encode_event(number, record)
+            sent = number
+    finally:
+        hub.unlisten(tenant, session_id, queue)

@@ -1,0 +1,118 @@
+"""Fixtures of the service tests: the scripted upstream, a real uvicorn server in a thread, an HTTP client.
+
+Every test talks HTTP to a real server on a free loopback port: the service (uvicorn, in a thread
+of the test process) in front of `ScriptedOpenAIServer` (the upstream), over a real store.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from contextkeeper.service import create_app
+from contextkeeper.settings import Settings
+from contextkeeper.testing import ScriptedOpenAIServer
+
+MODEL = "scripted-model"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def make_settings(store_url: str, upstream: str, *, window: int = 4000, **service: Any) -> Settings:
+    """Settings for a test service: the scripted model with a small window, no summarizer LLM."""
+    return Settings(
+        store={"url": store_url},
+        models={MODEL: {"context_length": window, "max_output": 200}},
+        service={"upstream_url": upstream, "upstream_api_key_env": "CK_TEST_UPSTREAM_KEY", **service},
+    )
+
+
+class Running:
+    """A service running in a thread: its base URL and a client."""
+
+    def __init__(self, server: uvicorn.Server, thread: threading.Thread, port: int) -> None:
+        self.server, self.thread, self.port = server, thread, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.client = httpx.Client(base_url=self.url, timeout=30)
+
+    @property
+    def app(self) -> Any:
+        return self.server.config.app
+
+    def stop(self) -> None:
+        self.client.close()
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+def start_service(settings: Settings) -> Running:
+    app = create_app(settings)
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", access_log=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the service did not start")
+        time.sleep(0.02)
+    return Running(server, thread, port)
+
+
+@pytest.fixture
+def upstream() -> Iterator[ScriptedOpenAIServer]:
+    with ScriptedOpenAIServer(default="ok", model=MODEL) as server:
+        yield server
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'sessions.db'}"
+
+
+@pytest.fixture
+def service_factory() -> Iterator[Callable[[Settings], Running]]:
+    running: list[Running] = []
+
+    def start(settings: Settings) -> Running:
+        service = start_service(settings)
+        running.append(service)
+        return service
+
+    yield start
+    for service in running:
+        service.stop()
+
+
+@pytest.fixture
+def service(service_factory: Callable[[Settings], Running], upstream: ScriptedOpenAIServer, sqlite_url: str) -> Running:
+    return service_factory(make_settings(sqlite_url, upstream.base_url))
+
+
+def chat(*messages: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"model": MODEL, "messages": list(messages), **extra}
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+SYSTEM = {"role": "system", "content": "You are a careful agent."}

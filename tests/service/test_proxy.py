@@ -1,0 +1,102 @@
+"""The proxy over real HTTP: the client's history in, the session's view to the upstream, the reply back."""
+
+from __future__ import annotations
+
+from contextkeeper.stores import open_store
+from contextkeeper.testing import ScriptedOpenAIServer, ScriptedReply
+
+from .conftest import SYSTEM, Running, chat, user
+
+
+def stored(service: Running, session_id: str) -> list[tuple[str, str]]:
+    url = service.app.state.service.settings.store_url
+    with open_store(url) as store:
+        return [(m.role, m.text) for m in store.load_messages(session_id, tenant="default")]
+
+
+def test_a_reply_passes_through_and_both_sides_land_in_the_transcript(
+    service: Running, upstream: ScriptedOpenAIServer
+) -> None:
+    upstream.push(ScriptedReply(text="Paris.", prompt_tokens=40, completion_tokens=2))
+    response = service.client.post(
+        "/v1/chat/completions", json=chat(SYSTEM, user("Capital of France?")), headers={"X-Session-Id": "s1"}
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["choices"][0]["message"]["content"] == "Paris."
+    assert body["usage"]["prompt_tokens"] == 40
+    assert response.headers["x-session-id"] == "s1"
+    sent = upstream.requests[-1]
+    assert [m["role"] for m in sent["messages"]][:1] == ["system"]
+    assert sent["messages"][-1] == {"role": "user", "content": "Capital of France?"}
+    assert stored(service, "s1") == [
+        ("system", "You are a careful agent."),
+        ("user", "Capital of France?"),
+        ("assistant", "Paris."),
+    ]
+
+
+def test_the_re_sent_history_is_not_added_twice(service: Running, upstream: ScriptedOpenAIServer) -> None:
+    upstream.push("first answer", "second answer", "third answer")
+    history = [SYSTEM, user("one")]
+    for turn, question in enumerate(["two", "three", None]):
+        r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "s2"})
+        assert r.status_code == 200, r.text
+        # the client echoes the reply with the extra fields the OpenAI SDK adds
+        echoed = {**r.json()["choices"][0]["message"], "refusal": None, "annotations": []}
+        history += [echoed] + ([user(question)] if question else [])
+        assert len(stored(service, "s2")) == 3 + 2 * turn
+    assert [text for _, text in stored(service, "s2")] == [
+        "You are a careful agent.",
+        "one",
+        "first answer",
+        "two",
+        "second answer",
+        "three",
+        "third answer",
+    ]
+
+
+def test_the_user_field_names_the_session_when_there_is_no_header(
+    service: Running, upstream: ScriptedOpenAIServer
+) -> None:
+    r = service.client.post("/v1/chat/completions", json=chat(user("hi"), user="agent-7"))
+    assert r.status_code == 200
+    assert stored(service, "agent-7") == [("user", "hi"), ("assistant", "ok")]
+
+
+def test_without_a_session_the_request_passes_through_unmanaged(
+    service: Running, upstream: ScriptedOpenAIServer
+) -> None:
+    r = service.client.post("/v1/chat/completions", json=chat(user("hi"), temperature=0.2, seed=7))
+    assert r.status_code == 200
+    assert upstream.requests[-1] == chat(user("hi"), temperature=0.2, seed=7)
+    listed = service.client.get("/v1/sessions").json()
+    assert listed["data"] == []
+
+
+def test_other_request_fields_reach_the_upstream_unchanged(service: Running, upstream: ScriptedOpenAIServer) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    extra = {"temperature": 0.1, "tools": tools, "tool_choice": "auto", "response_format": {"type": "text"}}
+    r = service.client.post("/v1/chat/completions", json=chat(user("go"), **extra), headers={"X-Session-Id": "s3"})
+    assert r.status_code == 200
+    sent = upstream.requests[-1]
+    assert {k: sent[k] for k in extra} == extra
+
+
+def test_a_long_session_is_compacted_before_it_reaches_the_upstream(
+    service: Running, upstream: ScriptedOpenAIServer
+) -> None:
+    history = [SYSTEM]
+    for i in range(40):
+        history.append(user(f"step {i}: " + "the build log says nothing new here " * 12))
+        r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "long"})
+        assert r.status_code == 200, r.text
+        history.append(r.json()["choices"][0]["message"])
+    last = upstream.requests[-1]["messages"]
+    assert len(last) < len(history) - 1  # the upstream got the compacted view, not the whole history
+    assert last[0]["role"] == "system" and last[-1]["content"].startswith("step 39:")
+    assert len(stored(service, "long")) == len(history)  # the transcript keeps everything
+    detail = service.client.get("/v1/sessions/long").json()
+    assert sum(detail["status"]["compactions"].values()) >= 1
+    assert detail["status"]["used"] <= detail["status"]["budget"]

@@ -1,0 +1,71 @@
+"""`contextkeeper serve` as a real process: embedded defaults, a config file, the key helper."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from contextkeeper.testing import ScriptedOpenAIServer
+
+from .conftest import MODEL, free_port
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    """Wait until the service at ``url`` answers /healthz (its stderr goes to ``log``)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"serve exited: {log.read_text()}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise AssertionError("serve did not answer /healthz in 30 s")
+
+
+def test_serve_runs_on_embedded_defaults_and_a_config_file(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "contextkeeper.toml"
+    with ScriptedOpenAIServer(default="from upstream", model=MODEL) as upstream:
+        config.write_text(
+            f'[service]\nupstream_url = "{upstream.base_url}"\nport = {port}\n'
+            f'[models."{MODEL}"]\ncontext_length = 8000\n'
+        )
+        env = {**os.environ, "CONTEXTKEEPER_HOME": str(tmp_path / "home")}
+        log = tmp_path / "serve.log"
+        with log.open("wb") as err:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "contextkeeper", "serve", "--config", str(config), "--log-level", "warning"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_ready(url, process, log)
+            r = httpx.post(
+                f"{url}/v1/chat/completions",
+                json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
+                headers={"X-Session-Id": "cli"},
+                timeout=10,
+            )
+            assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "from upstream"
+            # the embedded default store: SQLite in the user directory
+            assert (tmp_path / "home" / "sessions.db").exists()
+        finally:
+            process.terminate()
+            process.wait(timeout=15)
+
+
+def test_hash_key_prints_the_sha256_for_the_config() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "contextkeeper", "serve", "--hash-key", "sk-test"], capture_output=True, check=True
+    )
+    assert out.stdout.decode().strip() == hashlib.sha256(b"sk-test").hexdigest()
