@@ -7,6 +7,7 @@ the I/O of the summarize layer: the engine's compaction is a generator that yiel
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -51,6 +52,9 @@ from .usage import RequestUsage, SessionUsage
 
 if TYPE_CHECKING:
     from .llm.base import AsyncModel, Model, ModelResponse, StreamEvent
+    from .memory.longterm import LongTermMemory
+    from .memory.tiers import HybridMemory
+    from .recall import SessionMemory
 
 __all__ = ["AsyncSession", "DelegableTask", "OutputFormat", "PreparedView", "Session"]
 
@@ -123,6 +127,9 @@ class DelegableTask:
 
 
 class _BaseSession:
+    _recalled_async = False
+    """True for the async twin: it recalls off the event loop before `_finish` (see `AsyncSession._arecalled`)."""
+
     def __init__(
         self,
         session_id: str | None = None,
@@ -142,8 +149,17 @@ class _BaseSession:
         data_dir: str | os.PathLike[str] | None = None,
         thresholds: Thresholds | None = None,
         max_tokens: int | Literal["reserved"] | None = "reserved",
+        memory: SessionMemory | LongTermMemory | HybridMemory | bool | None = None,
     ) -> None:
         self.session_id = session_id or "ses_" + uuid.uuid4().hex
+        self.memory: SessionMemory | None = None
+        """Long-term memory wired into the view (`contextkeeper.recall`); None when off (the default)."""
+        if memory is not None and memory is not False:
+            from .recall import coerce_memory
+
+            self.memory = coerce_memory(memory)
+            assert self.memory is not None
+            self.memory.bind(self.session_id, tenant)
         if not (max_tokens is None or max_tokens == "reserved" or _positive_int(max_tokens)):
             raise ConfigError(
                 f"max_tokens={max_tokens!r}: use 'reserved' (send the reserved output), a positive int, or None "
@@ -165,6 +181,10 @@ class _BaseSession:
             counter = get_counter(counter)
         self.accountant = TokenAccountant(counter, framing=framing)
         self.tools = [*tools, READ_CONTEXT_TOOL] if include_read_tool else list(tools)
+        if include_read_tool and self.memory is not None:
+            from .recall import RECALL_TOOL
+
+            self.tools.append(RECALL_TOOL)
         self.configured_budget = Budget(
             window=ctx_window,
             reserved_output=reserved_output,
@@ -173,6 +193,7 @@ class _BaseSession:
         )
         """The budget as configured; `budget` adds calibration and the window the server serves."""
         self._budget_key: tuple[float, int | None] = (1.0, None)
+        self._pipeline_cache: tuple[Budget, int, Budget] | None = None
         self._budget = self.configured_budget
         self._largest_answered = 0
         """Counted tokens of the largest view a model answered (an empty stream past it may be an overflow)."""
@@ -208,12 +229,27 @@ class _BaseSession:
         self.engine = ContextEngine(
             session_id=self.session_id,
             accountant=self.accountant,
-            budget=self._current_budget,
+            budget=self._current_budget if self.memory is None else self._pipeline_budget,
             config=self.config,
             snapshots=self.snapshots,
             events=self.events,
         )
         self._converted = None
+
+    def _pipeline_budget(self) -> Budget:
+        """The budget the compaction pipeline works to: the session's, less the room recalled memories take."""
+        budget = self._current_budget()
+        assert self.memory is not None
+        reserve = self.memory.reserve(getattr(self, "engine", None), budget.effective)
+        cached = self._pipeline_cache
+        if cached is not None and cached[0] is budget and cached[1] == reserve:
+            return cached[2]
+        try:
+            narrowed = replace(budget, tool_schemas=budget.tool_schemas + reserve)
+        except ConfigError:  # a budget too small to share: memory gets no room of its own
+            narrowed = budget
+        self._pipeline_cache = (budget, reserve, narrowed)
+        return narrowed
 
     # --- budget: calibration and the served window -------------------------------------------
     @property
@@ -426,7 +462,12 @@ class _BaseSession:
 
     def status(self) -> ViewStatus:
         """Accounting of the current view (``degraded`` says when the store does not have it yet)."""
-        return self._with_store(self.engine.status())
+        status = self.engine.status()
+        if self.memory is not None:
+            from .recall import with_memory_status
+
+            status = with_memory_status(status, self.memory, budget=self.budget)
+        return self._with_store(status)
 
     def _store_problem(self) -> str | None:
         return None if self._link is None else self._link.problem
@@ -492,6 +533,8 @@ class _BaseSession:
         """
         if name == NOTES_TOOL["function"]["name"]:
             return self.engine.notes.handle_tool_call(arguments, turn=self.engine.turn)
+        if name == "recall" and self.memory is not None:
+            return self._answer_recall(arguments)
         if name != READ_CONTEXT_TOOL["function"]["name"]:
             return None
         example = '{"ref": "#12" | "snap_…" | "msg_a..msg_b", "page": 1}'
@@ -511,6 +554,35 @@ class _BaseSession:
             return self.read_context(ref, page=number)
         except SnapshotError as exc:
             return f"error: {exc}"
+
+    def recall(self, query: str) -> str:
+        """Handle the `recall` tool: the memories best matching ``query`` that the view does not show.
+
+        Raises:
+            UsageError: the session has no memory (create it with ``memory=``).
+            MemoryQueryError: the query is empty or not text.
+        """
+        if self.memory is None:
+            raise UsageError(f"session {self.session_id!r} has no long-term memory; create it with `memory=`.")
+        from .exceptions import MemoryQueryError
+        from .memory.longterm import MAX_QUERY_CHARS
+
+        if not isinstance(query, str) or not query.strip():
+            raise MemoryQueryError(f"recall needs the query as a non-empty text, got {brief(query)}.", field="query")
+        room = self.memory.room(self.budget.effective)
+        return self.memory.answer(
+            query[-MAX_QUERY_CHARS:], view=self.engine.book.view, max_tokens=room, count=self.accountant.count_message
+        )
+
+    def _answer_recall(self, arguments: str | Mapping[str, Any]) -> str:
+        example = '{"query": "the failing test and its error"}'
+        args = tool_arguments(arguments, example=example)
+        if isinstance(args, str):
+            return args
+        query = args.get("query")
+        if not isinstance(query, str) or not query.strip():
+            return f"error: query must be a non-empty text, got {brief(query)}; send {example}."
+        return self.recall(query)
 
     # --- hooks for agent loops --------------------------------------------------------------
     def on_turn_start(self) -> ViewStatus:
@@ -538,7 +610,8 @@ class _BaseSession:
             reported = usage.get("prompt_tokens", usage.get("input_tokens"))
         if _positive_int(reported):
             # the provider counts the tool schemas too: compare like with like (the counter's tokens)
-            estimated = self.engine.status().used_raw + self.budget.tool_schemas
+            recalled = self.memory.tokens if self.memory is not None else 0
+            estimated = self.engine.status().used_raw + recalled + self.budget.tool_schemas
             self.accountant.calibration.record(estimated, reported)
         if step:
             self.engine.ledger.note(step, status=status)
@@ -584,7 +657,31 @@ class _BaseSession:
         if getattr(report, "spike", False):
             self.events.emit(Alert(session_id=self.session_id, alert="spike", detail=f"turn cost spike: {report}"))
 
+    def _recalled(self, result: tuple[list[Message], ViewStatus]) -> tuple[list[Message], ViewStatus]:
+        """The pipeline's view with the memories the current request recalls (see `contextkeeper.recall`)."""
+        memory = self.memory
+        if memory is None:
+            return result
+        from .recall import with_memory_status
+
+        view, status = result
+        budget = self.budget
+        try:
+            view = memory.assemble(
+                self.engine,
+                view,
+                used=status.used_raw,
+                effective=budget.effective,
+                count=self.accountant.count_message,
+            )
+        except Exception:  # a memory bug must never fail the turn: serve the pipeline's view
+            self.engine.hook_errors += 1
+            logger.exception("memory failed for session %s", self.session_id)
+        return view, with_memory_status(status, memory, budget=budget)
+
     def _finish(self, result: tuple[list[Message], ViewStatus], format: OutputFormat | None) -> PreparedView:
+        if self.memory is not None and not self._recalled_async:
+            result = self._recalled(result)
         view, status = result[0], self._with_store(result[1])
         fmt = format or self.format
         if fmt == "internal":  # the engine's copy already: the caller may change it freely
@@ -594,6 +691,8 @@ class _BaseSession:
     def _convert(self, view: list[Message], fmt: Format) -> list[Any]:
         """The view in ``fmt``; between compactions only the appended messages are converted."""
         generation = self.engine.view_generation
+        if self.memory is not None:  # a recalled block inserted before the request changes the view too
+            generation = hash((generation, *(m.message_id for m in view if m.extra.get("contextkeeper") == "memory")))
         cached = self._converted
         # Anthropic output merges neighbouring messages, so only per-message formats extend in place.
         if cached is not None and cached[0] == generation and cached[1] == fmt and fmt != "anthropic":
@@ -980,8 +1079,20 @@ class AsyncSession(_BaseSession):
         self._stored_snapshots: set[str] = set()
         self._alink = None if store is None else AsyncStoreLink(store, self.session_id, self.tenant, self.events)
 
+    _recalled_async = True
+
     def _store_problem(self) -> str | None:
         return None if self._alink is None else self._alink.problem
+
+    async def _arecalled(self, result: tuple[list[Message], ViewStatus]) -> tuple[list[Message], ViewStatus]:
+        """`_recalled` in a worker thread: a memory backend's I/O (SQLite, Postgres) never blocks the loop."""
+        if self.memory is None:
+            return result
+        return await asyncio.to_thread(self._recalled, result)
+
+    async def arecall(self, query: str) -> str:
+        """`recall` off the event loop."""
+        return await asyncio.to_thread(self.recall, query)
 
     @classmethod
     async def open(cls, session_id: str, *, store: Any, **kwargs: Any) -> AsyncSession:
@@ -1038,11 +1149,11 @@ class AsyncSession(_BaseSession):
             await self._resync()
         if link is None or not self.engine.needs_compaction():
             appended = self.engine.prepare_appended()
-            return self._finish(appended or await self._drive(self._flow(False)), format)
+            return self._finish(await self._arecalled(appended or await self._drive(self._flow(False))), format)
         if link.problem is not None:  # the store fails: compact in memory; a later prepare saves it all
             link.unsaved = True
-            return self._finish(await self._drive(self._flow(False)), format)
-        return self._finish(await self._compact_saved(reactive=False), format)
+            return self._finish(await self._arecalled(await self._drive(self._flow(False))), format)
+        return self._finish(await self._arecalled(await self._compact_saved(reactive=False)), format)
 
     async def on_context_overflow(
         self, *, format: OutputFormat | None = None, error: ContextOverflowError | None = None
@@ -1055,12 +1166,12 @@ class AsyncSession(_BaseSession):
             self._adopt_served_window(error)
         link = self._alink
         if link is None:
-            return self._finish(await self._drive(self._flow(True)), format)
+            return self._finish(await self._arecalled(await self._drive(self._flow(True))), format)
         await self._resync()
         if link.problem is not None:
             link.unsaved = True
-            return self._finish(await self._drive(self._flow(True)), format)
-        return self._finish(await self._compact_saved(reactive=True), format)
+            return self._finish(await self._arecalled(await self._drive(self._flow(True))), format)
+        return self._finish(await self._arecalled(await self._compact_saved(reactive=True)), format)
 
     async def _resync(self) -> None:
         """Write what waits for the store (messages, a view compacted in memory), or note that it still fails."""

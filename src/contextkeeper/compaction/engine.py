@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..budget import Budget, PressureState
 from ..events import Alert, CompactionFinished, CompactionStarted, ContextStatus, EventBus, Trigger
@@ -45,6 +45,9 @@ from .pressure import PressureInputs, pressure_state
 from .state import Counters, export_state, import_state, saved_view
 from .summarize import SummaryLayer
 from .summarizer import SummaryReply, SummaryRequest
+
+if TYPE_CHECKING:
+    from ..memory.status import RecallStatus
 
 __all__ = ["ContextEngine", "ViewStatus"]
 
@@ -90,6 +93,8 @@ class ViewStatus:
     degraded: str | None = None
     """Why the session's store does not have this view: ``store-unavailable`` (compacted in memory, saved
     when the store is back) or ``store-lost`` (see `Session.restore_to_store`); None when it has it."""
+    memory: RecallStatus | None = None
+    """What long-term memory added to the view (`contextkeeper.recall`); None when the session has no memory."""
 
 
 class ContextEngine:
