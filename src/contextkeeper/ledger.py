@@ -316,24 +316,23 @@ class Ledger:
         for e in reversed([*skipped, *entries]):
             ranked_facts, weight = self._ranked_facts(e)
             for rank, group in enumerate(ranked_facts):
-                if exclude:  # already shown beside the ledger (the running summary)
-                    group = tuple(f for f in group if f not in exclude)
                 buckets[rank].extend(group)
             gathered += weight
             if gathered > room * 3:
                 break
         for f in self.kept_facts:
-            if not (exclude and f in exclude):
-                buckets[fact_rank(f)].append(f)
+            buckets[fact_rank(f)].append(f)
         ranked = list(dict.fromkeys(f for group in buckets for f in group))
         facts: list[str] = []
         used = 0
         fact_room = room * 0.7
+        # facts already shown beside the ledger (the sections above it) are skipped; the test is a
+        # substring search of a long text, so it runs only on the facts that are reached
         for f in ranked:
             if used + 2 > fact_room:  # no fact costs less than 2: the rest cannot fit
                 break
             c = cost(f) + 1  # the " · " separator
-            if used + c <= fact_room:
+            if used + c <= fact_room and not (exclude and f in exclude):
                 facts.append(f)
                 used += c
         # 2. Step lines, newest first, in what is left.
@@ -353,7 +352,8 @@ class Ledger:
                 break
             if f not in taken:
                 c = cost(f) + 1
-                if used + c <= room and f not in shown_text:  # the size first: it is the cheaper test
+                # the size first: it is the cheaper test
+                if used + c <= room and f not in shown_text and not (exclude and f in exclude):
                     kept.append(f)
                     taken.add(f)
                     used += c

@@ -526,6 +526,7 @@ def _exit_code(text: str) -> int | None:
     for at in _hits(text, _EXIT_HINTS):
         match = _EXIT_RE.search(text, max(0, at - 16), at + 24)
         if match:
+            match = _EXIT_RE.match(text, match.start()) or match  # the window may have cut its digits
             return int(match.group(1) or match.group(2))
     return None
 
@@ -534,9 +535,12 @@ def _test_summary(text: str) -> dict[str, int]:
     """Counts a test runner's summary reports (``3 failed``, ``10 passed``, ``1 error``), the last of each kind."""
     summary: dict[str, int] = {}
     for at in _hits(text, (" failed", " passed", " error")):
-        for match in _TEST_SUMMARY_RE.finditer(text, max(0, at - 20), at + 9):
-            if match.start(2) == at + 1:
-                summary[match.group(2).rstrip("s")] = int(match.group(1))
+        start = at
+        while start > 0 and text[start - 1].isdecimal():  # the count before the word, however long
+            start -= 1
+        match = _TEST_SUMMARY_RE.match(text, start)
+        if match is not None and match.start(2) == at + 1:
+            summary[match.group(2).rstrip("s")] = int(match.group(1))
     return summary
 
 

@@ -229,3 +229,34 @@ def test_identifiers_inside_shown_key_lines_are_not_repeated_as_ids() -> None:
     _, keys, ids = _stand_in_parts(stand_in.text)
     shown = " | ".join(keys)
     assert [f for f in ids if f in shown] == [], stand_in.text
+
+
+def _book_with_pending_rounds(pending: int) -> tuple[Session, CompactionConfig]:
+    """A session whose book has ``pending`` rounds old enough to clear and none prepared."""
+    config = CompactionConfig(compaction_budget_ms=3.0, prepare_slice_ms=3.0, clear_after_rounds=2)
+    s = Session("ses_slices", window=1_000_000, counter=COUNTER, config=config)
+    turns = _workload(5, pending + config.clear_after_rounds + 2)
+    for t in turns:
+        s.add(t)
+    s.prepare(format="internal")
+    ahead, book = s.engine.ahead, s.engine.book
+    ahead.cursor = 0
+    for r in book.rounds:
+        r.prepared = False
+    assert ahead.pending_rounds(book, config) >= pending
+    return s, config
+
+
+@pytest.mark.parametrize(("pending", "expected"), [(5, False), (60, True)])
+def test_a_compaction_whose_fixed_part_fills_its_budget_is_prepared_in_whole_slices(
+    pending: int, expected: bool
+) -> None:
+    # The fixed part (render, eviction) alone is over the 3 ms budget: preparing is worth a slow
+    # turn only when the pending rounds would add more than half a slice to the compaction.
+    s, config = _book_with_pending_rounds(pending)
+    ahead, book = s.engine.ahead, s.engine.book
+    ahead.prep_cost = 0.0001  # 0.1 ms a round
+    ahead.compaction_fixed_ms = 10.0
+    ahead.turn_tokens = 1e9  # the compaction is due on the next turn
+    ahead.track(book, config, high=book.view_tokens + 1)
+    assert any(r.prepared for r in book.rounds) is expected

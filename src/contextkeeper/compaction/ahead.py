@@ -72,16 +72,20 @@ class PrepareAhead:
     def _maybe_prepare(self, book: RoundBook, config: CompactionConfig, high: float) -> None:
         newest_clearable = self.newest_clearable(book, config)
         pending_ms = self.pending_rounds(book, config) * self.prep_cost * 1000
-        excess = pending_ms + self.compaction_fixed_ms - config.compaction_budget_ms
+        slice_ms = config.prepare_slice_ms
+        # What the compaction may still prepare itself: the rest of its budget, and never less than
+        # half a slice (when its fixed part alone fills the budget, preparing one round per turn
+        # would only make more turns slow)
+        excess = pending_ms - max(config.compaction_budget_ms - self.compaction_fixed_ms, slice_ms / 2)
         if excess <= 0:
             return
-        slice_ms = config.prepare_slice_ms
         turns_left = self._turns_left(book, high)
-        # As late and on as few turns as possible (every turn that prepares is a slower turn), with
-        # a turn and a half of slack because turns come in uneven sizes; slices of at least a millisecond.
+        # As late and on as few turns as possible, in whole slices (every turn that prepares is a
+        # slower turn, and the median turn should be a plain one), with two turns and a half of
+        # slack because turns come in uneven sizes.
         if turns_left > excess / slice_ms + 2.5:
             return
-        self._prepare(book, config, min(slice_ms, max(1.0, excess / max(1.0, turns_left - 0.5))), newest_clearable)
+        self._prepare(book, config, slice_ms, newest_clearable)
 
     def _prepare(self, book: RoundBook, config: CompactionConfig, slice_ms: float, newest_clearable: int) -> None:
         started = time.perf_counter()
