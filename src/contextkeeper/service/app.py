@@ -157,7 +157,9 @@ def create_app(
             limits=Concurrency(service.max_concurrent_per_tenant),
             upstream=upstream,
         )
-        state.pool = SessionPool(opened, settings, on_event=state.on_event, limit=service.max_cached_sessions)
+        state.pool = SessionPool(
+            opened, settings, on_event=state.on_event, watch=state.watch, limit=service.max_cached_sessions
+        )
         app.state.service = state
         await hub.start()
         logger.info(

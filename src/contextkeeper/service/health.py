@@ -25,7 +25,7 @@ async def readyz(request: Request) -> Response:
 
     async def store() -> None:
         try:
-            await asyncio.wait_for(svc.store.list_sessions(tenant="\x00readyz", limit=1), timeout=3.0)
+            await asyncio.wait_for(svc.store.list_sessions(tenant="readyz-probe", limit=1), timeout=3.0)
             checks["store"] = "ok"
         except Exception as exc:
             checks["store"] = type(exc).__name__

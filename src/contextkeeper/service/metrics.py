@@ -1,8 +1,11 @@
-"""Prometheus metrics of the service, fed by the proxy and by the sessions' events.
+"""Prometheus metrics of the service: its own requests, plus the context health of its sessions.
 
-Kept behind one small class (`ServiceMetrics`) so that another source of session metrics (a
-health monitor) can replace the event-fed part without touching the routes. Every metric lives in
-the app's own registry, so two apps in one process (tests, benchmarks) never share counters.
+The service counts what only it sees (requests by route and status, latency, upstream latency,
+tokens in and out, retries, cancelled streams) and a utilization gauge per session, bounded to the
+most recently active ``max_sessions``. Compactions, alerts, compression and fidelity come from
+`contextkeeper.health` (a `HealthMonitor` per open session, totalled by the app's own
+`ProcessHealth` and exported by its `PrometheusExporter`). Every metric lives in the app's own
+registry, so two apps in one process (tests, benchmarks) never share counters.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ..events import Event
+from ..health import ProcessHealth
+from ..health.prometheus import PrometheusExporter
 
 __all__ = ["CONTENT_TYPE_LATEST", "ServiceMetrics"]
 
@@ -25,6 +30,10 @@ class ServiceMetrics:
     def __init__(self, *, max_sessions: int = 100) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        self.health = ProcessHealth()
+        """Totals of this app's session health monitors."""
+        # per-session health gauges would grow with every session ever seen: the bounded gauge below stands in
+        r.register(PrometheusExporter(self.health, per_session=False))
         self.requests = Counter(
             "contextkeeper_requests", "HTTP requests answered, by route and status.", ["route", "status"], registry=r
         )
@@ -47,13 +56,12 @@ class ServiceMetrics:
             ["kind"],
             registry=r,
         )
-        self.compactions = Counter(
-            "contextkeeper_compactions",
-            "Compaction layer runs, by layer and trigger.",
-            ["layer", "trigger"],
+        self.alerts = Counter(
+            "contextkeeper_session_alerts",
+            "Alert events of the sessions, every kind (store, served window, health rules...).",
+            ["alert"],
             registry=r,
         )
-        self.alerts = Counter("contextkeeper_alerts", "Alerts raised by sessions, by kind.", ["alert"], registry=r)
         self.utilization = Gauge(
             "contextkeeper_context_utilization",
             "Share of the effective budget the session's view uses (the most recently active sessions only).",
@@ -80,7 +88,6 @@ class ServiceMetrics:
         if event.kind == "context.status":
             self._gauge(f"{tenant}/{session_id}", event.ratio)
         elif event.kind == "compaction.finished":
-            self.compactions.labels(event.layer, event.trigger).inc()
             saved = event.tokens_before - event.tokens_after
             if saved > 0:
                 self.tokens.labels("saved").inc(saved)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.requests import HTTPConnection
 
 from ..events import Event, event_to_dict
+from ..health import HealthMonitor
+from ..session import AsyncSession
 from ..settings import Settings
 from ..stores import AsyncSessionStore
 from .auth import Tenants
@@ -34,6 +36,15 @@ class ServiceState:
     tenants: Tenants
     limits: Concurrency
     upstream: Upstream
+    monitors: dict[tuple[str, str], HealthMonitor] = field(default_factory=dict)
+
+    def watch(self, tenant: str, session_id: str, session: AsyncSession | None) -> None:
+        """A health monitor for each open session (its totals feed /metrics); detached when it closes."""
+        old = self.monitors.pop((tenant, session_id), None)
+        if old is not None:
+            old.detach()
+        if session is not None:
+            self.monitors[(tenant, session_id)] = HealthMonitor(session, process=self.metrics.health)
 
     def on_event(self, tenant: str, session_id: str, event: Event) -> None:
         """Every session event: to the metrics and to the SSE hub."""

@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 EventSink = Callable[[str, str, Event], None]
 """Called with (tenant, session id, event) for every event of every open session."""
+Watcher = Callable[[str, str, AsyncSession | None], None]
+"""Called with (tenant, session id, session) when a session opens, with None when it closes."""
 
 
 def session_options(settings: Settings, model: str | None) -> dict[str, Any]:
@@ -90,10 +92,19 @@ class Lease:
 class SessionPool:
     """Open sessions of this process, least recently used dropped past ``limit``."""
 
-    def __init__(self, store: AsyncSessionStore, settings: Settings, *, on_event: EventSink, limit: int = 1000) -> None:
+    def __init__(
+        self,
+        store: AsyncSessionStore,
+        settings: Settings,
+        *,
+        on_event: EventSink,
+        watch: Watcher | None = None,
+        limit: int = 1000,
+    ) -> None:
         self.store = store
         self.settings = settings
         self.on_event = on_event
+        self.watch = watch
         self.limit = limit
         self._open: OrderedDict[tuple[str, str], tuple[AsyncSession, list[MessageKey]]] = OrderedDict()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
@@ -144,6 +155,10 @@ class SessionPool:
         options = session_options(self.settings, model or info.model)
         session = await AsyncSession.open(session_id, store=self.store, tenant=tenant, tools=tools, **options)
         session.subscribe(lambda event: self.on_event(tenant, session_id, event))
+        if cached is not None:
+            self._closed(key)
+        if self.watch is not None:
+            self.watch(tenant, session_id, session)
         entry: tuple[AsyncSession, list[MessageKey]] = (session, [])
         self._open[key] = entry
         self._open.move_to_end(key)
@@ -152,7 +167,8 @@ class SessionPool:
 
     def _evict(self) -> None:
         while len(self._open) > self.limit:
-            key, _ = self._open.popitem(last=False)
+            key = next(iter(self._open))
+            self._closed(key)
             lock = self._locks.get(key)
             if lock is not None and not lock.locked():
                 del self._locks[key]
@@ -164,12 +180,16 @@ class SessionPool:
         lease.released = True
         key = (lease.tenant, lease.session_id)
         if lease.failed:
-            self._open.pop(key, None)
+            self._closed(key)
         lease.lock.release()
 
     def forget(self, tenant: str, session_id: str) -> None:
         """Drop a session from memory (after it was deleted)."""
-        self._open.pop((tenant, session_id), None)
+        self._closed((tenant, session_id))
+
+    def _closed(self, key: tuple[str, str]) -> None:
+        if self._open.pop(key, None) is not None and self.watch is not None:
+            self.watch(key[0], key[1], None)
 
     def loaded(self, tenant: str, session_id: str) -> AsyncSession | None:
         """The open session, if this process has it (no store access)."""
