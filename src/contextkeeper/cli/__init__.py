@@ -20,6 +20,8 @@ from . import _common
 from .bench import bench_app
 from .config import config_app
 from .demo import demo_command
+from .eval import eval_command
+from .replay import replay_command
 from .serve import serve_command
 from .sessions import inspect_command, sessions_app
 from .transcript import compact_command, count_command
@@ -170,6 +172,8 @@ app.command("demo")(demo_command)
 app.command("compact")(compact_command)
 app.command("count")(count_command)
 app.command("inspect")(inspect_command)
+app.command("eval")(eval_command)
+app.command("replay")(replay_command)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(config_app, name="config")
 app.add_typer(bench_app, name="bench")

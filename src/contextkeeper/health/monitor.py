@@ -38,11 +38,15 @@ logger = logging.getLogger(__name__)
 _RECENT = 10
 """Turns that burn rate, eviction frequency and prefix reuse average over."""
 
-FidelityProbe = Callable[[Sequence[Message], Sequence[Message]], float]
+FidelityProbe = Callable[[Sequence[Message], Sequence[Message]], float | None]
+
+_MIN_PROBES = 3
+"""Fewer facts than this in a compaction's input give no score: one lost fact of one is noise, not a trend."""
 
 
-def _probe_score(before: Sequence[Message], after: Sequence[Message]) -> float:
-    return probe_fidelity(before, after).score
+def _probe_score(before: Sequence[Message], after: Sequence[Message]) -> float | None:
+    report = probe_fidelity(before, after)
+    return report.score if len(report.probes) >= _MIN_PROBES else None
 
 
 class HealthMonitor:
@@ -52,8 +56,9 @@ class HealthMonitor:
         session: The session to watch (`attach` later when omitted).
         rules: Alert thresholds.
         history: Snapshots kept (the oldest go first).
-        fidelity: Scores a compaction: ``fidelity(input, view)`` -> share of facts kept. The default
-            runs the deterministic probes; None skips scoring (the probes cost a few ms per compaction).
+        fidelity: Scores a compaction: ``fidelity(input, view)`` -> share of facts kept (None: no
+            score). The default runs the deterministic probes and scores inputs with 3 facts or more;
+            None skips scoring (the probes cost a few ms per compaction).
         process: Where process-wide totals go (default: `process_health()`).
     """
 
