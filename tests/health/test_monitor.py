@@ -23,7 +23,8 @@ def _round(i: int, output_words: int = 60) -> list[Message]:
 
 
 def _healthy(session: Session, turns: int) -> None:
-    session.add([Message.system("You are a coding agent."), Message.user("Fix the failing test in src/app.py.")])
+    task = "Fix tests/test_app.py::test_refund in src/app.py for ticket PAY-1234. The public API must not change."
+    session.add([Message.system("You are a coding agent."), Message.user(task)])
     for i in range(turns):
         session.add(_round(i))
         session.prepare()
