@@ -6,9 +6,11 @@ of the test process) in front of `ScriptedOpenAIServer` (the upstream), over a r
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -116,3 +118,35 @@ def assistant(text: str) -> dict[str, Any]:
 
 
 SYSTEM = {"role": "system", "content": "You are a careful agent."}
+
+
+REDIS_URL = os.environ.get("CONTEXTKEEPER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+REQUIRE_SERVICES = os.environ.get("CONTEXTKEEPER_REQUIRE_SERVICES") == "1"
+
+
+@pytest.fixture
+def redis_store_url() -> Iterator[str]:
+    """A Redis store URL with a key prefix of its own (removed afterwards); skips, or fails in CI, without Redis."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        message = (
+            f"Redis at {REDIS_URL} is not reachable ({exc}); start it, or point CONTEXTKEEPER_TEST_REDIS_URL at one. "
+            "Set CONTEXTKEEPER_REQUIRE_SERVICES=1 to make this a failure."
+        )
+        client.close()
+        if REQUIRE_SERVICES:
+            pytest.fail(message)
+        pytest.skip(message)
+    prefix = f"ckt-{uuid.uuid4().hex[:12]}"
+    yield f"{REDIS_URL}?prefix={prefix}"
+    try:
+        for pattern in (f"{{{prefix}:*", f"{prefix}:*"):
+            keys = list(client.scan_iter(match=pattern, count=1000))
+            if keys:
+                client.delete(*keys)
+    finally:
+        client.close()
