@@ -129,26 +129,22 @@ class WorkItem:
     actions: dict[str, int] = field(default_factory=dict)
     outcome: str | None = None
     """For commands and tested files: how the last run ended (``ok``, ``failed: …``)."""
-    _rank_key: tuple[tuple[int, float, int], tuple[int, float, int]] | None = field(
-        default=None, repr=False, compare=False
-    )
+    rank_key: tuple[int, float, int] = field(default=(0, -math.inf, -1), repr=False, compare=False)
+    """Sorts like ``(tier, weight_at(now), last_index)`` for any ``now`` past the last reference
+    (see `rerank`); kept up to date by the working set, so sorting reads an attribute."""
 
     def weight_at(self, index: int) -> float:
         decay: float = 0.5 ** (max(0, index - self.last_index) / _HALF_LIFE)
         return self.score * decay
 
-    @property
-    def rank_key(self) -> tuple[int, float, int]:
-        """Sorts like ``(tier, weight_at(now), last_index)`` for any ``now`` past the last reference.
+    def rerank(self) -> None:
+        """Update `rank_key` after a reference.
 
         log2 of the weight at ``now`` is ``log2(score) + last_index / half-life - now / half-life``:
-        the last term is the same for every item, so the key needs no ``now`` and is cached.
+        the last term is the same for every item, so the key needs no ``now``.
         """
-        cached = self._rank_key
-        if cached is None or cached[0] != (self.tier, self.score, self.last_index):
-            level = math.log2(self.score) + self.last_index / _HALF_LIFE if self.score > 0 else -math.inf
-            cached = self._rank_key = ((self.tier, self.score, self.last_index), (self.tier, level, self.last_index))
-        return cached[1]
+        level = math.log2(self.score) + self.last_index / _HALF_LIFE if self.score > 0 else -math.inf
+        self.rank_key = (self.tier, level, self.last_index)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -171,7 +167,7 @@ class WorkItem:
         if not isinstance(actions, Mapping):
             raise ValueError("working-set item actions must be an object")
         outcome = data.get("outcome")
-        return cls(
+        item = cls(
             kind=kind,
             key=str(data["key"]),
             score=float(data["score"]),
@@ -181,6 +177,8 @@ class WorkItem:
             actions={str(k): int(v) for k, v in actions.items()},
             outcome=None if outcome is None else str(outcome),
         )
+        item.rerank()
+        return item
 
 
 @dataclass(kw_only=True)
@@ -318,6 +316,7 @@ class WorkingSet:
         item.tier = max(item.tier, _TIER[action] if tier is None else tier)
         item.refs += 1
         item.actions[action] = item.actions.get(action, 0) + 1
+        item.rerank()
 
     def _prune(self, index: int) -> None:
         ranked = sorted(self.items.values(), key=_by_rank, reverse=True)
@@ -340,22 +339,21 @@ class WorkingSet:
         return self._renders[memo]
 
     def _render(self, max_tokens: int, count: Callable[[str], int]) -> str:
-        files = [it for it in self.ranked("file") if it.tier >= 1 or it.refs >= 3]
+        files = (it for it in self.ranked("file") if it.tier >= 1 or it.refs >= 3)
         commands = self.ranked("command")[:8]
         errors = self.ranked("error")[:4]
         symbols = [it for it in self.ranked("symbol") if it.refs >= 2][:24]
-        groups: list[tuple[str, list[str]]] = [
+        # rows are made as they are reached: only the strongest of a long session's items fit
+        groups: list[tuple[str, Iterable[str]]] = [
             # the strongest files say what was done to them; the tail is bare paths, more of them fit
-            ("Files:", [f"- {it.key} ({_describe(it)})" if i < 10 else f"- {it.key}" for i, it in enumerate(files)]),
-            ("Commands (last outcome):", [f"- {it.key} → {it.outcome or 'no result yet'}" for it in commands]),
-            ("Unresolved errors:", [f"- {it.key}" for it in errors]),
+            ("Files:", (f"- {it.key} ({_describe(it)})" if i < 10 else f"- {it.key}" for i, it in enumerate(files))),
+            ("Commands (last outcome):", (f"- {it.key} → {it.outcome or 'no result yet'}" for it in commands)),
+            ("Unresolved errors:", (f"- {it.key}" for it in errors)),
         ]
         header = "Working set (what you acted on, most relevant first):"
         lines = [header]
         used = count(header)
         for title, rows in groups:
-            if not rows:
-                continue
             title_cost = count(title) + 1
             added = False
             for row in rows:
