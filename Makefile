@@ -29,7 +29,12 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
-bench: bench-trim bench-probes
+# The whole suite: trim (with langchain, AutoGen and LlamaIndex peers), probes, locomo, stores ->
+# bench-results/latest.{json,md,html}. The peers are installed here, not in the dev extra.
+bench: $(STAMP)
+	$(PY) -m pip install --quiet 'langchain-core==1.8.3' 'autogen-core==0.7.5' 'autogen-ext[openai]==0.7.5' \
+	    'llama-index-core==0.14.25' psutil
+	PYTHONPATH=. $(PY) -m benchmarks.suite --shared ../shared --out bench-results
 
 bench-trim: $(STAMP)
 	$(PY) -m pip install --quiet 'langchain-core==1.8.3' psutil

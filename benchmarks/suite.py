@@ -1,0 +1,169 @@
+"""The benchmark suite behind ``make bench``: every benchmark in one run, one JSON, one table, one plot page.
+
+    PYTHONPATH=. .venv/bin/python -m benchmarks.suite --shared ../shared --out bench-results
+
+Runs, each in its own process (a failing part is recorded as ``{"error": ...}`` and the rest goes on):
+
+* ``trim``: ../shared/bench/peers_bench.py with the reference peers (floor, floor-hysteresis),
+  langchain ``trim_messages`` with exact (tiktoken) counts, AutoGen
+  ``TokenLimitedChatCompletionContext``, LlamaIndex ``ChatMemoryBuffer`` and contextkeeper, at
+  N=1,000 in both windows (the harness's time budget per cell), plus floor, floor-hysteresis and
+  contextkeeper at N=5,000. The section holds each harness run's settings and versions (``runs``) and all the ``cells``.
+* ``probes``: ``contextkeeper bench probes`` on the tau-bench airline and coding dev traces; one
+  entry per data set, keyed by file name, each in the command's JSON layout.
+* ``locomo``: ``contextkeeper bench locomo`` on the dev file (MiniLM embedder, no ablation).
+* ``stores``: ``contextkeeper bench stores`` (Redis and Postgres from the default URLs).
+
+Writes ``OUT/latest.json`` (with the date, machine and load before and after), ``OUT/latest.md``
+(the tables, as pasted into the README) and ``OUT/latest.html`` (per-turn latency of every trim
+peer, and per-turn utilization of contextkeeper on the same session).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import report
+
+TRIM_PEERS = "floor,floor-hysteresis,langchain-tiktoken,autogen-token,llama-buffer,contextkeeper"
+TRIM_LARGE_PEERS = "floor,floor-hysteresis,contextkeeper"
+ADAPTER = "benchmarks.peers_adapter:ContextKeeperPeer"
+
+
+def _load() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover - platforms without getloadavg
+        return []
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": cpu or platform.processor(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def _run(name: str, args: list[str], *, timeout: float, root: Path) -> tuple[int, float]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
+    print(f"[suite] {name}: {' '.join(args)}", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    try:
+        code = subprocess.call(args, cwd=root, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        code = -1
+    return code, time.perf_counter() - started
+
+
+def _read(path: Path, name: str, code: int) -> Any:
+    if code == 0 and path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    return {"error": f"{name} exited with code {code}" + (" (timeout)" if code == -1 else "")}
+
+
+def run_trim(harness: Path, work: Path, root: Path, budget_s: float) -> dict[str, Any]:
+    runs: list[dict[str, Any]] = []
+    errors: list[str] = []
+    plan = [("n1000", TRIM_PEERS, "1000"), ("n5000", TRIM_LARGE_PEERS, "5000")]
+    for tag, peers, sizes in plan:
+        out = work / f"trim-{tag}.json"
+        args = [sys.executable, str(harness), "--adapter", ADAPTER, "--peers", peers, "--sizes", sizes]
+        args += ["--window", "128000,32000", "--budget-s", str(budget_s), "--no-tokenizer-floor", "--json", str(out)]
+        code, _ = _run(f"trim {tag}", args, timeout=3600, root=root)
+        data = _read(out, f"peers_bench {tag}", code)
+        if "error" in data:
+            errors.append(data["error"])
+        else:
+            runs.append(data)
+    cells = [c for r in runs for c in r.get("cells", [])]
+    meta = [{k: v for k, v in r.items() if k != "cells"} for r in runs]  # versions, seed, budget of each run
+    section: dict[str, Any] = {"harness": str(harness), "runs": meta, "cells": cells}
+    if errors:
+        section["errors"] = errors
+    section["targets"] = report.trim_targets(cells)
+    return section
+
+
+def run_cli(name: str, args: list[str], out: Path, root: Path, timeout: float) -> Any:
+    cmd = [sys.executable, "-m", "contextkeeper", "bench", *args, "--json", str(out)]
+    code, seconds = _run(name, cmd, timeout=timeout, root=root)
+    data = _read(out, f"bench {name}", code)
+    if isinstance(data, dict):
+        data.setdefault("suite_seconds", round(seconds, 1))
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shared", type=Path, default=Path("../shared"), help="The shared folder (bench, datasets).")
+    ap.add_argument("--out", type=Path, default=Path("bench-results"), help="Where latest.{json,md,html} go.")
+    ap.add_argument("--budget-s", type=float, default=60.0, help="The harness's time budget per trim cell.")
+    ap.add_argument(
+        "--only", default="trim,probes,locomo,stores", help="Comma list of parts to run (the others are left out)."
+    )
+    args = ap.parse_args(argv)
+    root = Path(__file__).resolve().parents[1]
+    shared = args.shared.resolve()
+    out_dir = args.out.resolve()
+    work = out_dir / "parts"
+    work.mkdir(parents=True, exist_ok=True)
+    parts = {p.strip() for p in args.only.split(",") if p.strip()}
+    data_dir = shared / "datasets"
+    result: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": machine(),
+        "load_before": _load(),
+    }
+    started = time.perf_counter()
+    if "trim" in parts:
+        result["trim"] = run_trim(shared / "bench" / "peers_bench.py", work, root, args.budget_s)
+    if "probes" in parts:
+        probes: dict[str, Any] = {}
+        for name, budgets in (("tau-airline-dev.jsonl", "2000,3000,4000"), ("coding-dev.jsonl", "4000,8000,16000")):
+            data = data_dir / "probe-traces" / name
+            probes[name] = run_cli(
+                f"probes {name}", ["probes", "--data", str(data), "--budgets", budgets],
+                work / f"probes-{name}.json", root, timeout=1800,
+            )  # fmt: skip
+        result["probes"] = probes
+    if "locomo" in parts:
+        data = data_dir / "locomo" / "locomo-dev.json"
+        result["locomo"] = run_cli(
+            "locomo", ["locomo", "--data", str(data), "--no-ablation"], work / "locomo.json", root, timeout=3600
+        )
+    if "stores" in parts:
+        result["stores"] = run_cli("stores", ["stores"], work / "stores.json", root, timeout=1800)
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    result["load_after"] = _load()
+    if "trim" in parts:
+        result["utilization"] = report.utilization_series(shared / "bench" / "peers_bench.py")
+    (out_dir / "latest.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    (out_dir / "latest.md").write_text(report.markdown(result), encoding="utf-8")
+    (out_dir / "latest.html").write_text(report.html_page(result), encoding="utf-8")
+    print(report.markdown(result))
+    print(f"[suite] wrote {out_dir}/latest.json, latest.md, latest.html", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
