@@ -52,7 +52,7 @@ def test_defaults_build_the_library_defaults() -> None:
     assert s.compaction_config() == CompactionConfig()
     assert s.thresholds() == Thresholds()
     assert s.store_url == f"sqlite:///{user_dir() / 'sessions.db'}"
-    assert s.summarizer.model == "extractive"
+    assert s.summarizer.model == "none"
 
 
 def test_every_compaction_option_is_a_config_key() -> None:

@@ -16,7 +16,7 @@ Sections:
 * ``[compaction]`` — every `CompactionConfig` option, plus ``profile = "default" | "seed"``;
 * ``[budgets]`` — shares of the effective budget per component (`ComponentBudgets`);
 * ``[store]`` — ``url`` of the session store (default: SQLite in the user directory);
-* ``[summarizer]`` — ``model``: ``"extractive"`` (no LLM), ``"none"``, or a model name;
+* ``[summarizer]`` — ``model``: ``"none"`` (default), ``"extractive"`` (no LLM), or a model name;
 * ``[models.<name>]`` — ``context_length`` / ``max_output`` overriding the model registry.
 
 `validate_config_file` reports every problem of a file at once, each with its line and the
@@ -241,8 +241,13 @@ class SummarizerSection(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = "extractive"
-    """``extractive`` (deterministic, no LLM; the default), ``none`` (no summary layer), or an LLM model name."""
+    model: str = "none"
+    """``none`` (no summary layer; the default), ``extractive`` (deterministic, no LLM), or an LLM model name.
+
+    Without an LLM the summary layer stays off by default: an extractive summary of the evicted
+    rounds repeats what the progress ledger already keeps (the tau probes keep 0.996-1.000 of
+    their facts without it, 0.992 with it) and it takes the same room in the context block, so
+    it would run on every compaction and save nothing."""
 
 
 class ModelOverride(BaseModel):

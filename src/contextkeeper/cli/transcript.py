@@ -51,13 +51,13 @@ WindowOpt = Annotated[
 def summarizer_for(settings: Settings) -> tuple[Summarizer | None, str]:
     """The summarizer the settings ask for, and a note on what runs.
 
-    The command line runs without an LLM: ``extractive`` (the default) uses the deterministic
-    extractive summarizer of `contextkeeper.summarize` when this build has it; otherwise the
-    summary layer stays off and clearing, eviction and the progress ledger do the work.
+    The command line runs without an LLM: by default (``none``) the summary layer stays off and
+    clearing, eviction and the progress ledger do the work; ``extractive`` adds the deterministic
+    extractive summarizer of `contextkeeper.summarize` when this build has it.
     """
     name = settings.summarizer.model.strip().lower()
     if name == "none":
-        return None, "summary layer off (summarizer.model = none)"
+        return None, "summary layer off (no LLM: the progress ledger keeps the facts)"
     if name != "extractive":
         raise CLIError(
             f"summarizer.model = {settings.summarizer.model!r}: the command line runs without an LLM; "
