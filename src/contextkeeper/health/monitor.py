@@ -102,7 +102,8 @@ class HealthMonitor:
         self._fidelity: float | None = None
         self._summarizer_failures = 0
         self._breaker = "unknown"
-        self._prev_view: list[Message] | None = None
+        self._prev_view: tuple[list[Message], int, int, int] | None = None
+        """The engine's view list at the last turn, its length then, its generation, its tokens."""
         self._prev_transcript = 0
         self.latest: HealthSnapshot | None = None
         """The snapshot of the last turn (None before the first)."""
@@ -216,7 +217,7 @@ class HealthMonitor:
             budget = round(used / status.ratio) if status.ratio else budget
             tool_share = status.breakdown.get("tool_results", 0) / used if used else 0.0
             self._breaker = status.breaker
-            reuse, fidelity = self._view_checks(session, compacted=self._turn_before is not None)
+            reuse, fidelity = self._view_checks(session, used, compacted=self._turn_before is not None)
         start = self._turn_before if self._turn_before is not None else used
         growth = start - self._last_used if self._last_used is not None else None
         self._last_used = used
@@ -239,39 +240,54 @@ class HealthMonitor:
             fidelity=fidelity,
         )
 
-    def _view_checks(self, session: Session | AsyncSession, *, compacted: bool) -> tuple[float | None, float | None]:
-        """Prefix reuse against the previous view; the fidelity probes when this turn compacted."""
+    def _view_checks(
+        self, session: Session | AsyncSession, used: int, *, compacted: bool
+    ) -> tuple[float | None, float | None]:
+        """Prefix reuse against the previous view; the fidelity probes when this turn compacted.
+
+        Between compactions the engine only appends to its view list (same generation), so the
+        previous request is a prefix and reuse is a ratio of two totals: no per-turn walk over
+        the view. After a compaction the engine holds a new list, and the old one (kept by
+        reference, cut to its length at the last turn) is compared message by message.
+        """
         engine = session.engine
         view = engine.book.view
-        transcript = engine.transcript
+        generation = engine.view_generation
         prev = self._prev_view
         reuse: float | None = None
         fidelity: float | None = None
         if prev is not None:
-            shared = 0
-            for a, b in zip(prev, view, strict=False):
-                if a is not b and a != b:
-                    break
-                shared += 1
-            if shared == len(view):
-                reuse = 1.0
+            prev_list, prev_len, prev_generation, prev_used = prev
+            if generation == prev_generation and view is prev_list:
+                reuse = min(1.0, prev_used / used) if used else 1.0
             else:
+                old = prev_list[:prev_len]
+                shared = 0
+                for a, b in zip(old, view, strict=False):
+                    if a is not b and a != b:
+                        break
+                    shared += 1
                 count = session.accountant.count_message
                 total = sum(count(m) for m in view)
                 reuse = sum(count(m) for m in view[:shared]) / total if total else 1.0
-            if compacted and self.fidelity_probe is not None:
-                # the input's own messages: the previous context block and stand-ins were probed
-                # when they were made, and would count the engine's words as the user's
-                known = {m.message_id for m in transcript}
-                compaction_input = [m for m in prev if m.message_id in known]
-                compaction_input += transcript[self._prev_transcript :]
-                try:
-                    fidelity = self.fidelity_probe(compaction_input, view)
-                except Exception:  # a probe bug must never stop the agent
-                    logger.exception("fidelity probe failed for session %s", self.session_id)
-        self._prev_view = list(view)
-        self._prev_transcript = len(transcript)
+                if compacted and self.fidelity_probe is not None:
+                    fidelity = self._probe(engine.transcript, old, view)
+        self._prev_view = (view, len(view), generation, used)
+        self._prev_transcript = len(engine.transcript)
         return reuse, fidelity
+
+    def _probe(self, transcript: Sequence[Message], old: Sequence[Message], view: Sequence[Message]) -> float | None:
+        # the input's own messages: the previous context block and stand-ins were probed
+        # when they were made, and would count the engine's words as the user's
+        assert self.fidelity_probe is not None
+        known = {m.message_id for m in transcript}
+        compaction_input = [m for m in old if m.message_id in known]
+        compaction_input += transcript[self._prev_transcript :]
+        try:
+            return self.fidelity_probe(compaction_input, view)
+        except Exception:  # a probe bug must never stop the agent
+            logger.exception("fidelity probe failed for session %s", self.session_id)
+            return None
 
     def _snapshot(self, s: TurnSample) -> HealthSnapshot:
         recent = list(self.samples)[-_RECENT:]

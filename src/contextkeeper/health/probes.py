@@ -105,7 +105,8 @@ def _agent_identifiers(messages: Sequence[Message], limit: int) -> list[str]:
 
 def extract_probes(messages: Sequence[Message], *, max_identifiers: int = 40) -> list[Probe]:
     """The facts that matter in ``messages`` (at most ``max_identifiers`` identifiers, in order of appearance)."""
-    return _probes(messages, fidelity_report(messages, ()), max_identifiers)[0]
+    light = _light(messages)
+    return _probes(light, fidelity_report(light, ()), max_identifiers)[0]
 
 
 def _probes(before: Sequence[Message], report: Any, max_identifiers: int) -> tuple[list[Probe], set[tuple[str, str]]]:
@@ -129,8 +130,25 @@ def _probes(before: Sequence[Message], report: Any, max_identifiers: int) -> tup
     return probes, lost
 
 
+def _light(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` with each tool output cut to its head: enough to tell a failure and its first
+    line (open items), while tool outputs give no probes of their own. Scanning whole outputs for
+    identifiers was most of the probes' cost: ~24 ms per compaction of a 32k view on the demo's
+    coding session, ~10 ms with heads only."""
+    out: list[Message] = []
+    for m in messages:
+        if m.role == "tool" and len(m.text) > _TOOL_HEAD:
+            m = Message.tool_result(m.tool_call_id or "", m.text[:_TOOL_HEAD], name=m.name, is_error=m.is_error)
+        out.append(m)
+    return out
+
+
+_TOOL_HEAD = 400
+
+
 def probe_fidelity(before: Sequence[Message], after: Sequence[Message], *, max_identifiers: int = 40) -> ProbeReport:
     """Which facts of ``before`` (a compaction's input) are missing from ``after`` (the view it produced)."""
+    before = _light(before)
     report = fidelity_report(before, after)
     probes, lost = _probes(before, report, max_identifiers)
     after_norm = " ".join(readable_text(after).split()).lower()
