@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
@@ -27,6 +27,7 @@ from .messages import Message, MessagesAdapter
 __all__ = [
     "READ_CONTEXT_TOOL",
     "FileSnapshotStore",
+    "LazySnapshotStore",
     "MemorySnapshotStore",
     "SnapshotPage",
     "SnapshotStore",
@@ -51,6 +52,15 @@ class SnapshotStore(Protocol):
 
     def list_snapshots(self, session_id: str) -> list[str]:
         """Snapshot ids of the session."""
+        ...
+
+
+@runtime_checkable
+class LazySnapshotStore(SnapshotStore, Protocol):
+    """A snapshot store that can make a document when it is first read (it holds the messages)."""
+
+    def put_snapshot_lazy(self, session_id: str, snapshot_id: str, make: Callable[[], bytes]) -> None:
+        """Like `put_snapshot`, with ``make()`` giving the bytes on first read."""
         ...
 
 

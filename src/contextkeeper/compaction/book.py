@@ -39,7 +39,7 @@ from ..ledger import Ledger, LedgerEntry, entry_for_round, request_facts
 from ..messages import Message, check_message, same_content
 from ..notes import Notes
 from ..rounds import Round, is_reply, opening_kind
-from ..snapshots import SnapshotStore, encode_snapshot, make_snapshot_id
+from ..snapshots import LazySnapshotStore, SnapshotStore, encode_snapshot, make_snapshot_id
 from ..tokens.accountant import TokenAccountant
 from ..toolpairs import abandoned_result
 from ..workingset import WorkingSet
@@ -113,6 +113,8 @@ class RoundBook:
         self.session_id = session_id
         self.accountant = accountant
         self.snapshots = snapshots
+        self.lazy_snapshots = snapshots if isinstance(snapshots, LazySnapshotStore) else None
+        """The same store when it can make documents on first read (checked once: the check is slow)."""
         self.events = events
         self.room = room
         self.transcript: list[Message] = []
@@ -523,9 +525,9 @@ class RoundBook:
         """Store the round's full messages under its snapshot id (once its results are all in)."""
         if not r.snapshot_written:
             msgs = self.messages(r)
-            put_lazy = getattr(self.snapshots, "put_snapshot_lazy", None)
-            if put_lazy is not None and not r.pending:  # in memory: encoded when first read
-                put_lazy(self.session_id, self.snapshot_id(r), functools.partial(encode_snapshot, "round", msgs))
+            if self.lazy_snapshots is not None and not r.pending:  # in memory: encoded when first read
+                make = functools.partial(encode_snapshot, "round", msgs)
+                self.lazy_snapshots.put_snapshot_lazy(self.session_id, self.snapshot_id(r), make)
             else:
                 self.snapshots.put_snapshot(self.session_id, self.snapshot_id(r), encode_snapshot("round", msgs))
             r.snapshot_written = not r.pending
