@@ -18,6 +18,7 @@ from .._version import __version__
 from ..exceptions import ContextKeeperError
 from . import _common
 from .bench import bench_app
+from .bench_proxy import bench_proxy_command
 from .config import config_app
 from .demo import demo_command
 from .eval import eval_command
@@ -178,6 +179,7 @@ app.add_typer(sessions_app, name="sessions")
 app.add_typer(config_app, name="config")
 app.add_typer(bench_app, name="bench")
 app.command("serve")(serve_command)
+bench_app.command("proxy")(bench_proxy_command)
 
 
 def main() -> None:

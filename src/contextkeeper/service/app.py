@@ -7,6 +7,7 @@ upstream client, and closes them on shutdown.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -26,6 +27,7 @@ from ..exceptions import StoreUnavailable
 from ..settings import Settings, load_settings
 from ..stores import AsyncSessionStore, open_async_store
 from ..stores.sqlite import sqlite_path_from_url
+from ..tokens import counter_for_model, get_counter
 from . import api, health
 from .auth import Tenants
 from .dashboard import STATIC_DIR, index
@@ -107,6 +109,15 @@ def _open_store(url: str) -> AsyncSessionStore:
     return open_async_store(url)
 
 
+def _warm_counters(settings: Settings) -> None:
+    """Load the tokenizers of the configured models now, not in a client's first request (about a second each)."""
+    if settings.tokenizer:
+        get_counter(settings.tokenizer)
+    for model in {settings.model, *settings.models} - {None}:
+        assert model is not None
+        counter_for_model(model)
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -162,6 +173,7 @@ def create_app(
         )
         app.state.service = state
         await hub.start()
+        await asyncio.to_thread(_warm_counters, settings)
         logger.info(
             "contextkeeper service: upstream %s, store %s, %s",
             upstream.shown_url,

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..adapters import from_messages
 from ..events import Event
-from ..exceptions import ConfigError
+from ..exceptions import ConfigError, SessionNotFound
 from ..session import AsyncSession
 from ..settings import Settings
 from ..stores import AsyncSessionStore
@@ -143,14 +143,20 @@ class SessionPool:
         self, key: tuple[str, str], *, model: str | None, tools: Sequence[Mapping[str, Any]], create: bool
     ) -> tuple[AsyncSession, list[MessageKey]]:
         tenant, session_id = key
+        cached = self._open.get(key)
+        if cached is not None:
+            # one read tells whether another replica wrote to the session since this process did
+            try:
+                stored = await self.store.count_messages(session_id, tenant=tenant)
+            except SessionNotFound:
+                stored = -1  # deleted meanwhile: created again below, or 404 for a read
+            if len(cached[0].engine.transcript) == stored:
+                self._open.move_to_end(key)
+                return cached
         if create:
             info = await self.store.create_session(session_id, tenant=tenant, model=model)
         else:
             info = await self.store.get_session(session_id, tenant=tenant)
-        cached = self._open.get(key)
-        if cached is not None and len(cached[0].engine.transcript) == info.message_count:
-            self._open.move_to_end(key)
-            return cached
         # new here, or another replica (or a failed request) changed it: read it again from the store
         options = session_options(self.settings, model or info.model)
         session = await AsyncSession.open(session_id, store=self.store, tenant=tenant, tools=tools, **options)

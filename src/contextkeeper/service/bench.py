@@ -1,0 +1,329 @@
+"""``contextkeeper bench proxy``: the latency the proxy adds, its throughput, and a bounded soak.
+
+Three real processes on loopback: a fake upstream that answers at once (`fake_upstream`, run by
+uvicorn), the proxy (``contextkeeper serve``) over the store under test, and this process as the
+load generator (httpx, ``sessions`` concurrent conversations). Each conversation re-sends its whole
+history on every turn, up to ``max_messages`` messages, as agents do.
+
+* latency: every turn is sent twice, straight to the upstream and through the proxy, with the same
+  body; the added latency is the difference of each pair (its median and 99th percentile);
+* throughput: the same conversations through the proxy alone, requests per second;
+* soak: ``soak`` more proxied requests, conversations restarting when they reach ``max_messages``;
+  the proxy's resident memory is sampled along the way (flat memory: the last sample against the
+  one after the first tenth).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+__all__ = ["ProxyBenchConfig", "fake_upstream", "run_proxy_bench"]
+
+MODEL = "bench-model"
+
+_REPLY = (
+    "Done: I read the file, the failing assertion compares the cached count with the fresh one; "
+    "next I will patch the accountant and rerun the unit tests."
+)
+
+
+async def fake_upstream(scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Any) -> None:
+    """A minimal OpenAI-compatible server (raw ASGI) that answers every completion at once."""
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    size = 0
+    more = True
+    while more:
+        message = await receive()
+        size += len(message.get("body", b""))
+        more = message.get("more_body", False)
+    if scope["path"].rstrip("/").endswith("/models"):
+        body = b'{"object":"list","data":[]}'
+    else:
+        reply = {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": 0,
+            "model": MODEL,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": _REPLY}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": max(1, size // 4), "completion_tokens": 30, "total_tokens": size // 4 + 30},
+        }
+        body = json.dumps(reply).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+@dataclass(kw_only=True)
+class ProxyBenchConfig:
+    """What one `run_proxy_bench` measures."""
+
+    stores: list[str] = field(default_factory=lambda: ["sqlite", "redis"])
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    sessions: int = 50
+    max_messages: int = 200
+    soak: int = 20_000
+    runs: int = 3
+    workdir: Path | None = None
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _wait(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"a bench server exited: {log.read_text()[-2000:]}")
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError(f"a bench server did not answer at {url}")
+
+
+@contextmanager
+def _process(args: list[str], url: str, log: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as err:
+        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, env=env)
+    try:
+        _wait(url, process, log)
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def _user_text(session: int, turn: int) -> str:
+    return (
+        f"Turn {turn} of agent {session}: the test run printed 3 failures in tests/test_accountant.py; "
+        f"the first is AssertionError at line {40 + turn % 60}: expected {turn * 7} tokens, got {turn * 7 + 3}. "
+        "Look at the cache key and fix it."
+    )
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+class _Load:
+    """Conversations that re-send their history, against the direct upstream and/or the proxy."""
+
+    def __init__(self, upstream: str, proxy: str, config: ProxyBenchConfig) -> None:
+        self.upstream, self.proxy, self.config = upstream, proxy, config
+        self.errors = 0
+        self.added: list[float] = []
+        self.direct: list[float] = []
+        self.proxied: list[float] = []
+
+    async def _post(self, client: httpx.AsyncClient, url: str, body: bytes, session: str | None) -> float | None:
+        headers = {"content-type": "application/json"}
+        if session is not None:
+            headers["x-session-id"] = session
+        started = time.perf_counter()
+        try:
+            response = await client.post(url, content=body, headers=headers)
+        except httpx.HTTPError:
+            self.errors += 1
+            return None
+        elapsed = time.perf_counter() - started
+        if response.status_code != 200:
+            self.errors += 1
+            return None
+        return elapsed
+
+    async def conversation(
+        self, client: httpx.AsyncClient, index: int, *, paired: bool, requests: int | None = None
+    ) -> int:
+        """One agent: turns until the history has ``max_messages`` messages (or ``requests`` are sent)."""
+        done = 0
+        while True:
+            session = f"bench-{uuid.uuid4().hex[:12]}"
+            history: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
+            turn = 0
+            while len(history) + 2 <= self.config.max_messages:
+                history.append({"role": "user", "content": _user_text(index, turn)})
+                body = json.dumps({"model": MODEL, "messages": history}).encode()
+                if paired:
+                    direct = await self._post(client, f"{self.upstream}/v1/chat/completions", body, None)
+                proxied = await self._post(client, f"{self.proxy}/v1/chat/completions", body, session)
+                if paired and direct is not None and proxied is not None:
+                    self.direct.append(direct)
+                    self.proxied.append(proxied)
+                    self.added.append(proxied - direct)
+                history.append({"role": "assistant", "content": _REPLY})
+                turn += 1
+                done += 1
+                if requests is not None and done >= requests:
+                    return done
+            if requests is None:
+                return done
+
+    async def run(self, *, paired: bool, per_session: int | None = None) -> tuple[int, float]:
+        limits = httpx.Limits(
+            max_connections=self.config.sessions * 2, max_keepalive_connections=self.config.sessions * 2
+        )
+        async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+            started = time.perf_counter()
+            counts = await asyncio.gather(
+                *(
+                    self.conversation(client, i, paired=paired, requests=per_session)
+                    for i in range(self.config.sessions)
+                )
+            )
+            return sum(counts), time.perf_counter() - started
+
+
+def _measure_store(
+    store: str, store_url: str, config: ProxyBenchConfig, workdir: Path, upstream: str
+) -> dict[str, Any]:
+    port = _free_port()
+    proxy = f"http://127.0.0.1:{port}"
+    settings = workdir / f"proxy-{store}.toml"
+    settings.write_text(
+        f'[store]\nurl = "{store_url}"\n'
+        f'[service]\nupstream_url = "{upstream}/v1"\nport = {port}\nmax_concurrent_per_tenant = 1000\n'
+        f"max_cached_sessions = {max(config.sessions * 2, 100)}\n"
+        f'[models."{MODEL}"]\ncontext_length = 128000\nmax_output = 4000\n'
+    )
+    env = {**os.environ, "CONTEXTKEEPER_HOME": str(workdir / f"home-{store}")}
+    args = [sys.executable, "-m", "contextkeeper", "serve", "--config", str(settings), "--log-level", "warning"]
+    with _process(args, f"{proxy}/healthz", workdir / f"proxy-{store}.log", env) as process:
+        load = _Load(upstream, proxy, config)
+        asyncio.run(load.run(paired=True))
+        throughput = _Load(upstream, proxy, config)
+        sent, seconds = asyncio.run(throughput.run(paired=False))
+        soak: dict[str, Any] = {"requests": 0}
+        if config.soak:
+            soak_load = _Load(upstream, proxy, config)
+            samples: list[float] = []
+            per_sample = max(1, config.soak // 10)
+            for _ in range(10):
+                asyncio.run(soak_load.run(paired=False, per_session=max(1, per_sample // config.sessions)))
+                samples.append(_rss_mb(process.pid))
+            soak = {
+                "requests": per_sample // config.sessions * config.sessions * 10,
+                "errors": soak_load.errors,
+                "rss_mb": [round(s, 1) for s in samples],
+                "rss_growth_mb": round(samples[-1] - samples[0], 1),
+            }
+    return {
+        "added_ms_p50": round(statistics.median(load.added) * 1000, 3) if load.added else float("nan"),
+        "added_ms_p99": round(_percentile(load.added, 0.99) * 1000, 3),
+        "requests_per_s": round(sent / seconds, 1),
+        "errors": load.errors + throughput.errors + int(soak.get("errors", 0)),
+        "direct_ms_p50": round(statistics.median(load.direct) * 1000, 3) if load.direct else float("nan"),
+        "proxy_ms_p50": round(statistics.median(load.proxied) * 1000, 3) if load.proxied else float("nan"),
+        "proxy_ms_p99": round(_percentile(load.proxied, 0.99) * 1000, 3),
+        "pairs": len(load.added),
+        "soak": soak,
+    }
+
+
+def _drop_redis_prefix(url: str, prefix: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        for pattern in (f"{{{prefix}:*", f"{prefix}:*"):
+            keys = list(client.scan_iter(match=pattern, count=1000))
+            for start in range(0, len(keys), 1000):
+                client.delete(*keys[start : start + 1000])
+    finally:
+        client.close()
+
+
+def run_proxy_bench(config: ProxyBenchConfig, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Run the benchmark; the JSON-ready result (``stores`` holds the median run, ``runs`` every run)."""
+    with tempfile.TemporaryDirectory(prefix="ck-bench-proxy-") as tmp:
+        workdir = config.workdir or Path(tmp)
+        port = _free_port()
+        upstream = f"http://127.0.0.1:{port}"
+        args = [
+            sys.executable, "-m", "uvicorn", "contextkeeper.service.bench:fake_upstream", "--host", "127.0.0.1",
+            "--port", str(port), "--log-level", "warning", "--no-access-log",
+        ]  # fmt: skip
+        runs: dict[str, list[dict[str, Any]]] = {store: [] for store in config.stores}
+        with _process(args, f"{upstream}/v1/models", workdir / "upstream.log", dict(os.environ)):
+            for run in range(config.runs):
+                for store in config.stores:
+                    progress(f"run {run + 1}/{config.runs}: {store}")
+                    if store == "sqlite":
+                        url = f"sqlite:///{workdir / f'bench-{run}.db'}"
+                        runs[store].append(_measure_store(store, url, config, workdir, upstream))
+                    elif store == "redis":
+                        prefix = f"ckbench-{uuid.uuid4().hex[:8]}"
+                        try:
+                            runs[store].append(
+                                _measure_store(store, f"{config.redis_url}?prefix={prefix}", config, workdir, upstream)
+                            )
+                        finally:
+                            _drop_redis_prefix(config.redis_url, prefix)
+                    else:
+                        raise ValueError(f"unknown store {store!r}; use sqlite or redis")
+    result: dict[str, Any] = {
+        "workload": {
+            "sessions": config.sessions,
+            "max_messages": config.max_messages,
+            "soak_requests": config.soak,
+            "runs": config.runs,
+        },
+        "stores": {},
+        "runs": runs,
+    }
+    for store, measured in runs.items():
+        middle = sorted(measured, key=lambda r: r["added_ms_p50"])[len(measured) // 2]
+        summary = {k: middle[k] for k in ("added_ms_p50", "added_ms_p99", "requests_per_s")}
+        summary["errors"] = sum(r["errors"] for r in measured)
+        summary["ranges"] = {
+            key: [min(r[key] for r in measured), max(r[key] for r in measured)]
+            for key in ("added_ms_p50", "added_ms_p99", "requests_per_s", "direct_ms_p50", "proxy_ms_p50")
+        }
+        result["stores"][store] = summary
+    return result

@@ -1,0 +1,35 @@
+"""`contextkeeper bench proxy` end to end on a tiny workload: real processes, both stores, the JSON layout."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import REDIS_URL
+
+pytestmark = pytest.mark.services
+
+
+def test_bench_proxy_writes_the_json_layout(tmp_path: Path, redis_store_url: str) -> None:
+    out = tmp_path / "proxy.json"
+    args = [
+        sys.executable, "-m", "contextkeeper", "bench", "proxy", "--sessions", "3", "--max-messages", "8",
+        "--soak", "30", "--runs", "1", "--redis-url", REDIS_URL, "--json", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(args, capture_output=True, timeout=240)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    result = json.loads(out.read_text())
+    assert set(result["stores"]) == {"sqlite", "redis"}
+    for store in ("sqlite", "redis"):
+        summary = result["stores"][store]
+        assert {"added_ms_p50", "added_ms_p99", "requests_per_s", "errors"} <= set(summary)
+        assert summary["errors"] == 0
+        assert isinstance(summary["added_ms_p50"], float) and summary["requests_per_s"] > 0
+        (run,) = result["runs"][store]
+        assert run["pairs"] == 3 * 3  # three conversations of three turns (system + 3 x 2 messages <= 8)
+        assert run["soak"]["requests"] > 0 and len(run["soak"]["rss_mb"]) == 10
+    assert "added p50 ms" in done.stdout.decode()
