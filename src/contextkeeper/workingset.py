@@ -196,7 +196,7 @@ class WorkingSet:
         """Transcript messages read so far."""
         self._pending: dict[str, _PendingCall] = {}
         """Calls whose result has not been read yet, by call id: the result sets the outcome."""
-        self._renders: dict[tuple[int, int], str] = {}
+        self._renders: dict[tuple[int, int], tuple[str, int]] = {}
         """Renders since the last change, by (cursor, max_tokens): a compaction renders several times."""
 
     # --- reading the transcript -----------------------------------------------------------
@@ -331,11 +331,16 @@ class WorkingSet:
 
     def render(self, *, max_tokens: int, count: Callable[[str], int]) -> str:
         """The working-set section of the context block, at most `max_tokens` tokens ("" if empty)."""
+        return self.render_counted(max_tokens=max_tokens, count=count)[0]
+
+    def render_counted(self, *, max_tokens: int, count: Callable[[str], int]) -> tuple[str, int]:
+        """`render` and the text's tokens by ``count`` (0 for ""), both kept until the next change."""
         if max_tokens <= 0:
-            return ""
+            return "", 0
         memo = (self.cursor, max_tokens)
         if memo not in self._renders:
-            self._renders[memo] = self._render(max_tokens, count)
+            text = self._render(max_tokens, count)
+            self._renders[memo] = (text, count(text) if text else 0)
         return self._renders[memo]
 
     def _render(self, max_tokens: int, count: Callable[[str], int]) -> str:

@@ -47,8 +47,8 @@ def working_set_need(book: RoundBook) -> int:
     if cap <= 0:
         return 0
     book.working_set.catch_up(book.transcript)
-    text = book.working_set.render(max_tokens=cap, count=book.accountant.count_text)
-    return book.accountant.count_text(text) + SECTION_HEADER if text else 0
+    text, tokens = book.working_set.render_counted(max_tokens=cap, count=book.accountant.count_text)
+    return tokens + SECTION_HEADER if text else 0
 
 
 def context_room(book: RoundBook, config: CompactionConfig, target: int | None) -> int:
@@ -73,24 +73,29 @@ def context_room(book: RoundBook, config: CompactionConfig, target: int | None) 
 
 def sections(book: RoundBook, room: int) -> list[str]:
     """The block's sections above the ledger, in order, each within its share of ``room``."""
-    out: list[str] = []
+    return [text for text, _ in _counted_sections(book, room)]
+
+
+def _counted_sections(book: RoundBook, room: int) -> list[tuple[str, int]]:
+    """`sections` with each one's tokens (bare text, as counted when it was fitted)."""
+    count_text = book.accountant.count_text
+    out: list[tuple[str, int]] = []
     if book.summary and book.summary_span:
         a, b = book.summary_span
         limit = max(0, int(room * SUMMARY_SHARE) - SECTION_HEADER)
         # a summary never pushes the view past the budget: shrunk by sections, identifiers first
         summary = fit_summary(book.summary, limit, counter=book.accountant.counter)
-        out.append(f"Summary of messages {a}..{b}:\n{summary}")
+        text = f"Summary of messages {a}..{b}:\n{summary}"
+        out.append((text, count_text(text)))
     if len(book.notes):  # the agent's structured notes come back after every compaction
-        notes_text = book.notes.render(max_tokens=max(0, room // 4), counter=book.accountant.count_text)
+        notes_text = book.notes.render(max_tokens=max(0, room // 4), counter=count_text)
         if notes_text:
-            out.append(notes_text)
+            out.append((notes_text, count_text(notes_text)))
     # what the agent acted on outranks what merely appeared in outputs: it comes before the ledger
     book.working_set.catch_up(book.transcript)
-    work_text = book.working_set.render(
-        max_tokens=min(book.room.work_cap, room - SECTION_HEADER), count=book.accountant.count_text
-    )
-    if work_text:
-        out.append(work_text)
+    work = book.working_set.render_counted(max_tokens=min(book.room.work_cap, room - SECTION_HEADER), count=count_text)
+    if work[0]:
+        out.append(work)
     return out
 
 
@@ -104,7 +109,8 @@ def render(book: RoundBook, config: CompactionConfig, *, target: int | None = No
     room = context_room(book, config, target)
     span = book.evicted_span()
     head = CONTEXT_HEADER + ('; read_context("#<step>") shows any step in full.' if span else ".")
-    parts = [head, *sections(book, room)]
+    counted = _counted_sections(book, room)
+    parts = [head, *(text for text, _ in counted)]
     source_ids = span or ()
 
     def block(text: str) -> Message:
@@ -116,7 +122,9 @@ def render(book: RoundBook, config: CompactionConfig, *, target: int | None = No
             extra={"contextkeeper": "context"},
         )
 
-    fixed = count_message(Message.user("\n".join(parts)))
+    # the ledger's room is sized from the parts' own counts (a join costs about a token each);
+    # the whole block is counted exactly below, and the ledger shrinks until that count fits
+    fixed = count_message(Message.user(head)) + sum(tokens + 1 for _, tokens in counted)
     ledger_room = room - fixed - 2
     for _ in range(4):  # the ledger's size is estimated; shrink its room until the exact count fits
         ledger_text = book.ledger.render(
