@@ -146,3 +146,21 @@ def test_one_monitor_per_session_and_detach_stops_collecting() -> None:
     session.prepare()
     assert monitor.snapshot() is not None and monitor.snapshot().turn == 5  # type: ignore[union-attr]
     assert process.totals.turns == 5
+
+
+class _DownSummarizer:
+    """A summarizer whose model is down: every summary fails."""
+
+    def summarize(self, request: object) -> str:
+        raise RuntimeError("model down")
+
+
+def test_summarizer_failures_and_the_open_breaker_are_reported() -> None:
+    session = Session(window=8000, counter="heuristic", summarizer=_DownSummarizer())
+    monitor = HealthMonitor(session, process=ProcessHealth())
+    _healthy(session, 150)
+    snap = monitor.snapshot()
+    assert snap is not None
+    assert snap.breaker == "open" and snap.summarizer_failures >= 3
+    assert monitor.alert_counts["breaker-open"] == 1
+    assert monitor.process.totals.summarizer_failures == 1  # breaker trips, process-wide

@@ -217,6 +217,8 @@ class HealthMonitor:
             budget = round(used / status.ratio) if status.ratio else budget
             tool_share = status.breakdown.get("tool_results", 0) / used if used else 0.0
             self._breaker = status.breaker
+            # every failed summary, not only those that opened the breaker
+            self._summarizer_failures = max(self._summarizer_failures, session.engine.breaker.total_failures)
             reuse, fidelity = self._view_checks(session, used, compacted=self._turn_before is not None)
         start = self._turn_before if self._turn_before is not None else used
         growth = start - self._last_used if self._last_used is not None else None
