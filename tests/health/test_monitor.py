@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from contextkeeper import Message, Session, ToolCall
+from contextkeeper import AsyncSession, Message, Session, ToolCall
 from contextkeeper.events import Alert, Event
 from contextkeeper.exceptions import ConfigError, UsageError
 from contextkeeper.health import AlertRules, HealthMonitor, ProcessHealth
@@ -164,3 +164,19 @@ def test_summarizer_failures_and_the_open_breaker_are_reported() -> None:
     assert snap.breaker == "open" and snap.summarizer_failures >= 3
     assert monitor.alert_counts["breaker-open"] == 1
     assert monitor.process.totals.summarizer_failures == 1  # breaker trips, process-wide
+
+
+@pytest.mark.anyio
+async def test_an_async_session_is_monitored_alike() -> None:
+    sync_session = Session("twin", window=8000, counter="heuristic")
+    async_session = AsyncSession("twin", window=8000, counter="heuristic")
+    monitors = [HealthMonitor(s, process=ProcessHealth()) for s in (sync_session, async_session)]
+    _healthy(sync_session, 80)
+    task = "Fix tests/test_app.py::test_refund in src/app.py for ticket PAY-1234. The public API must not change."
+    async_session.add([Message.system("You are a coding agent."), Message.user(task)])
+    for i in range(80):
+        async_session.add(_round(i))
+        await async_session.prepare()
+    a, b = (m.snapshot() for m in monitors)
+    assert a is not None and b is not None
+    assert (a.turn, a.utilization, a.compactions, a.burn_rate) == (b.turn, b.utilization, b.compactions, b.burn_rate)
