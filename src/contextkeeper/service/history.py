@@ -70,25 +70,34 @@ def message_key(message: Mapping[str, Any]) -> MessageKey:
     return role, _text(message.get("content")), tuple(calls), str(message.get("tool_call_id") or "")
 
 
-def new_from(client: Sequence[MessageKey], transcript: Sequence[MessageKey]) -> int:
-    """Index of the first new message of ``client`` (a re-sent history) given the stored ``transcript``.
+def new_from(client: Sequence[Mapping[str, Any]], transcript: Sequence[MessageKey]) -> int:
+    """Index of the first new message of ``client`` (a re-sent history) given the keys of the stored ``transcript``.
 
     The last position where the client's history ends with the transcript's last messages (up to
     three compared) is where the new messages begin. When the client's history never meets the
     transcript's end (it edited or dropped messages), the new messages are its trailing ones that
-    the transcript does not have.
+    the transcript does not have. Keys are computed from the end and only as far as needed, so a
+    long history costs only its new messages.
     """
     if not transcript:
         return 0
+    keys: dict[int, MessageKey] = {}
+
+    def key(index: int) -> MessageKey:
+        found = keys.get(index)
+        if found is None:
+            found = keys[index] = message_key(client[index])
+        return found
+
     last = transcript[-1]
     for end in range(len(client), 0, -1):
-        if client[end - 1] != last:
+        if key(end - 1) != last:
             continue
         width = min(end, len(transcript), _OVERLAP)
-        if list(client[end - width : end]) == list(transcript[-width:]):
+        if all(key(end - width + i) == transcript[len(transcript) - width + i] for i in range(width)):
             return end
     known = set(transcript)
     start = len(client)
-    while start > 0 and client[start - 1] not in known:
+    while start > 0 and key(start - 1) not in known:
         start -= 1
     return start

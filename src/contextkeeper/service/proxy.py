@@ -30,7 +30,7 @@ from ..adapters import to_messages
 from ..exceptions import ContextKeeperError, ContextOverflowError, MessageError, SessionNotFound, UnknownModelError
 from ..llm.errors import classify_error
 from .errors import ServiceError, error_response
-from .history import message_key, new_from
+from .history import new_from
 from .limits import read_body
 from .replies import ChunkAssembler, SSEFramer, usage_of
 from .runtime import ServiceState, state_of
@@ -103,7 +103,7 @@ class _Turn:
             return messages
         client = self.body["messages"]
         lease.sync_keys()
-        start = new_from([message_key(m) for m in client], lease.keys)
+        start = new_from(client, lease.keys)
         fresh = client[start:]
         if fresh:
             try:

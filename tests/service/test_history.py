@@ -1,0 +1,66 @@
+"""Which messages of a re-sent history are new (properties over generated conversations)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, strategies as st
+
+from contextkeeper.service.history import message_key, new_from
+
+texts = st.sampled_from(["ok", "continue", "run the tests", "done", "I read the file", ""])
+users = st.builds(lambda t: {"role": "user", "content": t}, texts)
+replies = st.builds(lambda t: {"role": "assistant", "content": t}, texts)
+calls = st.builds(
+    lambda n, a: {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": f"call_{n}", "type": "function", "function": {"name": "read", "arguments": a}}],
+    },
+    st.integers(0, 5),
+    st.sampled_from(['{"path": "a.py"}', '{"path":"a.py"}', "{}"]),
+)
+messages = st.lists(st.one_of(users, replies, calls), max_size=12)
+
+
+def _keys(history: list[dict[str, Any]]) -> list[Any]:
+    return [message_key(m) for m in history]
+
+
+@given(messages, messages)
+def test_the_stored_history_is_never_added_again(transcript: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+    start = new_from(transcript + new, _keys(transcript))
+    assert start >= len(transcript)
+    if transcript and message_key(transcript[-1]) not in {message_key(m) for m in new}:
+        assert start == len(transcript)
+
+
+@given(messages, st.one_of(users, replies))
+def test_an_echo_with_sdk_fields_matches_the_stored_message(
+    transcript: list[dict[str, Any]], last: dict[str, Any]
+) -> None:
+    stored = [*transcript, last]
+    echoed = {**last, "refusal": None, "annotations": [], "audio": None}
+    question = {"role": "user", "content": "a question never asked before"}
+    assert new_from([*transcript, echoed, question], _keys(stored)) == len(stored)
+
+
+def test_equivalent_forms_have_one_key() -> None:
+    assert message_key({"role": "developer", "content": "rules"}) == message_key({"role": "system", "content": "rules"})
+    parts = {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+    assert message_key(parts) == message_key({"role": "user", "content": "ab"})
+    spaced = {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": '{"x": 1}'}}]}
+    tight = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": '{"x":1}'}}],
+    }
+    assert message_key(spaced) == message_key(tight)
+    assert message_key({"role": "user", "content": "a"}) != message_key({"role": "assistant", "content": "a"})
+
+
+def test_a_client_that_rewrote_its_history_adds_only_its_unknown_tail() -> None:
+    stored = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "reply one"}]
+    client = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "edited reply"},
+              {"role": "user", "content": "two"}]  # fmt: skip
+    assert new_from(client, _keys(stored)) == 1
