@@ -26,7 +26,7 @@ def test_targets_use_the_estimate_or_a_lower_bound_of_a_timed_out_peer() -> None
     ]
     targets = report.trim_targets(cells)
     assert targets["128000"]["ratio"] == 300.0 and targets["128000"]["ratio_is_lower_bound"]
-    assert targets["128000"]["met"]
+    assert targets["128000"]["met"] and targets["128000"]["ratio_same_turns"] == 1.0  # same per-turn times
     assert targets["32000"]["ratio"] == 90.0 and targets["32000"]["langchain_estimated"]
     assert not targets["32000"]["met"]
     text = report.markdown({"date": "d", "machine": {"cpus": 2}, "trim": {"cells": cells, "targets": targets}})
