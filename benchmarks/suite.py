@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only", default="trim,probes,locomo,stores", help="Comma list of parts to run (the others are left out)."
     )
     ap.add_argument(
-        "--report-only", action="store_true", help="Rewrite latest.md and latest.html from OUT/latest.json; run nothing."
+        "--report-only", action="store_true", help="Rewrite latest.md and latest.html from OUT/latest.json only."
     )
     args = ap.parse_args(argv)
     root = Path(__file__).resolve().parents[1]
