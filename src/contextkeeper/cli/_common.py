@@ -20,6 +20,7 @@ from ..adapters import FORMATS, Format, anthropic as anthropic_adapter, detect_f
 from ..compaction.summarizer import Summarizer
 from ..exceptions import ConfigError, MessageError, UsageError
 from ..messages import Message
+from ..recall import SessionMemory
 from ..session import Session
 from ..settings import Settings, load_settings
 from ..snapshots import SnapshotStore
@@ -295,6 +296,7 @@ def build_session(
     summarizer: Summarizer | None = None,
     format: Format = "openai",
     store: SessionStore | None = None,
+    memory: SessionMemory | None = None,
 ) -> Session:
     """A `Session` configured from ``settings`` and the command's flags.
 
@@ -333,6 +335,8 @@ def build_session(
         kwargs["snapshots"] = snapshots
     if store is not None:
         kwargs["store"] = store
+    if memory is not None:
+        kwargs["memory"] = memory
     session = Session(
         session_id,
         model=model,

@@ -18,6 +18,7 @@ from rich.text import Text
 from ..demo import DemoResult, generate_session, replay, write_report
 from ..demo.replay import CompactionRecord, TurnStats
 from ..exceptions import SessionNotFound
+from ..recall import SessionMemory
 from ..settings import user_dir
 from ._common import build_session, err, get_settings, out, print_json
 from .sessions import STATUS_SLOT, open_cli_store
@@ -144,6 +145,7 @@ def _final_table(r: DemoResult, report: Path) -> Table:
                 else ""
             ),
         ),
+        ("memory", r.memory or "off (--no-memory)"),
         ("snapshots", f"{r.snapshots:,} full originals kept in the store"),
         ("summarizer", r.summarizer),
         ("time", f"{r.compute_s:.2f} s of compute, {r.wall_s:.2f} s wall"),
@@ -175,6 +177,13 @@ def demo_command(
         str | None, typer.Option(help="Session store URL (default: \\[store] url, else SQLite in the user dir).")
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON instead of the table.")] = False,
+    memory: Annotated[
+        bool,
+        typer.Option(
+            "--memory/--no-memory",
+            help="Long-term memory: what compaction removes is remembered and the request recalls it into the view.",
+        ),
+    ] = True,
 ) -> None:
     """Replay a long, realistic coding-agent session through the full pipeline (no network, no API key).
 
@@ -206,6 +215,7 @@ def demo_command(
             tools=demo.tools,
             summarizer=summarizer,
             store=st,
+            memory=SessionMemory() if memory else None,
         )
         result = DemoResult(
             seed=seed,

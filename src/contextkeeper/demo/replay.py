@@ -77,6 +77,8 @@ class DemoResult:
     session_id: str
     store_url: str
     summarizer: str
+    memory: str | None = None
+    """What long-term memory did (None: the session had none)."""
     turns: list[TurnStats] = field(default_factory=list)
     compactions: list[CompactionRecord] = field(default_factory=list)
     alerts: list[dict[str, Any]] = field(default_factory=list)
@@ -154,6 +156,7 @@ class DemoResult:
             "session_id": self.session_id,
             "store_url": self.store_url,
             "summarizer": self.summarizer,
+            "memory": self.memory,
             "turns": len(self.turns),
             "messages": self.messages,
             "tokens_seen": self.tokens_seen,
@@ -273,6 +276,13 @@ def replay(
             if delay > 0:
                 time.sleep(delay)
         result.found = [f.value for f in demo.facts if f.value in text]
+        recalled = session.status().memory
+        if recalled is not None:
+            result.memory = (
+                f"{recalled.written:,} memories written; the final view shows {recalled.hits} recalled "
+                f"({recalled.tokens:,} tokens, {recalled.retrieval} retrieval)"
+                + (f"; last failure: {recalled.error}" if recalled.error else "")
+            )
         result.snapshots = len(session.snapshots.list_snapshots(session.session_id))
     finally:
         unsubscribe()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..messages import Message
@@ -62,6 +62,8 @@ class Source:
     """The id of the user request it belongs to (memories of one task are lifted together)."""
     call: str = ""
     """For a tool output: the call that produced it and the assistant's words around the call."""
+    step: int | None = None
+    """The progress-ledger step of its round (``read_context("#<step>")`` shows the round in full)."""
 
 
 def memory_id_for(session_id: str, message_id: str, chunk: int) -> str:
@@ -142,7 +144,9 @@ def memories_from_messages(
             if message.role == "user" and _CONSTRAINT.search(chunk):
                 kinds.append("constraint requirement rule")
             keywords = " ".join(filter(None, [source.call, *kinds, _camel_words(chunk)]))
-            metadata: Mapping[str, str] = {"keywords": keywords} if keywords else {}
+            metadata: dict[str, str] = {"keywords": keywords} if keywords else {}
+            if source.step is not None:
+                metadata["step"] = str(source.step)
             records.append(
                 MemoryRecord(
                     text=chunk,

@@ -26,17 +26,20 @@ def _terms(hit: Hit, query: set[str]) -> frozenset[str]:
     return frozenset(t for t in tokenize(text) if t in query)
 
 
-def cover(hits: Sequence[Hit], query: str, *, floor: float = 0.35) -> list[Hit]:
+def cover(hits: Sequence[Hit], query: str, *, floor: float = 0.35, depth: int = 120) -> list[Hit]:
     """``hits`` re-ranked for coverage of ``query``'s terms (see the module docstring).
 
     Args:
         hits: Candidates, best first.
         query: The request.
         floor: The factor of a hit whose matched terms are all covered already (1 when all are new).
+        depth: Only the first ``depth`` hits are re-ranked (the greedy pass is quadratic); the rest follow.
     """
     terms = set(tokenize(query))
     if not terms or len(hits) < 2:
         return list(hits)
+    if len(hits) > depth:
+        return [*cover(hits[:depth], query, floor=floor, depth=depth), *hits[depth:]]
     matched = [_terms(h, terms) for h in hits]
     df: dict[str, int] = {}
     for found in matched:
