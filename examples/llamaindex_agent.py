@@ -12,6 +12,7 @@ function-calling LLM (``llama_index.llms.openai.OpenAI``, ...) instead.
 from __future__ import annotations
 
 import asyncio
+import os
 import warnings
 
 from llama_index.core.agent.workflow import FunctionAgent
@@ -23,7 +24,7 @@ from contextkeeper.testing.llamaindex_model import openai_mock_llm
 from contextkeeper.testing.tool_agent import ToolLoopModel, prompt_tokens, read_file as source_of, task
 
 WINDOW = 16_000
-TURNS = 60
+TURNS = int(os.environ.get("TURNS", "60"))  # user requests in the session
 
 
 def read_file(path: str) -> str:

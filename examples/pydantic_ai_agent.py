@@ -26,7 +26,7 @@ from contextkeeper.testing import ScriptedOpenAIServer
 from contextkeeper.testing.tool_agent import ToolLoopModel, prompt_tokens, read_file as source_of, task
 
 WINDOW = 16_000
-TURNS = 60
+TURNS = int(os.environ.get("TURNS", "60"))  # user requests in the session
 
 
 def main() -> None:
