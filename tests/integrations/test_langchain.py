@@ -140,3 +140,11 @@ def test_an_async_session_in_a_sync_run_names_the_async_call(server: ScriptedOpe
     )
     with pytest.raises(UsageError, match="ainvoke"):
         agent.invoke({"messages": [HumanMessage(task(0))]})
+
+
+def test_read_context_with_wrong_arguments_tells_the_model_what_to_send() -> None:
+    from contextkeeper.integrations.langchain import read_context_tool
+
+    read_back = read_context_tool(_session())
+    assert read_back.invoke({}).startswith("error: ref must be a reference")
+    assert "unknown step reference '#7'" in read_back.invoke({"ref": "#7"})

@@ -250,9 +250,10 @@ def read_context_tool(session: AnySession | Callable[[], AnySession]) -> BaseToo
     """contextkeeper's ``read_context`` tool as a LangChain tool answered by ``session``."""
     spec = READ_CONTEXT_TOOL["function"]
 
-    def read_context(ref: str, page: int = 1) -> str:
+    def read_context(**arguments: Any) -> str:
+        # the session checks the arguments: a model that got them wrong reads what to send instead
         target = session if isinstance(session, Session | AsyncSession) else session()
-        return target.handle_tool_call(spec["name"], {"ref": ref, "page": page}) or ""
+        return target.handle_tool_call(spec["name"], arguments) or ""
 
     return StructuredTool.from_function(
         read_context, name=spec["name"], description=spec["description"], args_schema=spec["parameters"]
