@@ -17,8 +17,8 @@ pytestmark = pytest.mark.services
 def test_bench_proxy_writes_the_json_layout(tmp_path: Path, redis_store_url: str) -> None:
     out = tmp_path / "proxy.json"
     args = [
-        sys.executable, "-m", "contextkeeper", "bench", "proxy", "--sessions", "3", "--max-messages", "8",
-        "--soak", "30", "--runs", "1", "--redis-url", REDIS_URL, "--json", str(out),
+        sys.executable, "-m", "contextkeeper", "bench", "proxy", "--sessions", "3", "--max-messages", "12",
+        "--turns", "3", "--think-ms", "10", "--soak", "45", "--runs", "1", "--redis-url", REDIS_URL, "--json", str(out),
     ]  # fmt: skip
     done = subprocess.run(args, capture_output=True, timeout=240)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
@@ -30,6 +30,7 @@ def test_bench_proxy_writes_the_json_layout(tmp_path: Path, redis_store_url: str
         assert summary["errors"] == 0
         assert isinstance(summary["added_ms_p50"], float) and summary["requests_per_s"] > 0
         (run,) = result["runs"][store]
-        assert run["pairs"] == 3 * 3  # three conversations of three turns (system + 3 x 2 messages <= 8)
-        assert run["soak"]["requests"] > 0 and len(run["soak"]["rss_mb"]) == 10
+        assert run["pairs"] == 3 * 2  # three conversations; their first turns are reported apart
+        assert run["first_request_ms_p50"] > 0 and run["error_kinds"] == {}
+        assert run["soak"]["requests"] >= 45 and len(run["soak"]["rss_mb"]) == 10
     assert "added p50 ms" in done.stdout.decode()

@@ -22,7 +22,9 @@ def bench_proxy_command(
     ),
     sessions: Annotated[int, typer.Option(min=1, help="Concurrent conversations.")] = 50,
     max_messages: Annotated[int, typer.Option(min=4, help="Messages a conversation's history grows to.")] = 200,
-    soak: Annotated[int, typer.Option(min=0, help="Proxied requests of the memory soak (0: none).")] = 20_000,
+    turns: Annotated[int, typer.Option(min=2, help="Turns per conversation after it joins with its history.")] = 6,
+    think_ms: Annotated[float, typer.Option(min=0, help="Pause between turns in the latency phase (ms).")] = 1000.0,
+    soak: Annotated[int, typer.Option(min=0, help="Proxied requests of the memory soak (0: none).")] = 5_000,
     runs: Annotated[int, typer.Option(min=1, help="Repetitions (the table shows the range).")] = 3,
     json_out: JsonPath = None,
 ) -> None:
@@ -38,7 +40,14 @@ def bench_proxy_command(
     if unknown or not chosen:
         raise typer.BadParameter(f"{stores!r}: choose from sqlite, redis", param_hint="--stores")
     config = ProxyBenchConfig(
-        stores=chosen, redis_url=redis_url, sessions=sessions, max_messages=max_messages, soak=soak, runs=runs
+        stores=chosen,
+        redis_url=redis_url,
+        sessions=sessions,
+        max_messages=max_messages,
+        turns=turns,
+        think_ms=think_ms,
+        soak=soak,
+        runs=runs,
     )
     result = run_proxy_bench(config, progress=lambda line: err.print(line))
     table = Table(title=f"proxy: {sessions} sessions, histories up to {max_messages} messages, {runs} runs")

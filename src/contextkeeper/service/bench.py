@@ -2,15 +2,20 @@
 
 Three real processes on loopback: a fake upstream that answers at once (`fake_upstream`, run by
 uvicorn), the proxy (``contextkeeper serve``) over the store under test, and this process as the
-load generator (httpx, ``sessions`` concurrent conversations). Each conversation re-sends its whole
-history on every turn, up to ``max_messages`` messages, as agents do.
+load generator (httpx). ``sessions`` conversations run at once; each joins with a history of its
+own length (spread from 2 to ``max_messages``) and takes ``turns`` turns, re-sending its whole
+history every time, as agents do.
 
-* latency: every turn is sent twice, straight to the upstream and through the proxy, with the same
-  body; the added latency is the difference of each pair (its median and 99th percentile);
-* throughput: the same conversations through the proxy alone, requests per second;
-* soak: ``soak`` more proxied requests, conversations restarting when they reach ``max_messages``;
-  the proxy's resident memory is sampled along the way (flat memory: the last sample against the
-  one after the first tenth).
+* latency: every turn is sent twice with the same body, straight to the upstream and through the
+  proxy; the added latency is the difference of each pair (median and 99th percentile). A
+  conversation pauses ``think_ms`` between turns, as an agent waiting for its model does: with an
+  upstream that answers at once and no pause, 50 conversations would only measure the queue of a
+  saturated machine. A conversation's first request, which stores its whole history, is reported
+  apart (``first_request_ms_p50``);
+* throughput: the same conversations through the proxy alone, without pauses: requests per second;
+* soak: ``soak`` more proxied requests without pauses (5,000 by default: 50 agents sending one
+  request every 12 s for 20 minutes); the proxy's resident memory is sampled ten times (flat memory:
+  the last sample against the first).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -83,7 +89,11 @@ class ProxyBenchConfig:
     redis_url: str = "redis://127.0.0.1:6379/0"
     sessions: int = 50
     max_messages: int = 200
-    soak: int = 20_000
+    turns: int = 6
+    """Turns each conversation takes after joining with its history (the first one stores that history)."""
+    think_ms: float = 1000.0
+    """Pause between a conversation's turns in the latency phase (an agent waits for its model)."""
+    soak: int = 5_000
     runs: int = 3
     workdir: Path | None = None
 
@@ -152,15 +162,27 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
+def _history(index: int, length: int) -> list[dict[str, Any]]:
+    """A conversation that already has ``length`` messages (system, then user and assistant turns)."""
+    history: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
+    turn = 0
+    while len(history) + 2 <= length:
+        history += [{"role": "user", "content": _user_text(index, turn)}, {"role": "assistant", "content": _REPLY}]
+        turn += 1
+    return history
+
+
 class _Load:
     """Conversations that re-send their history, against the direct upstream and/or the proxy."""
 
     def __init__(self, upstream: str, proxy: str, config: ProxyBenchConfig) -> None:
         self.upstream, self.proxy, self.config = upstream, proxy, config
-        self.errors = 0
+        self.errors: Counter[str] = Counter()
         self.added: list[float] = []
         self.direct: list[float] = []
         self.proxied: list[float] = []
+        self.first: list[float] = []
+        self.sent = 0
 
     async def _post(self, client: httpx.AsyncClient, url: str, body: bytes, session: str | None) -> float | None:
         headers = {"content-type": "application/json"}
@@ -169,55 +191,48 @@ class _Load:
         started = time.perf_counter()
         try:
             response = await client.post(url, content=body, headers=headers)
-        except httpx.HTTPError:
-            self.errors += 1
+        except httpx.HTTPError as exc:
+            self.errors[type(exc).__name__] += 1
             return None
         elapsed = time.perf_counter() - started
         if response.status_code != 200:
-            self.errors += 1
+            self.errors[f"HTTP {response.status_code}"] += 1
             return None
         return elapsed
 
-    async def conversation(
-        self, client: httpx.AsyncClient, index: int, *, paired: bool, requests: int | None = None
-    ) -> int:
-        """One agent: turns until the history has ``max_messages`` messages (or ``requests`` are sent)."""
-        done = 0
-        while True:
-            session = f"bench-{uuid.uuid4().hex[:12]}"
-            history: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
-            turn = 0
-            while len(history) + 2 <= self.config.max_messages:
-                history.append({"role": "user", "content": _user_text(index, turn)})
-                body = json.dumps({"model": MODEL, "messages": history}).encode()
-                if paired:
-                    direct = await self._post(client, f"{self.upstream}/v1/chat/completions", body, None)
-                proxied = await self._post(client, f"{self.proxy}/v1/chat/completions", body, session)
-                if paired and direct is not None and proxied is not None:
-                    self.direct.append(direct)
-                    self.proxied.append(proxied)
-                    self.added.append(proxied - direct)
-                history.append({"role": "assistant", "content": _REPLY})
-                turn += 1
-                done += 1
-                if requests is not None and done >= requests:
-                    return done
-            if requests is None:
-                return done
+    async def conversation(self, client: httpx.AsyncClient, index: int, *, paired: bool, think: float) -> None:
+        """One agent joining with a history of its own length, then taking ``turns`` turns (up to ``max_messages``)."""
+        config = self.config
+        room = max(2, config.max_messages - 2 * config.turns)
+        history = _history(index, 2 + (index * 7919) % room)  # lengths spread over the sessions
+        session = f"bench-{uuid.uuid4().hex[:12]}"
+        for turn in range(config.turns):
+            history.append({"role": "user", "content": _user_text(index, len(history))})
+            body = json.dumps({"model": MODEL, "messages": history}).encode()
+            direct = await self._post(client, f"{self.upstream}/v1/chat/completions", body, None) if paired else None
+            proxied = await self._post(client, f"{self.proxy}/v1/chat/completions", body, session)
+            self.sent += 1
+            if proxied is not None and turn == 0:
+                self.first.append(proxied)  # stores the whole history: reported apart from the steady turns
+            elif paired and direct is not None and proxied is not None:
+                self.direct.append(direct)
+                self.proxied.append(proxied)
+                self.added.append(proxied - direct)
+            history.append({"role": "assistant", "content": _REPLY})
+            if think:
+                await asyncio.sleep(think)
 
-    async def run(self, *, paired: bool, per_session: int | None = None) -> tuple[int, float]:
-        limits = httpx.Limits(
-            max_connections=self.config.sessions * 2, max_keepalive_connections=self.config.sessions * 2
-        )
+    async def run(self, *, paired: bool, think: float = 0.0, rounds: int = 1) -> float:
+        """``rounds`` times ``sessions`` concurrent conversations; the seconds it took."""
+        size = self.config.sessions * 2
+        limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
         async with httpx.AsyncClient(timeout=60, limits=limits) as client:
             started = time.perf_counter()
-            counts = await asyncio.gather(
-                *(
-                    self.conversation(client, i, paired=paired, requests=per_session)
-                    for i in range(self.config.sessions)
+            for _ in range(rounds):
+                await asyncio.gather(
+                    *(self.conversation(client, i, paired=paired, think=think) for i in range(self.config.sessions))
                 )
-            )
-            return sum(counts), time.perf_counter() - started
+            return time.perf_counter() - started
 
 
 def _measure_store(
@@ -236,31 +251,37 @@ def _measure_store(
     args = [sys.executable, "-m", "contextkeeper", "serve", "--config", str(settings), "--log-level", "warning"]
     with _process(args, f"{proxy}/healthz", workdir / f"proxy-{store}.log", env) as process:
         load = _Load(upstream, proxy, config)
-        asyncio.run(load.run(paired=True))
+        asyncio.run(load.run(paired=True, think=config.think_ms / 1000))
         throughput = _Load(upstream, proxy, config)
-        sent, seconds = asyncio.run(throughput.run(paired=False))
-        soak: dict[str, Any] = {"requests": 0}
+        seconds = asyncio.run(throughput.run(paired=False))
+        soak: dict[str, Any] = {"requests": 0, "errors": 0}
         if config.soak:
             soak_load = _Load(upstream, proxy, config)
+            per_round = config.sessions * config.turns
+            rounds = max(1, config.soak // per_round)
             samples: list[float] = []
-            per_sample = max(1, config.soak // 10)
             for _ in range(10):
-                asyncio.run(soak_load.run(paired=False, per_session=max(1, per_sample // config.sessions)))
+                asyncio.run(soak_load.run(paired=False, rounds=max(1, rounds // 10)))
                 samples.append(_rss_mb(process.pid))
             soak = {
-                "requests": per_sample // config.sessions * config.sessions * 10,
-                "errors": soak_load.errors,
+                "requests": soak_load.sent,
+                "errors": sum(soak_load.errors.values()),
                 "rss_mb": [round(s, 1) for s in samples],
                 "rss_growth_mb": round(samples[-1] - samples[0], 1),
             }
+            errors = load.errors + throughput.errors + soak_load.errors
+        else:
+            errors = load.errors + throughput.errors
     return {
         "added_ms_p50": round(statistics.median(load.added) * 1000, 3) if load.added else float("nan"),
         "added_ms_p99": round(_percentile(load.added, 0.99) * 1000, 3),
-        "requests_per_s": round(sent / seconds, 1),
-        "errors": load.errors + throughput.errors + int(soak.get("errors", 0)),
+        "requests_per_s": round(throughput.sent / seconds, 1),
+        "errors": sum(errors.values()),
+        "error_kinds": dict(errors),
         "direct_ms_p50": round(statistics.median(load.direct) * 1000, 3) if load.direct else float("nan"),
         "proxy_ms_p50": round(statistics.median(load.proxied) * 1000, 3) if load.proxied else float("nan"),
         "proxy_ms_p99": round(_percentile(load.proxied, 0.99) * 1000, 3),
+        "first_request_ms_p50": round(statistics.median(load.first) * 1000, 3) if load.first else float("nan"),
         "pairs": len(load.added),
         "soak": soak,
     }
@@ -311,6 +332,8 @@ def run_proxy_bench(config: ProxyBenchConfig, progress: Callable[[str], None] = 
         "workload": {
             "sessions": config.sessions,
             "max_messages": config.max_messages,
+            "turns": config.turns,
+            "think_ms": config.think_ms,
             "soak_requests": config.soak,
             "runs": config.runs,
         },
