@@ -186,16 +186,20 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append("")
     stores = result.get("stores")
     if isinstance(stores, dict):
-        lines += ["**stores**", ""]
-        lines += ["```json", _compact_json(stores), "```", ""]
+        lines += ["**stores** (10,000 messages appended, 5,000 loaded, 1,000 state saves)", ""]
+        if "error" in stores:
+            lines.append(stores["error"])
+        else:
+            lines.append("| backend | append msg/s | load 5,000 ms | CAS p99 ms |")
+            lines.append("|---|---|---|---|")
+            for name, row in stores.get("backends", {}).items():
+                if "error" in row:
+                    lines.append(f"| {name} | {row['error']} | | |")
+                    continue
+                append, load, cas = row["append_msgs_per_s"], row["load_5000_ms"], row["cas_p99_ms"]
+                lines.append(f"| {name} | {append:,.0f} | {load:.1f} | {cas:.2f} |")
+        lines.append("")
     return "\n".join(lines) + "\n"
-
-
-def _compact_json(data: Any) -> str:
-    import json
-
-    text = json.dumps(data, indent=1)
-    return text if len(text) < 4000 else text[:4000] + "\n..."
 
 
 def html_page(result: dict[str, Any]) -> str:
