@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -25,6 +24,7 @@ from typing import Any, Literal
 
 from .keyinfo import error_lines
 from .messages import Message, ToolCall
+from .shellrefs import exit_code, find_paths, is_path, shell_references, test_summary
 
 __all__ = ["WorkItem", "WorkingSet"]
 
@@ -62,54 +62,14 @@ _OUTPUT_SCAN_CHARS = 4000  # characters of a tool output read for paths it merel
 _OUTCOME_SCAN_CHARS = 4000  # characters at each end of a tool output read for its exit code and test summary
 _KEY_CHARS = 240  # longer commands and error lines are cut to this many characters
 
-_CODE_EXT = (
-    "py|pyi|ipynb|js|mjs|cjs|jsx|ts|tsx|go|rs|java|kt|kts|scala|rb|php|cs|fs|swift|m|mm|c|h|cc|cpp|cxx|hh|hpp|"
-    "cu|cuh|s|asm|zig|nim|lua|pl|pm|r|jl|dart|ex|exs|erl|hrl|clj|hs|ml|mli|elm|vue|svelte|pony|sol|"
-    "md|rst|txt|tex|bib|adoc|org|json|jsonl|yaml|yml|toml|ini|cfg|conf|env|lock|xml|html|htm|css|scss|less|"
-    "sql|sh|bash|zsh|fish|ps1|bat|mk|cmake|gradle|proto|graphql|csv|tsv|log|patch|diff|in|pyx|pxd|tf|nix"
-)
-_BARE_NAMES = "Makefile|CMakeLists\\.txt|Dockerfile|Gemfile|Rakefile|Procfile|Justfile|BUILD|WORKSPACE|LICENSE"
-# A path: optional ./ ../ ~/ or / start, components of word characters, dots, dashes, @ and +;
-# either with a slash and a file-like last component, or a bare name with a known extension.
-_PATH_END = r"(?![\w/@+-]|\.[A-Za-z0-9])"  # not followed by more of a name or another extension
-_PATH_RE = re.compile(
-    r"(?<![\w./~@+-])"
-    r"((?:~|\.{1,2})?/?(?:[\w@+-][\w.@+-]*/)*"
-    rf"(?:[\w@+-][\w.@+-]*\.(?:{_CODE_EXT})|{_BARE_NAMES}))"
-    rf"{_PATH_END}"
-)
-_EXT_HIT_RE = re.compile(rf"\.(?:{_CODE_EXT}){_PATH_END}")
-_BARE_HIT_RE = re.compile(rf"(?:{_BARE_NAMES}){_PATH_END}")
-_BARE_NAME_LIST = tuple(name.replace("\\", "") for name in _BARE_NAMES.split("|"))
-_PATH_CHAR_RE = re.compile(r"[\w./~@+-]")
 _SYMBOL_RE = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::)[A-Za-z_][A-Za-z0-9_]*)*)(?:\(\))?`")
 _FILE_ARG_KEYS = ("file_path", "path", "filename", "file", "notebook_path", "target_file", "filepath")
 _COMMAND_ARG_KEYS = ("command", "cmd", "script", "code", "input")
 _EDIT_TOOLS = re.compile(r"edit|write|create|replace|patch|insert|append|apply|notebook", re.IGNORECASE)
 _READ_TOOLS = re.compile(r"read|view|open|cat|show|glob|grep|search|find|list|ls", re.IGNORECASE)
-_HEREDOC_RE = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
-_OPEN_WRITE_RE = re.compile(r"""open\(\s*(?:r|f)?['"]([^'"\n]+)['"]\s*,\s*['"][wax]""")
-_PATH_WRITE_RE = re.compile(r"""Path\(\s*['"]([^'"\n]+)['"]\s*\)\s*\.write_(?:text|bytes)""")
-_DIFF_RE = re.compile(r"^(?:\+\+\+|---) (?:[ab]/)?(\S+)|^diff --git a/(\S+) b/", re.MULTILINE)
 _FENCED_SHELL_RE = re.compile(r"```(?:bash|sh|shell|console|zsh)[ \t]*\n(.*?)```", re.DOTALL)
 _OBSERVATION_RE = re.compile(r"\s*(?:<returncode>|<output>|Observation:|exit code)", re.IGNORECASE)
 _TEXT_CALL = "ck:fenced-command"  # the pending key of a command given in a fenced block of the reply
-_SEGMENT_SPLIT = re.compile(r"&&|\|\||;|\n|(?<![|>])\|(?!\|)")
-_EXIT_RE = re.compile(
-    r"(?:exit(?:ed with)? code|returncode|return code|exit status)\W{0,3}(-?\d+)|<returncode>(-?\d+)</returncode>",
-    re.IGNORECASE,
-)
-_EXIT_HINTS = ("ode", "ODE", "tatus", "TATUS")  # in every way _EXIT_RE's reports are spelled
-_TEST_SUMMARY_RE = re.compile(r"\b(\d+) (failed|passed|errors?)\b")
-
-_READERS = frozenset(
-    "cat head tail less more nl wc grep egrep rg ag awk diff file stat bat view python-read strings od xxd".split()
-)
-_RUNNERS = frozenset("python python3 node deno bun ruby go cargo make cmake gcc g++ clang javac java bash sh".split())
-_TESTERS = frozenset("pytest tox nox jest vitest mocha ctest".split())
-_CREATORS = frozenset(("touch", "mkdir", "cp", "mv", "ln", "install"))
-_EDITORS = frozenset(("patch", "ed", "vi", "vim", "nano", "emacs", "truncate", "dos2unix"))
-_PREFIXES = frozenset(("sudo", "time", "timeout", "nohup", "env", "exec", "xargs", "then", "do", "else", "!"))
 
 
 @dataclass(kw_only=True)
@@ -222,10 +182,10 @@ class WorkingSet:
                 # (mini-swe-agent style); the next observation carries its outcome
                 for block in _FENCED_SHELL_RE.findall(text):
                     self._observe_command(block.strip(), index, call_id=_TEXT_CALL)
-                for path in _paths(_FENCED_SHELL_RE.sub(" ", text)):
+                for path in find_paths(_FENCED_SHELL_RE.sub(" ", text)):
                     self._touch("file", path, "named", index)
                 for symbol in _SYMBOL_RE.findall(text):
-                    if not _PATH_RE.fullmatch(symbol):
+                    if not is_path(symbol):
                         self._touch("symbol", symbol, "named", index)
         elif role == "user":
             text = message.text[:_MAX_TEXT_SCAN]
@@ -233,7 +193,7 @@ class WorkingSet:
                 # an observation sent back as a user message answers the fenced command before it
                 self._observe_result(message, index, call_id=_TEXT_CALL)
                 return
-            for path in _paths(text):
+            for path in find_paths(text):
                 self._touch("file", path, "asked", index)
         elif role == "tool":
             self._observe_result(message, index)
@@ -293,7 +253,7 @@ class WorkingSet:
                     item.outcome = outcome
         # a path that only appears in an output is weak evidence: the head of the output (where
         # listings and grep hits start) is enough, and scanning whole logs would slow compactions
-        for path in _paths(text[:_OUTPUT_SCAN_CHARS], limit=64):
+        for path in find_paths(text[:_OUTPUT_SCAN_CHARS], limit=64):
             self._touch("file", path, "seen", index)
 
     def _resolve_errors(self) -> None:
@@ -435,40 +395,6 @@ def _file_tool_action(tool: str, args: Mapping[str, Any]) -> str:
     return "named"
 
 
-def _paths(text: str, *, limit: int | None = None) -> list[str]:
-    # Every path ends in a known extension or is a known bare name, and a match of _PATH_RE can
-    # only start where a run of path characters starts (its lookbehind refuses any other place).
-    # So the cheap extension search finds the runs, and the full pattern runs once per run
-    # instead of being tried at every character of a long output.
-    hits = [m.start() for m in _EXT_HIT_RE.finditer(text)]
-    if any(name in text for name in _BARE_NAME_LIST):
-        hits.extend(m.start() for m in _BARE_HIT_RE.finditer(text))
-        hits.sort()
-    found: list[str] = []
-    seen: set[str] = set()
-    runs: set[int] = set()
-    for hit in hits:
-        start = hit
-        while start > 0 and _PATH_CHAR_RE.match(text, start - 1):
-            start -= 1
-        if start in runs:
-            continue
-        runs.add(start)
-        match = _PATH_RE.match(text, start)
-        if match is None:
-            continue
-        path = match.group(1).rstrip(".")
-        if path in seen or "://" in text[max(0, match.start() - 8) : match.start() + 3]:
-            continue
-        if path.count(".") > 0 and path.replace(".", "").isdigit():
-            continue  # a version number
-        seen.add(path)
-        found.append(path)
-        if limit is not None and len(found) >= limit:
-            break
-    return found
-
-
 def _one_line(text: str) -> str:
     line = " ".join(text.split())
     return line if len(line) <= _KEY_CHARS else line[: _KEY_CHARS - 1] + "…"
@@ -490,8 +416,8 @@ def _outcome(text: str, *, is_error: bool) -> tuple[bool, str]:
     # at the end (shells, test runners) of an output; the middle of a long log is not read.
     scan = _OUTCOME_SCAN_CHARS
     ends = text if len(text) <= 2 * scan else text[:scan] + "\n" + text[-scan:]
-    code = _exit_code(ends)
-    summary = _test_summary(text[-_OUTCOME_SCAN_CHARS:])
+    code = exit_code(ends)
+    summary = test_summary(text[-_OUTCOME_SCAN_CHARS:])
     failed = (
         is_error
         or (code is not None and code != 0)
@@ -506,138 +432,3 @@ def _outcome(text: str, *, is_error: bool) -> tuple[bool, str]:
     if summary.get("passed"):
         return False, f"ok ({summary['passed']} passed)"
     return False, "ok"
-
-
-def _hits(text: str, needles: Iterable[str]) -> list[int]:
-    """Positions of every occurrence of the needles in ``text``, in order (str.find is fast)."""
-    found: list[int] = []
-    for needle in needles:
-        at = text.find(needle)
-        while at >= 0:
-            found.append(at)
-            at = text.find(needle, at + 1)
-    found.sort()
-    return found
-
-
-def _exit_code(text: str) -> int | None:
-    """The first exit code the text reports (``exit code 1``, ``<returncode>0</returncode>``, …).
-
-    Every report names "code" or "status", so the (case-insensitive, slow) pattern only runs
-    around those words; the first report in the text wins.
-    """
-    for at in _hits(text, _EXIT_HINTS):
-        match = _EXIT_RE.search(text, max(0, at - 16), at + 24)
-        if match:
-            match = _EXIT_RE.match(text, match.start()) or match  # the window may have cut its digits
-            return int(match.group(1) or match.group(2))
-    return None
-
-
-def _test_summary(text: str) -> dict[str, int]:
-    """Counts a test runner's summary reports (``3 failed``, ``10 passed``, ``1 error``), the last of each kind."""
-    summary: dict[str, int] = {}
-    for at in _hits(text, (" failed", " passed", " error")):
-        start = at
-        while start > 0 and text[start - 1].isdecimal():  # the count before the word, however long
-            start -= 1
-        match = _TEST_SUMMARY_RE.match(text, start)
-        if match is not None and match.start(2) == at + 1:
-            summary[match.group(2).rstrip("s")] = int(match.group(1))
-    return summary
-
-
-def shell_references(command: str) -> list[tuple[str, str]]:
-    """The files one shell command acts on, each with what it does to it.
-
-    Reads redirections, editors (``sed -i``, ``perl -pi``, ``patch``), heredoc writes
-    (``cat > f <<EOF``), files a heredoc script writes (``open(p, "w")``, diff headers for
-    ``git apply``), test runners (``pytest path::test``) and readers (``cat``, ``nl``, ``grep``).
-    """
-    refs: list[tuple[str, str]] = []
-    body_start = len(command)
-    heredoc = _HEREDOC_RE.search(command)
-    if heredoc is not None:
-        line_end = command.find("\n", heredoc.end())
-        if line_end >= 0:
-            body_start = line_end + 1
-            body = command[body_start:]
-            for rx in (_OPEN_WRITE_RE, _PATH_WRITE_RE):
-                refs.extend((m.group(1), "edited") for m in rx.finditer(body))
-            refs.extend(
-                (m.group(1) or m.group(2), "edited") for m in _DIFF_RE.finditer(body) if m.group(1) != "/dev/null"
-            )
-    head = command[:body_start]
-    for segment in _SEGMENT_SPLIT.split(head):
-        refs.extend(_segment_references(segment))
-    # whatever path the command names that the segment rules did not place was still named by it
-    placed = {p for p, _ in refs}
-    refs.extend((p, "read") for p in _paths(head) if p not in placed)
-    return refs
-
-
-def _segment_references(segment: str) -> Iterable[tuple[str, str]]:
-    text = segment.strip()
-    if not text:
-        return []
-    try:
-        words = shlex.split(text, comments=False, posix=True)
-    except ValueError:
-        words = text.split()
-    refs: list[tuple[str, str]] = []
-    # redirections: `> file`, `>> file` write a file; the operator and its target are not arguments
-    plain: list[str] = []
-    skip_next = False
-    for i, word in enumerate(words):
-        if skip_next:
-            skip_next = False
-            continue
-        target = None
-        if word in (">", ">>", "1>", "&>", "2>", "<", "<<", "<<<") and i + 1 < len(words):
-            skip_next = True
-            target = words[i + 1] if word not in ("<", "<<", "<<<", "2>") else None
-        elif word.startswith((">", "1>", "&>")) and not word.startswith(">&"):
-            target = word.lstrip("1&>")
-        elif word.startswith(("<", "2>")):
-            continue
-        else:
-            plain.append(word)
-        if target and _PATH_RE.fullmatch(target) and not target.startswith("/dev/"):
-            refs.append((target, "edited"))
-    words = plain
-    while words and (words[0] in _PREFIXES or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0])):
-        words = words[2:] if words[0] == "timeout" and len(words) > 1 else words[1:]
-    if not words:
-        return refs
-    program = words[0].rsplit("/", 1)[-1]
-    args = words[1:]
-    files = [a for a in args if not a.startswith("-")]
-    if program in ("sed", "perl"):
-        in_place = any(a.startswith("-i") or a.startswith("-pi") or a == "--in-place" for a in args)
-        # the first plain argument of sed is its script unless -e/-f gave one
-        script_given = any(a in ("-e", "-f") for a in args)
-        targets = files if script_given else files[1:]
-        refs.extend((f, "edited" if in_place else "read") for f in targets if _PATH_RE.fullmatch(f))
-    elif program == "tee":
-        refs.extend((f, "edited") for f in files if _PATH_RE.fullmatch(f))
-    elif program in _EDITORS or program in _CREATORS:
-        action = "created" if program in ("touch", "cp", "mv", "install") else "edited"
-        targets = files[-1:] if program in ("cp", "mv", "install") else files
-        refs.extend((f, action) for f in targets if _PATH_RE.fullmatch(f))
-        refs.extend((f, "read") for f in files[:-1] if program in ("cp", "mv") and _PATH_RE.fullmatch(f))
-    elif program == "git" and args and args[0] in ("add", "diff", "checkout", "restore", "show", "log"):
-        refs.extend((f, "read") for f in files[1:] if _PATH_RE.fullmatch(f))
-    elif program in _TESTERS or (program.startswith("python") and args[:2] == ["-m", "pytest"]):
-        for f in files:
-            path = f.split("::", 1)[0]
-            if path != "pytest" and _PATH_RE.fullmatch(path):
-                refs.append((path, "tested"))
-    elif program in _RUNNERS or program.startswith("python"):
-        for f in files[:1] if program.startswith("python") else files:
-            if _PATH_RE.fullmatch(f):
-                refs.append((f, "ran"))
-    elif program in _READERS:
-        pattern_first = program in ("grep", "egrep", "rg", "ag", "awk") and not any(a in ("-e", "-f") for a in args)
-        targets = files[1:] if pattern_first else files
-        refs.extend((f, "read") for f in targets if _PATH_RE.fullmatch(f))
-    return refs

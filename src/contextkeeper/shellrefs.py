@@ -1,0 +1,239 @@
+"""What agents' text says about files and commands, read with cheap scans.
+
+Paths named in any text, the files one shell command acts on (and how: edited, created, tested,
+ran, read), and the exit code and test summary a command's output reports. The working set
+(`contextkeeper.workingset`) builds on these; they run on every transcript message it reads, so
+each one finds its candidates with C-speed searches and runs a full pattern only around them.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable
+
+__all__ = [
+    "EXIT_RE",
+    "PATH_RE",
+    "TEST_SUMMARY_RE",
+    "exit_code",
+    "find_paths",
+    "is_path",
+    "shell_references",
+    "test_summary",
+]
+
+_CODE_EXT = (
+    "py|pyi|ipynb|js|mjs|cjs|jsx|ts|tsx|go|rs|java|kt|kts|scala|rb|php|cs|fs|swift|m|mm|c|h|cc|cpp|cxx|hh|hpp|"
+    "cu|cuh|s|asm|zig|nim|lua|pl|pm|r|jl|dart|ex|exs|erl|hrl|clj|hs|ml|mli|elm|vue|svelte|pony|sol|"
+    "md|rst|txt|tex|bib|adoc|org|json|jsonl|yaml|yml|toml|ini|cfg|conf|env|lock|xml|html|htm|css|scss|less|"
+    "sql|sh|bash|zsh|fish|ps1|bat|mk|cmake|gradle|proto|graphql|csv|tsv|log|patch|diff|in|pyx|pxd|tf|nix"
+)
+_BARE_NAMES = "Makefile|CMakeLists\\.txt|Dockerfile|Gemfile|Rakefile|Procfile|Justfile|BUILD|WORKSPACE|LICENSE"
+# A path: optional ./ ../ ~/ or / start, components of word characters, dots, dashes, @ and +;
+# either with a slash and a file-like last component, or a bare name with a known extension.
+_PATH_END = r"(?![\w/@+-]|\.[A-Za-z0-9])"  # not followed by more of a name or another extension
+PATH_RE = re.compile(
+    r"(?<![\w./~@+-])"
+    r"((?:~|\.{1,2})?/?(?:[\w@+-][\w.@+-]*/)*"
+    rf"(?:[\w@+-][\w.@+-]*\.(?:{_CODE_EXT})|{_BARE_NAMES}))"
+    rf"{_PATH_END}"
+)
+_EXT_HIT_RE = re.compile(rf"\.(?:{_CODE_EXT}){_PATH_END}")
+_BARE_HIT_RE = re.compile(rf"(?:{_BARE_NAMES}){_PATH_END}")
+_BARE_NAME_LIST = tuple(name.replace("\\", "") for name in _BARE_NAMES.split("|"))
+_PATH_CHAR_RE = re.compile(r"[\w./~@+-]")
+_HEREDOC_RE = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+_OPEN_WRITE_RE = re.compile(r"""open\(\s*(?:r|f)?['"]([^'"\n]+)['"]\s*,\s*['"][wax]""")
+_PATH_WRITE_RE = re.compile(r"""Path\(\s*['"]([^'"\n]+)['"]\s*\)\s*\.write_(?:text|bytes)""")
+_DIFF_RE = re.compile(r"^(?:\+\+\+|---) (?:[ab]/)?(\S+)|^diff --git a/(\S+) b/", re.MULTILINE)
+_SEGMENT_SPLIT = re.compile(r"&&|\|\||;|\n|(?<![|>])\|(?!\|)")
+EXIT_RE = re.compile(
+    r"(?:exit(?:ed with)? code|returncode|return code|exit status)\W{0,3}(-?\d+)|<returncode>(-?\d+)</returncode>",
+    re.IGNORECASE,
+)
+_EXIT_HINTS = ("ode", "ODE", "tatus", "TATUS")  # in every way EXIT_RE's reports are spelled
+TEST_SUMMARY_RE = re.compile(r"\b(\d+) (failed|passed|errors?)\b")
+
+_READERS = frozenset(
+    "cat head tail less more nl wc grep egrep rg ag awk diff file stat bat view python-read strings od xxd".split()
+)
+_RUNNERS = frozenset("python python3 node deno bun ruby go cargo make cmake gcc g++ clang javac java bash sh".split())
+_TESTERS = frozenset("pytest tox nox jest vitest mocha ctest".split())
+_CREATORS = frozenset(("touch", "mkdir", "cp", "mv", "ln", "install"))
+_EDITORS = frozenset(("patch", "ed", "vi", "vim", "nano", "emacs", "truncate", "dos2unix"))
+_PREFIXES = frozenset(("sudo", "time", "timeout", "nohup", "env", "exec", "xargs", "then", "do", "else", "!"))
+
+
+def is_path(text: str) -> bool:
+    """The whole text is one path (a file name with a known extension, or a known bare name)."""
+    return PATH_RE.fullmatch(text) is not None
+
+
+def find_paths(text: str, *, limit: int | None = None) -> list[str]:
+    # Every path ends in a known extension or is a known bare name, and a match of PATH_RE can
+    # only start where a run of path characters starts (its lookbehind refuses any other place).
+    # So the cheap extension search finds the runs, and the full pattern runs once per run
+    # instead of being tried at every character of a long output.
+    hits = [m.start() for m in _EXT_HIT_RE.finditer(text)]
+    if any(name in text for name in _BARE_NAME_LIST):
+        hits.extend(m.start() for m in _BARE_HIT_RE.finditer(text))
+        hits.sort()
+    found: list[str] = []
+    seen: set[str] = set()
+    runs: set[int] = set()
+    for hit in hits:
+        start = hit
+        while start > 0 and _PATH_CHAR_RE.match(text, start - 1):
+            start -= 1
+        if start in runs:
+            continue
+        runs.add(start)
+        match = PATH_RE.match(text, start)
+        if match is None:
+            continue
+        path = match.group(1).rstrip(".")
+        if path in seen or "://" in text[max(0, match.start() - 8) : match.start() + 3]:
+            continue
+        if path.count(".") > 0 and path.replace(".", "").isdigit():
+            continue  # a version number
+        seen.add(path)
+        found.append(path)
+        if limit is not None and len(found) >= limit:
+            break
+    return found
+
+
+def _hits(text: str, needles: Iterable[str]) -> list[int]:
+    """Positions of every occurrence of the needles in ``text``, in order (str.find is fast)."""
+    found: list[int] = []
+    for needle in needles:
+        at = text.find(needle)
+        while at >= 0:
+            found.append(at)
+            at = text.find(needle, at + 1)
+    found.sort()
+    return found
+
+
+def exit_code(text: str) -> int | None:
+    """The first exit code the text reports (``exit code 1``, ``<returncode>0</returncode>``, …).
+
+    Every report names "code" or "status", so the (case-insensitive, slow) pattern only runs
+    around those words; the first report in the text wins.
+    """
+    for at in _hits(text, _EXIT_HINTS):
+        match = EXIT_RE.search(text, max(0, at - 16), at + 24)
+        if match:
+            match = EXIT_RE.match(text, match.start()) or match  # the window may have cut its digits
+            return int(match.group(1) or match.group(2))
+    return None
+
+
+def test_summary(text: str) -> dict[str, int]:
+    """Counts a test runner's summary reports (``3 failed``, ``10 passed``, ``1 error``), the last of each kind."""
+    summary: dict[str, int] = {}
+    for at in _hits(text, (" failed", " passed", " error")):
+        start = at
+        while start > 0 and text[start - 1].isdecimal():  # the count before the word, however long
+            start -= 1
+        match = TEST_SUMMARY_RE.match(text, start)
+        if match is not None and match.start(2) == at + 1:
+            summary[match.group(2).rstrip("s")] = int(match.group(1))
+    return summary
+
+
+def shell_references(command: str) -> list[tuple[str, str]]:
+    """The files one shell command acts on, each with what it does to it.
+
+    Reads redirections, editors (``sed -i``, ``perl -pi``, ``patch``), heredoc writes
+    (``cat > f <<EOF``), files a heredoc script writes (``open(p, "w")``, diff headers for
+    ``git apply``), test runners (``pytest path::test``) and readers (``cat``, ``nl``, ``grep``).
+    """
+    refs: list[tuple[str, str]] = []
+    body_start = len(command)
+    heredoc = _HEREDOC_RE.search(command)
+    if heredoc is not None:
+        line_end = command.find("\n", heredoc.end())
+        if line_end >= 0:
+            body_start = line_end + 1
+            body = command[body_start:]
+            for rx in (_OPEN_WRITE_RE, _PATH_WRITE_RE):
+                refs.extend((m.group(1), "edited") for m in rx.finditer(body))
+            refs.extend(
+                (m.group(1) or m.group(2), "edited") for m in _DIFF_RE.finditer(body) if m.group(1) != "/dev/null"
+            )
+    head = command[:body_start]
+    for segment in _SEGMENT_SPLIT.split(head):
+        refs.extend(_segment_references(segment))
+    # whatever path the command names that the segment rules did not place was still named by it
+    placed = {p for p, _ in refs}
+    refs.extend((p, "read") for p in find_paths(head) if p not in placed)
+    return refs
+
+
+def _segment_references(segment: str) -> Iterable[tuple[str, str]]:
+    text = segment.strip()
+    if not text:
+        return []
+    try:
+        words = shlex.split(text, comments=False, posix=True)
+    except ValueError:
+        words = text.split()
+    refs: list[tuple[str, str]] = []
+    # redirections: `> file`, `>> file` write a file; the operator and its target are not arguments
+    plain: list[str] = []
+    skip_next = False
+    for i, word in enumerate(words):
+        if skip_next:
+            skip_next = False
+            continue
+        target = None
+        if word in (">", ">>", "1>", "&>", "2>", "<", "<<", "<<<") and i + 1 < len(words):
+            skip_next = True
+            target = words[i + 1] if word not in ("<", "<<", "<<<", "2>") else None
+        elif word.startswith((">", "1>", "&>")) and not word.startswith(">&"):
+            target = word.lstrip("1&>")
+        elif word.startswith(("<", "2>")):
+            continue
+        else:
+            plain.append(word)
+        if target and is_path(target) and not target.startswith("/dev/"):
+            refs.append((target, "edited"))
+    words = plain
+    while words and (words[0] in _PREFIXES or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0])):
+        words = words[2:] if words[0] == "timeout" and len(words) > 1 else words[1:]
+    if not words:
+        return refs
+    program = words[0].rsplit("/", 1)[-1]
+    args = words[1:]
+    files = [a for a in args if not a.startswith("-")]
+    if program in ("sed", "perl"):
+        in_place = any(a.startswith("-i") or a.startswith("-pi") or a == "--in-place" for a in args)
+        # the first plain argument of sed is its script unless -e/-f gave one
+        script_given = any(a in ("-e", "-f") for a in args)
+        targets = files if script_given else files[1:]
+        refs.extend((f, "edited" if in_place else "read") for f in targets if is_path(f))
+    elif program == "tee":
+        refs.extend((f, "edited") for f in files if is_path(f))
+    elif program in _EDITORS or program in _CREATORS:
+        action = "created" if program in ("touch", "cp", "mv", "install") else "edited"
+        targets = files[-1:] if program in ("cp", "mv", "install") else files
+        refs.extend((f, action) for f in targets if is_path(f))
+        refs.extend((f, "read") for f in files[:-1] if program in ("cp", "mv") and is_path(f))
+    elif program == "git" and args and args[0] in ("add", "diff", "checkout", "restore", "show", "log"):
+        refs.extend((f, "read") for f in files[1:] if is_path(f))
+    elif program in _TESTERS or (program.startswith("python") and args[:2] == ["-m", "pytest"]):
+        for f in files:
+            path = f.split("::", 1)[0]
+            if path != "pytest" and is_path(path):
+                refs.append((path, "tested"))
+    elif program in _RUNNERS or program.startswith("python"):
+        for f in files[:1] if program.startswith("python") else files:
+            if is_path(f):
+                refs.append((f, "ran"))
+    elif program in _READERS:
+        pattern_first = program in ("grep", "egrep", "rg", "ag", "awk") and not any(a in ("-e", "-f") for a in args)
+        targets = files[1:] if pattern_first else files
+        refs.extend((f, "read") for f in targets if is_path(f))
+    return refs
