@@ -85,7 +85,8 @@ def line_chart(
             body.append(f'<text class="tick" x="{LEFT - 6}" y="{y + 4}" text-anchor="end">{_fmt(t)}</text>')
     for i in range(6):
         v = x0 + (x1 - x0) * i / 5
-        body.append(f'<text class="tick" x="{px(v)}" y="{H - BOTTOM + 16}" text-anchor="middle">{_fmt(v)}</text>')
+        label = _fmt(round(v)) if x1 - x0 >= 10 else _fmt(v)  # turns are whole numbers
+        body.append(f'<text class="tick" x="{px(v)}" y="{H - BOTTOM + 16}" text-anchor="middle">{label}</text>')
     body.append(f'<text class="label" x="{W - RIGHT}" y="{H - 4}" text-anchor="end">{_e(x_label)}</text>')
     body.append(f'<text class="label" x="6" y="{TOP - 6}">{_e(y_label)}</text>')
     legend = []
