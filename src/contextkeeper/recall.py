@@ -36,7 +36,7 @@ from .memory.chunking import Source, memories_from_messages
 from .memory.diversify import cover
 from .memory.longterm import MAX_QUERY_CHARS, LongTermMemory
 from .memory.records import Hit, MemoryRecord
-from .memory.status import RecallStatus
+from .memory.status import RecallStatus, RetrievalMode
 from .memory.tiers import HybridMemory
 from .messages import Message, TextPart
 
@@ -177,10 +177,13 @@ class SessionMemory:
     def status(self) -> RecallStatus:
         """The memory's part of the current view."""
         memory = self.memory
-        state = memory.status() if memory is not None else None
+        retrieval: RetrievalMode = "keyword"
+        reason: str | None = "no memory bound"
+        if memory is not None:
+            retrieval, reason = (memory.long_term if isinstance(memory, HybridMemory) else memory).retrieval
         return RecallStatus(
-            retrieval=state.retrieval if state is not None else "keyword",
-            reason=state.reason if state is not None else "no memory bound",
+            retrieval=retrieval,
+            reason=reason,
             hits=sum(len(b.memory_ids) for b in self._blocks),
             tokens=self.tokens,
             room=self._room,

@@ -290,7 +290,9 @@ class LongTermMemory:
             self._matrix = None
         if self._matrix is None:
             ids = list(self._vectors)
-            matrix = np.asarray([self._vectors[i] for i in ids], dtype=np.float32).reshape(len(ids), -1)
+            # an empty tenant has no rows to infer the width from: reshape(0, -1) would raise
+            width = self.embedder.dimension if not ids else -1
+            matrix = np.asarray([self._vectors[i] for i in ids], dtype=np.float32).reshape(len(ids), width)
             if ids:
                 norms = np.linalg.norm(matrix, axis=1, keepdims=True)
                 matrix /= np.where(norms == 0, 1.0, norms)
@@ -300,6 +302,11 @@ class LongTermMemory:
     def _degrade(self, reason: str) -> None:
         logger.warning("memory: dense retrieval unavailable, recalling by keywords: %s", reason)
         self._mode, self._reason = "keyword", reason
+
+    @property
+    def retrieval(self) -> tuple[RetrievalMode, str | None]:
+        """How the last recall ranked, and why it was keyword-only if it was (no backend call, unlike `status`)."""
+        return self._mode, self._reason
 
     def status(self) -> MemoryStatus:
         """How the last recall ranked, and why it was keyword-only if it was."""

@@ -1,0 +1,272 @@
+"""Long-term memory wired into a session's view: remember what left, recall for the current request."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from contextkeeper import toolpairs
+from contextkeeper.exceptions import ConfigError
+from contextkeeper.memory import LongTermMemory, MemoryBackend, OpenAIEmbedder, SQLiteMemoryBackend
+from contextkeeper.messages import Message, ToolCall
+from contextkeeper.recall import MEMORY_HEADER, RECALL_TOOL, SessionMemory
+from contextkeeper.session import AsyncSession, PreparedView, Session
+from contextkeeper.tokens.accountant import TokenAccountant
+
+WINDOW = 3000
+FACT = "SHIP-4471"
+
+
+def _filler(n: int, width: int = 60) -> str:
+    return "\n".join(f"line {n}.{i}: " + "lorem ipsum dolor sit amet " * (width // 28) for i in range(14))
+
+
+def _round(n: int, output: str, *, user: str | None = None) -> list[Message]:
+    call = ToolCall(call_id=f"call_{n}", name="bash", arguments=f'{{"command": "step {n}"}}')
+    head = [Message.user(user)] if user is not None else []
+    return [
+        *head,
+        Message.assistant(f"Running step {n}.", tool_calls=[call]),
+        Message.tool_result(call.call_id, output, name="bash"),
+    ]
+
+
+def _history() -> list[list[Message]]:
+    """A task whose early output names a shipment id, then enough unrelated rounds to push it out."""
+    turns = [
+        _round(0, f"Shipment {FACT} left the Rotterdam warehouse; carrier: Maersk.", user="Track the parcels."),
+        *[_round(n, _filler(n)) for n in range(1, 30)],
+    ]
+    turns.append([Message.user("Which shipment id left the Rotterdam warehouse, and with which carrier?")])
+    return turns
+
+
+def _blocks(view: list[Message]) -> list[Message]:
+    return [m for m in view if m.extra.get("contextkeeper") == "memory"]
+
+
+def _run(session: Session, turns: list[list[Message]]) -> list[PreparedView]:
+    views = []
+    for batch in turns:
+        session.add(batch)
+        views.append(session.prepare(format="internal"))
+    return views
+
+
+def test_an_evicted_output_is_recalled_before_the_request_that_needs_it() -> None:
+    session = Session(window=WINDOW, counter="heuristic", memory=True)
+    views = _run(session, _history())
+    final = views[-1]
+    request = session.transcript[-1]
+    blocks = _blocks(final.view)
+    assert len(blocks) >= 1
+    block = blocks[-1]
+    assert final.view[final.view.index(block) + 1] is request, "the block goes right before the request"
+    assert FACT in block.text and "Maersk" in block.text
+    assert block.text.startswith(MEMORY_HEADER)
+    # labelled with source, step, time and score
+    assert "[bash · #1 · " in block.text and "score " in block.text
+    # the transcript is untouched and the recalled text is counted in the status
+    assert all(m.extra.get("contextkeeper") != "memory" for m in session.transcript)
+    recount = TokenAccountant(session.accountant.counter, framing=session.accountant.framing).count_messages(final.view)
+    assert final.status.used_raw == recount <= session.budget.effective
+    memory = final.status.memory
+    assert (
+        memory is not None
+        and memory.hits >= 1
+        and memory.tokens == sum(session.accountant.count_message(b) for b in blocks)
+    )
+    assert final.status.breakdown["memory"] == memory.tokens
+
+
+def test_without_memory_nothing_is_recalled_and_the_budget_is_whole() -> None:
+    plain = Session(window=WINDOW, counter="heuristic")
+    views = _run(plain, _history())
+    assert not _blocks(views[-1].view) and views[-1].status.memory is None
+    assert plain.engine.budget is plain.budget
+
+
+def test_memories_carry_provenance() -> None:
+    backend = SQLiteMemoryBackend(":memory:")
+    session = Session("ses_prov", window=WINDOW, counter="heuristic", tenant="acme",
+                      memory=LongTermMemory(backend, tenant="acme"))  # fmt: skip
+    _run(session, _history())
+    records = list(backend.scan("acme"))
+    assert records, "what compaction removed was written"
+    by_id = {m.message_id: m for m in session.transcript}
+    for record in records:
+        assert record.session_id == "ses_prov" and record.tenant == "acme"
+        (source,) = record.message_ids
+        assert record.text.splitlines()[0] in by_id[source].text or by_id[source].tool_calls
+        assert record.created_at > 0 and record.role == by_id[source].role
+    assert not list(backend.scan("default")), "nothing crosses tenants"
+
+
+def test_the_block_stays_unchanged_while_the_request_stays() -> None:
+    session = Session(window=WINDOW, counter="heuristic", memory=True)
+    turns = _history()
+    _run(session, turns)
+    previous = session.prepare(format="internal").view
+    assert _blocks(previous)
+    for n in range(40, 43):  # the agent works on the request: small rounds, no compaction
+        session.add(_round(n, f"ok {n}"))
+        view = session.prepare(format="internal").view
+        if session.status().layer is not None:
+            break
+        assert [(m.message_id, m.text) for m in view[: len(previous)]] == [(m.message_id, m.text) for m in previous], (
+            "a turn that only appends must keep the prefix byte-identical"
+        )
+        previous = view
+
+
+def test_what_the_view_shows_is_not_recalled_again() -> None:
+    session = Session(window=WINDOW, counter="heuristic", memory=True)
+    views = _run(session, _history())
+    final = views[-1].view
+    rest = "\n".join(m.text for m in final if m.extra.get("contextkeeper") != "memory")
+    block = _blocks(final)[-1]
+    body = [line for line in block.text.splitlines()[1:] if not line.startswith("[")]
+    assert body and not [line for line in body if line in rest and len(line) > 20]
+
+
+def test_the_recall_tool_is_answered_by_the_session() -> None:
+    session = Session(window=WINDOW, counter="heuristic", memory=True, include_read_tool=True)
+    assert RECALL_TOOL in session.tools
+    _run(session, _history()[:-1])
+    answer = session.handle_tool_call("recall", '{"query": "Rotterdam shipment"}')
+    assert answer is not None and FACT in answer
+    assert session.handle_tool_call("recall", '{"query": ""}').startswith("error: query")  # type: ignore[union-attr]
+    assert session.handle_tool_call("recall", "not json").startswith("error:")  # type: ignore[union-attr]
+    assert "no memories match" in session.recall("zebra quantum violin")
+    assert Session(window=WINDOW, counter="heuristic").handle_tool_call("recall", "{}") is None
+
+
+def test_a_failing_memory_never_fails_a_turn(tmp_path: Path) -> None:
+    backend = SQLiteMemoryBackend(tmp_path / "m.db")
+    session = Session(window=WINDOW, counter="heuristic", memory=LongTermMemory(backend))
+    turns = _history()
+    _run(session, turns[:5])
+    backend.close()  # every read and write now raises sqlite3.ProgrammingError
+    with pytest.raises(sqlite3.ProgrammingError):
+        backend.count("default")
+    views = _run(session, turns[5:])
+    status = views[-1].status.memory
+    assert status is not None and status.error is not None and "failed" in status.error
+    assert status.pending > 0, "writes that failed wait for the next compaction"
+    assert toolpairs.validate(views[-1].view) == []
+
+
+def test_an_embedder_that_is_down_falls_back_to_keywords() -> None:
+    down = OpenAIEmbedder("text-embedding-3-small", dimension=8, base_url="http://127.0.0.1:9/v1", timeout=0.5)
+    session = Session(window=WINDOW, counter="heuristic", memory=LongTermMemory(embedder=down))
+    views = _run(session, _history())
+    status = views[-1].status.memory
+    assert status is not None and status.retrieval == "keyword" and status.reason
+    assert FACT in "\n".join(b.text for b in _blocks(views[-1].view))
+
+
+def test_memory_of_another_tenant_is_refused() -> None:
+    with pytest.raises(ConfigError, match="tenant"):
+        Session(window=WINDOW, counter="heuristic", tenant="acme", memory=LongTermMemory(tenant="globex"))
+    shared = SessionMemory()
+    Session("one", window=WINDOW, counter="heuristic", memory=shared)
+    with pytest.raises(ConfigError, match="already serves"):
+        Session("two", window=WINDOW, counter="heuristic", memory=shared)
+    with pytest.raises(ConfigError):
+        Session(window=WINDOW, counter="heuristic", memory="yes")
+
+
+def test_backends_and_the_packaged_embedder(backend: MemoryBackend) -> None:
+    """Sessions write to and recall from every backend (Postgres against the real server), with the real MiniLM."""
+    pytest.importorskip("sentence_transformers")
+    from contextkeeper.memory import SentenceTransformerEmbedder
+
+    memory = LongTermMemory(backend, embedder=SentenceTransformerEmbedder())
+    session = Session(window=WINDOW, counter="heuristic", memory=memory)
+    views = _run(session, _history())
+    status = views[-1].status.memory
+    assert status is not None and status.retrieval == "hybrid" and status.written > 0
+    assert FACT in "\n".join(b.text for b in _blocks(views[-1].view))
+
+
+def _shape(pv: PreparedView) -> list[tuple[str, str, str]]:
+    return [(m.role, m.message_id, m.text) for m in pv.view]
+
+
+def test_async_session_recalls_the_same_views() -> None:
+    turns = _history()
+    sync = Session("parity", window=WINDOW, counter="heuristic", memory=True)
+    expected = [_shape(v) for v in _run(sync, turns)]
+
+    async def main() -> list[list[tuple[str, str, str]]]:
+        asyn = AsyncSession("parity", window=WINDOW, counter="heuristic", memory=True)
+        out = []
+        for batch in turns:
+            asyn.add(batch)
+            out.append(_shape(await asyn.prepare(format="internal")))
+        assert FACT in await asyn.arecall("Rotterdam shipment")
+        return out
+
+    assert anyio.run(main) == expected
+
+
+# --- property: any program with memory keeps every view valid ----------------------------------------
+
+_WORDS = ("invoice", "carrier", "Rotterdam", "parcel", "refund", "ledger", "token", "旅行", "北京烤鸭", "SHIP-1")
+
+
+@st.composite
+def programs(draw: st.DrawFn) -> list[Any]:
+    """Batches of messages (user requests, tool rounds with parallel calls, replies) and prepares (None)."""
+    out: list[Any] = []
+    calls = 0
+    for t in range(draw(st.integers(1, 14))):
+        if draw(st.booleans()) or t == 0:
+            words = draw(st.lists(st.sampled_from(_WORDS), min_size=1, max_size=6))
+            out.append([Message.user(" ".join(words) + f" {t}?")])
+        for _ in range(draw(st.integers(0, 3))):
+            k = draw(st.integers(1, 3))
+            made = [ToolCall(call_id=f"c{calls + j}", name="grep", arguments=f'{{"q": {t}}}') for j in range(k)]
+            calls += k
+            size = draw(st.sampled_from([20, 200, 900]))
+            word = draw(st.sampled_from(_WORDS))
+            results = [Message.tool_result(c.call_id, f"{word} {c.call_id} " * size, name="grep") for c in made]
+            out.append([Message.assistant(draw(st.sampled_from(["", f"look up {word}"])), tool_calls=made), *results])
+            if draw(st.booleans()):
+                out.append(None)
+        if draw(st.booleans()):
+            out.append([Message.assistant(f"done with {t}")])
+        out.append(None)
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(program=programs(), window=st.sampled_from([2500, 4000, 8000]), share=st.sampled_from([0.05, 0.1, 0.2]))
+def test_views_with_memory_fit_keep_pairs_system_and_request(program: list[Any], window: int, share: float) -> None:
+    session = Session(window=window, counter="heuristic", memory=SessionMemory(share=share))
+    system = Message.system("You are a careful agent.")
+    session.add([system])
+    added: list[Message] = [system]
+    accountant = TokenAccountant(session.accountant.counter, framing=session.accountant.framing)
+    for batch in program:
+        if batch is not None:
+            session.add(batch)
+            added.extend(batch)
+            continue
+        pv = session.prepare(format="internal")
+        view = pv.view
+        assert accountant.count_messages(view) == pv.status.used_raw <= session.budget.effective
+        assert toolpairs.validate(view) == []
+        assert view[0] is system
+        request = next((m for m in reversed(added) if m.role == "user"), None)
+        assert request is None or any(m is request for m in view), "the current request stays"
+        for block in _blocks(view):
+            after = view[view.index(block) + 1]
+            assert after.role == "user" and after.extra.get("contextkeeper") is None
+        assert session.transcript == added and all(a is b for a, b in zip(session.transcript, added, strict=True))
+        assert len({m.message_id for m in view}) == len(view)
