@@ -86,7 +86,9 @@ class Alert:
     session_id: str
     alert: str
     """Short machine name: thrashing, spike, breaker-open, subscriber-error, hook-error, oversized,
-    store-unavailable, store-lost, store-recovered (the session's store: see `Session.restore_to_store`)."""
+    store-unavailable, store-lost, store-recovered (the session's store: see `Session.restore_to_store`);
+    a `contextkeeper.health.HealthMonitor` adds critical-utilization, high-eviction-frequency,
+    low-fidelity, low-compression and burn-rate-spike."""
     detail: str
     ts: float = field(default_factory=time.time)
     kind: Literal["alert"] = "alert"
@@ -151,7 +153,7 @@ class EventBus:
         self.audit_limit = audit_limit
         self.subscriber_errors = 0
         self.sinks: list[Callable[[dict[str, Any]], None]] = []
-        """Called with every event dict; a session store's audit log plugs in here."""
+        """Called with the dict of every event but ``context.status``; a session store's audit log plugs in here."""
 
     def subscribe(self, callback: Callable[[Event], object]) -> Callable[[], None]:
         """Call ``callback(event)`` for every event; returns a function that unsubscribes."""
@@ -180,24 +182,30 @@ class EventBus:
 
     @property
     def listening(self) -> bool:
-        """True when someone receives ``context.status`` events (which are not kept in the audit)."""
+        """True when someone receives events: subscribers, async streams or sinks."""
         return bool(self._subscribers or self._queues or self.sinks)
+
+    @property
+    def status_listening(self) -> bool:
+        """True when someone receives the per-turn ``context.status`` (sinks and the audit log do not)."""
+        return bool(self._subscribers or self._queues)
 
     def emit(self, event: Event) -> None:
         """Deliver ``event``; a failing subscriber is logged and counted, never raised.
 
-        Every event but the per-turn ``context.status`` is kept in the in-memory audit log.
+        Every event but the per-turn ``context.status`` is kept in the in-memory audit log and
+        handed to the sinks.
         """
-        record = event_to_dict(event)
         if event.kind != "context.status":
+            record = event_to_dict(event)
             self.audit.append(record)
             if len(self.audit) > self.audit_limit:
                 del self.audit[: len(self.audit) - self.audit_limit]
+            for sink in self.sinks:
+                self._call(sink, record)
         with self._lock:
             subscribers = list(self._subscribers)
             queues = list(self._queues)
-        for sink in self.sinks:
-            self._call(sink, record)
         for callback in subscribers:
             self._call(callback, event)
         for loop, queue in queues:
