@@ -206,6 +206,8 @@ class _Load:
         room = max(2, config.max_messages - 2 * config.turns)
         history = _history(index, 2 + (index * 7919) % room)  # lengths spread over the sessions
         session = f"bench-{uuid.uuid4().hex[:12]}"
+        if think:  # agents join over one pause, not all in the same millisecond
+            await asyncio.sleep(think * index / config.sessions)
         for turn in range(config.turns):
             history.append({"role": "user", "content": _user_text(index, len(history))})
             body = json.dumps({"model": MODEL, "messages": history}).encode()
@@ -258,16 +260,20 @@ def _measure_store(
         if config.soak:
             soak_load = _Load(upstream, proxy, config)
             per_round = config.sessions * config.turns
-            rounds = max(1, config.soak // per_round)
+            rounds = max(1, -(-config.soak // per_round))
+            parts = min(10, rounds)
             samples: list[float] = []
-            for _ in range(10):
-                asyncio.run(soak_load.run(paired=False, rounds=max(1, rounds // 10)))
+            for part in range(parts):
+                share = rounds // parts + (1 if part < rounds % parts else 0)
+                asyncio.run(soak_load.run(paired=False, rounds=share))
                 samples.append(_rss_mb(process.pid))
+            half = len(samples) // 2
             soak = {
                 "requests": soak_load.sent,
                 "errors": sum(soak_load.errors.values()),
                 "rss_mb": [round(s, 1) for s in samples],
                 "rss_growth_mb": round(samples[-1] - samples[0], 1),
+                "rss_growth_second_half_mb": round(samples[-1] - samples[half], 1),
             }
             errors = load.errors + throughput.errors + soak_load.errors
         else:

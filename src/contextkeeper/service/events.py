@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections import defaultdict, deque
+from collections import OrderedDict, defaultdict, deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import suppress
 from typing import Any, Protocol
@@ -82,24 +82,30 @@ class _Listeners:
 
 
 class LocalHub(_Listeners):
-    """Events of this process only (a single replica)."""
+    """Events of this process only (a single replica), kept for the ``sessions`` most recently active."""
 
-    def __init__(self, history: int = 1000) -> None:
+    def __init__(self, history: int = 1000, *, sessions: int = 1000) -> None:
         super().__init__()
         self.history = history
-        self._kept: defaultdict[tuple[str, str], deque[Numbered]] = defaultdict(lambda: deque(maxlen=history))
-        self._numbers: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.sessions = sessions
+        self._kept: OrderedDict[tuple[str, str], tuple[int, deque[Numbered]]] = OrderedDict()
 
     def publish(self, tenant: str, session_id: str, record: dict[str, Any]) -> None:
         key = (tenant, session_id)
-        self._numbers[key] += 1
-        item = (self._numbers[key], record)
-        if self.history:
-            self._kept[key].append(item)
+        number, kept = self._kept.pop(key, (0, deque(maxlen=self.history)))
+        item = (number + 1, record)
+        kept.append(item)
+        self._kept[key] = (number + 1, kept)  # most recent last
+        if len(self._kept) > self.sessions:
+            # a session idle this long restarts its numbers; its clients resume from the start
+            self._kept.popitem(last=False)
         self.deliver(tenant, session_id, item)
 
     async def since(self, tenant: str, session_id: str, after: int) -> list[Numbered]:
-        return [item for item in self._kept.get((tenant, session_id), ()) if item[0] > after]
+        number, kept = self._kept.get((tenant, session_id), (0, deque()))
+        if after > number:
+            after = 0  # numbers from before a restart (or an eviction): everything kept is new to the client
+        return [item for item in kept if item[0] > after]
 
     def forget(self, tenant: str, session_id: str) -> None:
         """Drop a deleted session's events."""
