@@ -25,6 +25,8 @@ from contextkeeper.events import (
     event_to_dict,
 )
 from contextkeeper.messages import Message
+from contextkeeper.session import Session
+from contextkeeper.stores import open_store
 
 
 @pytest.fixture
@@ -202,3 +204,31 @@ def test_alert_for_a_spike_in_turn_cost() -> None:
     s.prepare()
     s.on_turn_end()
     assert [e.alert for e in rec.of("alert")] == ["spike"]
+
+
+def test_sinks_and_the_audit_log_get_every_event_but_the_per_turn_status() -> None:
+    bus = EventBus()
+    sunk: list[dict[str, object]] = []
+    bus.sinks.append(sunk.append)
+    assert bus.listening and not bus.status_listening  # a sink alone does not ask for statuses
+    bus.emit(ContextStatus(session_id="s", used=1, budget=10, ratio=0.1, state="normal", turn=1))
+    bus.emit(Alert(session_id="s", alert="spike", detail="d"))
+    assert [d["kind"] for d in sunk] == ["alert"]
+    assert [d["kind"] for d in bus.audit] == ["alert"]
+    got: list[Event] = []
+    bus.subscribe(got.append)
+    assert bus.status_listening
+    bus.emit(ContextStatus(session_id="s", used=2, budget=10, ratio=0.2, state="normal", turn=2))
+    assert [e.kind for e in got] == ["context.status"] and len(sunk) == 1
+
+
+def test_a_stored_session_without_subscribers_makes_no_status_events() -> None:
+    s = Session("ses_quiet", store=open_store("memory://"), window=4000)
+    s.add([Message.system("You help."), Message.user("hi")])
+    s.prepare()
+    assert not s.events.status_listening
+    seen: list[Event] = []
+    s.subscribe(seen.append)
+    s.add(Message.assistant("hello"))
+    s.prepare()
+    assert any(e.kind == "context.status" for e in seen)

@@ -297,7 +297,7 @@ class ContextEngine:
     def _turn_result(self, layer: str | None) -> tuple[list[Message], ViewStatus]:
         self.ahead.turn_done(self.book)
         status = self.status(layer)
-        if self.events.listening:
+        if self.events.status_listening:
             errors = self.events.subscriber_errors
             self.events.emit(self._status_event(status))
             if self.events.subscriber_errors != errors:  # report this prepare's own subscriber failures
