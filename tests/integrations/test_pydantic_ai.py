@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -181,3 +182,17 @@ def test_a_compacted_tool_return_keeps_its_call_id_and_metadata() -> None:
     (elsewhere,) = from_messages([Message.user("from elsewhere")])  # the context block, say: a request of its own
     assert isinstance(elsewhere, ModelRequest)
     assert [(p.part_kind, p.content) for p in elsewhere.parts] == [("user-prompt", "from elsewhere")]
+
+
+@pytest.mark.usefixtures("run_sync_loop")
+def test_a_rewritten_history_of_copies_adds_only_what_is_new(server: ScriptedOpenAIServer) -> None:
+    session = Session(window=WINDOW, reserved_output=2_000)
+    agent = _agent(server, session)
+    history: list[ModelMessage] = []
+    for turn in range(40):
+        history = agent.run_sync(task(turn), message_history=history).all_messages()
+    assert session.status().compactions  # the history now starts with the view: context block, newer rounds
+    rewritten = copy.deepcopy(history[1:])  # loaded from elsewhere, without the context block
+    before = len(session.transcript)
+    agent.run_sync(task(40), message_history=rewritten)
+    assert len(session.transcript) == before + 4  # the last reply of turn 39, then turn 40's request, call, result

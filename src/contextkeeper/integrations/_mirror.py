@@ -3,8 +3,9 @@
 Frameworks hand over their whole history on every call (LangGraph state, a pydantic-ai run's
 messages, an Agents SDK model input). Converting all of it each turn would make a turn cost
 O(history); frameworks only append, so the mirror remembers how many items it passed on and the
-last of them, and passes on only the tail. When the history was rewritten (the last item seen is
-no longer where it was), everything is passed on again: sessions add by message id, idempotently.
+last of them, and passes on only the tail (after the last item seen, wherever it moved). When the history was
+rewritten (that item is gone), everything is passed on again: sessions add by message id,
+idempotently, and the integrations skip what the session already holds.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ class Mirror:
         """The items after the prefix passed on before (all of them when the history was rewritten)."""
         n = self._seen
         if n and (n > len(items) or not _same(items[n - 1], self._last)):
-            n = 0
+            # a framework may merge or drop items before the tail (pydantic-ai merges adjacent
+            # requests): the last item seen, found further on, still marks where the news starts
+            n = next((i + 1 for i in range(len(items) - 1, -1, -1) if items[i] is self._last), 0)
         return list(items[n:])
 
     def mark(self, items: Sequence[Any]) -> None:

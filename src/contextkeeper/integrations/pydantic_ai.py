@@ -185,8 +185,12 @@ def from_messages(messages: Sequence[Message], *, tag_ids: bool = False) -> list
     Raises:
         MessageError: an item that is not a contextkeeper `Message`.
     """
-    out: list[dict[str, Any]] = []
-    ids: list[list[str]] = []
+    return ModelMessagesTypeAdapter.validate_python([data for _, data in _grouped(messages, tag_ids=tag_ids)])
+
+
+def _grouped(messages: Sequence[Message], *, tag_ids: bool) -> list[tuple[tuple[str, ...], dict[str, Any]]]:
+    """Each pydantic-ai message's JSON, with the key of the messages it is made of (ids and contents)."""
+    out: list[tuple[list[str], dict[str, Any]]] = []
     group: str | None = None
     for i, m in enumerate(messages):
         if not isinstance(m, Message):
@@ -199,23 +203,22 @@ def from_messages(messages: Sequence[Message], *, tag_ids: bool = False) -> list
         raw = m.extra.get(FORMAT)
         hints: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
         exact = hints.get("fp") == m.content_hash
+        key = [m.message_id, m.content_hash]
         if m.role == "assistant":
-            out.append(_response_data(m, hints, exact))
-            ids.append([m.message_id])
+            out.append((key, _response_data(m, hints, exact)))
             group = None
             continue
         parts = [*hints.get("before", ()), *_part_data(m, hints, exact), *hints.get("after", ())]
         if hints.get("group") is not None and hints.get("group") == group and out:
-            out[-1]["parts"].extend(parts)
-            ids[-1].append(m.message_id)
+            out[-1][1]["parts"].extend(parts)
+            out[-1][0].extend(key)
         else:
-            out.append({**hints.get("request", {"kind": "request"}), "parts": parts})
-            ids.append([m.message_id])
+            out.append((key, {**hints.get("request", {"kind": "request"}), "parts": parts}))
         group = hints.get("group")
     if tag_ids:
-        for data, message_ids in zip(out, ids, strict=True):
-            data["metadata"] = {**(data.get("metadata") or {}), _IDS_KEY: message_ids}
-    return ModelMessagesTypeAdapter.validate_python(out)
+        for key, data in out:
+            data["metadata"] = {**(data.get("metadata") or {}), _IDS_KEY: key[::2]}
+    return [(tuple(key), data) for key, data in out]
 
 
 def _response_data(m: Message, hints: Mapping[str, Any], exact: bool) -> dict[str, Any]:
@@ -260,6 +263,7 @@ class _Processor:
     def __init__(self, session: Session | AsyncSession) -> None:
         self.session = session
         self.mirror = Mirror()
+        self.built: dict[tuple[str, ...], ModelMessage] = {}
         self.seconds = 0.0
         """Time spent adding messages and preparing views (the per-turn overhead the benchmarks report)."""
 
@@ -270,15 +274,44 @@ class _Processor:
         if len(fresh) == len(history) and transcript:
             # a history from elsewhere (a new run's message_history, say) holds what the session has,
             # compacted or not, and the context block: only the rest is new
-            known = {m.message_id for m in transcript}
-            messages = [m for m in messages if m.message_id not in known and not m.message_id.startswith(_CONTEXT)]
+            messages = _unseen(messages, transcript)
         self.session.add(messages)
 
     def view(self, view: list[Message]) -> list[ModelMessage]:
+        # Validating a hundred pydantic-ai messages per call cost 10 ms; between compactions all
+        # but the newest are the ones built before, so each is built once and kept by its key.
+        grouped = _grouped(view, tag_ids=True)
+        fresh = [(key, data) for key, data in grouped if key not in self.built]
+        if fresh:
+            made = ModelMessagesTypeAdapter.validate_python([data for _, data in fresh])
+            self.built.update(zip((key for key, _ in fresh), made, strict=True))
+        out = [self.built[key] for key, _ in grouped]
+        if len(self.built) > 4 * len(out) + 64:  # forget what compaction took out of the view
+            shown = {key for key, _ in grouped}
+            self.built = {k: v for k, v in self.built.items() if k in shown}
         # pydantic-ai makes the processed list the run's history: the next call hands these objects back
-        out = from_messages(view, tag_ids=True)
         self.mirror.mark(out)
         return out
+
+
+def _unseen(messages: list[Message], transcript: Sequence[Message]) -> list[Message]:
+    """The messages of a handed-over history that the session does not hold in any form.
+
+    Known: the same id; the context block; a tool result for a call already answered or a reply
+    making calls already made (their ids are gone when pydantic-ai merged requests, and a
+    compacted copy has other content).
+    """
+    ids = {m.message_id for m in transcript}
+    answered = {m.tool_call_id for m in transcript if m.role == "tool"}
+    called = {c.call_id for m in transcript for c in m.tool_calls}
+    return [
+        m
+        for m in messages
+        if m.message_id not in ids
+        and not m.message_id.startswith(_CONTEXT)
+        and not (m.role == "tool" and m.tool_call_id in answered)
+        and not any(c.call_id in called for c in m.tool_calls)
+    ]
 
 
 def history_processor(session: Session | AsyncSession) -> HistoryProcessor:
