@@ -148,3 +148,21 @@ def test_read_context_with_wrong_arguments_tells_the_model_what_to_send() -> Non
     read_back = read_context_tool(_session())
     assert read_back.invoke({}).startswith("error: ref must be a reference")
     assert "unknown step reference '#7'" in read_back.invoke({"ref": "#7"})
+
+
+def test_a_rewritten_state_handed_to_another_middleware_adds_only_what_is_new(server: ScriptedOpenAIServer) -> None:
+    session = _session()
+    first = create_agent(
+        OpenAICompatibleChatModel(base_url=server.base_url),
+        [read_file],
+        middleware=[ContextKeeperMiddleware(session, rewrite_state=True)],
+    )
+    history: list = []
+    for turn in range(40):
+        history = first.invoke({"messages": [*history, HumanMessage(task(turn))]})["messages"]
+    assert len(history) < 4 * 40  # compacted copies in the state, under the transcript's ids
+    second = create_agent(  # e.g. the process restarted: a new middleware, the same session
+        OpenAICompatibleChatModel(base_url=server.base_url), [read_file], middleware=[ContextKeeperMiddleware(session)]
+    )
+    second.invoke({"messages": [*history, HumanMessage(task(40))]})
+    assert len(session.transcript) == 4 * 41

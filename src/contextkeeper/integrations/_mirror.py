@@ -13,7 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["Mirror"]
+from ..compaction.context_block import context_id
+from ..messages import Message
+
+__all__ = ["Mirror", "unseen"]
+
+_CONTEXT = context_id("")[: len("ck_context_")]
 
 
 class Mirror:
@@ -49,3 +54,23 @@ def _same(a: Any, b: Any) -> bool:
         return bool(a == b)
     except Exception:  # an item type whose comparison fails is simply a different item
         return False
+
+
+def unseen(messages: Sequence[Message], transcript: Sequence[Message]) -> list[Message]:
+    """The messages of a handed-over history that the session does not hold in any form.
+
+    Held: the same id; the context block; a tool result for a call already answered, or a reply
+    making calls already made (a compacted copy has other content, and a framework that merged
+    or copied messages may have lost their ids).
+    """
+    ids = {m.message_id for m in transcript}
+    answered = {m.tool_call_id for m in transcript if m.role == "tool"}
+    called = {c.call_id for m in transcript for c in m.tool_calls}
+    return [
+        m
+        for m in messages
+        if m.message_id not in ids
+        and not m.message_id.startswith(_CONTEXT)
+        and not (m.role == "tool" and m.tool_call_id in answered)
+        and not any(c.call_id in called for c in m.tool_calls)
+    ]

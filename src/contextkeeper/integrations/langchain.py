@@ -30,19 +30,17 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 
-from ..compaction.context_block import context_id
+from ..adapters import to_messages
 from ..exceptions import UsageError
 from ..session import AsyncSession, PreparedView, Session
 from ..snapshots import READ_CONTEXT_TOOL
-from ._mirror import Mirror
+from ._mirror import Mirror, unseen
 
 __all__ = ["ContextKeeperMiddleware", "SessionSource", "pre_model_hook", "read_context_tool"]
 
 AnySession = Session | AsyncSession
 SessionSource = AnySession | Callable[[str], AnySession]
 """One session for every run, or a function of the LangGraph ``thread_id`` returning that thread's session."""
-
-_CONTEXT_PREFIX = context_id("")[: len("ck_context_")]
 
 
 @dataclass
@@ -95,8 +93,13 @@ def _thread_id() -> str:
 
 def _sync(thread: _Thread, messages: Sequence[BaseMessage]) -> None:
     """Add the messages the session has not seen (the context block of a rewritten state is not news)."""
-    fresh = [m for m in thread.mirror.fresh(messages) if not str(m.id or "").startswith(_CONTEXT_PREFIX)]
-    if fresh:
+    fresh = thread.mirror.fresh(messages)
+    transcript = thread.session.transcript
+    if len(fresh) == len(messages) and transcript:
+        # a state the session did not see grow (rewritten by the view, say): what it holds,
+        # compacted or not, is not news
+        thread.session.add(unseen(to_messages(fresh, format="langchain"), transcript))
+    elif fresh:
         thread.session.add(fresh, format="langchain")
     thread.mirror.mark(messages)
 
@@ -131,8 +134,14 @@ async def _async_prepare(thread: _Thread, messages: Sequence[BaseMessage]) -> Pr
 
 
 def _rewritten(thread: _Thread, view: PreparedView) -> dict[str, Any]:
-    thread.mirror.mark(view.messages)
-    return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *view.messages]}
+    # messages from elsewhere (the context block) get their contextkeeper id, not a random one
+    # from LangGraph, so a session handed this state again knows them
+    messages = [
+        m if m.id else m.model_copy(update={"id": ours.message_id})
+        for m, ours in zip(view.messages, view.view, strict=True)
+    ]
+    thread.mirror.mark(messages)
+    return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages]}
 
 
 def _for_model(view: PreparedView) -> list[AnyMessage]:

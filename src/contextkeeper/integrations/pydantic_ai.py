@@ -42,17 +42,15 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from ..compaction.context_block import context_id
 from ..exceptions import MessageError, UsageError
 from ..messages import Message, Part, TextPart, ThinkingPart, ToolCall
 from ..session import AsyncSession, Session
-from ._mirror import Mirror
+from ._mirror import Mirror, unseen
 
 __all__ = ["HistoryProcessor", "from_messages", "history_processor", "to_messages"]
 
 FORMAT = "pydantic-ai"
 _DERIVED = "ck_pai_"
-_CONTEXT = context_id("")[: len("ck_context_")]
 _PENDING = "ck_pai_pending"
 """Placeholder id of a message being converted (its id is decided once its place is known)."""
 _IDS_KEY = "contextkeeper_ids"
@@ -274,7 +272,7 @@ class _Processor:
         if len(fresh) == len(history) and transcript:
             # a history from elsewhere (a new run's message_history, say) holds what the session has,
             # compacted or not, and the context block: only the rest is new
-            messages = _unseen(messages, transcript)
+            messages = unseen(messages, transcript)
         self.session.add(messages)
 
     def view(self, view: list[Message]) -> list[ModelMessage]:
@@ -292,26 +290,6 @@ class _Processor:
         # pydantic-ai makes the processed list the run's history: the next call hands these objects back
         self.mirror.mark(out)
         return out
-
-
-def _unseen(messages: list[Message], transcript: Sequence[Message]) -> list[Message]:
-    """The messages of a handed-over history that the session does not hold in any form.
-
-    Known: the same id; the context block; a tool result for a call already answered or a reply
-    making calls already made (their ids are gone when pydantic-ai merged requests, and a
-    compacted copy has other content).
-    """
-    ids = {m.message_id for m in transcript}
-    answered = {m.tool_call_id for m in transcript if m.role == "tool"}
-    called = {c.call_id for m in transcript for c in m.tool_calls}
-    return [
-        m
-        for m in messages
-        if m.message_id not in ids
-        and not m.message_id.startswith(_CONTEXT)
-        and not (m.role == "tool" and m.tool_call_id in answered)
-        and not any(c.call_id in called for c in m.tool_calls)
-    ]
 
 
 def history_processor(session: Session | AsyncSession) -> HistoryProcessor:
