@@ -87,6 +87,10 @@ def test_bad_requests_are_400_in_openai_shape(service: Running) -> None:
     unknown = {"model": "no-such-model-zzz", "messages": [user("x")]}
     error = _error(post("/v1/chat/completions", json=unknown, headers={"X-Session-Id": "u"}), 400)
     assert error["code"] == "unknown_model" and "no-such-model-zzz" in error["message"]
+    long_id = {"X-Session-Id": "s" * 300}
+    assert (
+        _error(post("/v1/chat/completions", json=chat(user("x")), headers=long_id), 400)["code"] == "invalid_session_id"
+    )
     orphan = chat({"role": "tool", "tool_call_id": "call_nope", "content": "result"})
     assert _error(post("/v1/chat/completions", json=orphan, headers={"X-Session-Id": "o"}), 400)["param"] == "messages"
 

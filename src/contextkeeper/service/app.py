@@ -97,6 +97,11 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     return error_response(404, f"No route {request.url.path}.", code="not_found")
 
 
+async def _internal(request: Request, exc: Exception) -> Response:
+    logger.exception("unexpected error answering %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "The service failed unexpectedly; its log has the details.", code="internal_error")
+
+
 async def _store_down(request: Request, exc: Exception) -> Response:
     return error_response(503, f"The session store cannot be reached: {exc}", code="store_unavailable")
 
@@ -212,5 +217,6 @@ def create_app(
             StoreUnavailable: _store_down,
             404: _not_found,
             405: _not_found,
+            Exception: _internal,
         },
     )

@@ -227,7 +227,8 @@ class _Load:
     async def run(self, *, paired: bool, think: float = 0.0, rounds: int = 1) -> float:
         """``rounds`` times ``sessions`` concurrent conversations; the seconds it took."""
         size = self.config.sessions * 2
-        limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+        # below uvicorn's 5 s keep-alive timeout: a reused connection is never one the server is closing
+        limits = httpx.Limits(max_connections=size, max_keepalive_connections=size, keepalive_expiry=2.0)
         async with httpx.AsyncClient(timeout=60, limits=limits) as client:
             started = time.perf_counter()
             for _ in range(rounds):

@@ -27,7 +27,14 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from ..adapters import to_messages
-from ..exceptions import ContextKeeperError, ContextOverflowError, MessageError, SessionNotFound, UnknownModelError
+from ..exceptions import (
+    ContextKeeperError,
+    ContextOverflowError,
+    MessageError,
+    SessionNotFound,
+    UnknownModelError,
+    UsageError,
+)
 from ..llm.errors import classify_error
 from .errors import ServiceError, error_response
 from .history import new_from
@@ -227,6 +234,8 @@ async def chat_completions(request: Request) -> Response:
                 raise ServiceError(404, f"No session {session_id!r}.", code="session_not_found") from None
             except UnknownModelError as exc:
                 raise ServiceError(400, str(exc), param="model", code="unknown_model") from None
+            except UsageError as exc:  # the store refuses the id (too long, control characters)
+                raise ServiceError(400, f"Invalid session id: {exc}", code="invalid_session_id") from None
         svc.metrics.in_flight.inc()
         try:
             response = await (_stream(turn) if turn.stream else _complete(turn))

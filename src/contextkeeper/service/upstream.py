@@ -41,6 +41,7 @@ class Upstream:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/chat/completions"
+        self._parsed_url = httpx.URL(self.url)  # parsed once: httpx would parse the string on every request
         self.shown_url = redact_url(self.url)
         """The URL as errors and logs name it."""
         self._api_key = api_key
@@ -49,7 +50,9 @@ class Upstream:
         self._owned = client is None
         self.client = client or httpx.AsyncClient(
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
+            # idle connections are dropped before common servers' 5 s keep-alive timeout closes them
+            # under a request (a race that surfaces as a dropped reply)
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200, keepalive_expiry=2.0),
         )
 
     @classmethod
@@ -81,7 +84,7 @@ class Upstream:
         Raises:
             ServiceError: 504 when the upstream does not answer in time, 502 when it cannot be reached.
         """
-        request = self.client.build_request("POST", self.url, content=body, headers=dict(headers))
+        request = self.client.build_request("POST", self._parsed_url, content=body, headers=dict(headers))
         try:
             return await self.client.send(request, stream=stream)
         except httpx.TimeoutException as exc:
