@@ -106,7 +106,7 @@ class SessionMemory:
         share: float = 0.08,
         limit: int = 40,
         chunk_chars: int = 480,
-        min_score: float = 0.2,
+        min_score: float = 0.4,
         across_sessions: bool = True,
     ) -> None:
         if not 0 < share < 0.9:
@@ -350,7 +350,8 @@ class SessionMemory:
         if hits is None:
             return f"error: memory is unavailable ({self._error or 'no memory bound'}); try again later."
         shown = _view_text(view)
-        fresh = [h for h in hits if h.memory.text not in shown]
+        taken = {i for b in self._blocks for i in b.memory_ids}  # recalled into the view already
+        fresh = [h for h in hits if h.memory.memory_id not in taken and h.memory.text not in shown]
         block = _render_block("", fresh, room=max_tokens, count=count)
         if block is None:
             return f"no memories match {query[:200]!r} beyond what the context already shows."

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -60,3 +63,28 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryBa
     made.close()
     if cleanup is not None:
         cleanup()
+
+
+@pytest.fixture(scope="session")
+def pgvector_url() -> Iterator[str]:
+    """A Postgres with pgvector, started from the `pgserver` package (Debian's Postgres has no pgvector)."""
+    try:
+        with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset (as in CI)
+            warnings.simplefilter("ignore")
+            import pgserver
+    except ImportError:
+        message = "pgserver is not installed (pip install 'contextkeeper[dev]'); it ships Postgres with pgvector."
+        if REQUIRE_SERVICES:
+            pytest.fail(message)
+        pytest.skip(message)
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset (as in CI)
+        warnings.simplefilter("ignore")
+        # directly under the temp dir: run as root, pgserver starts Postgres as its own user, who
+        # cannot enter pytest's private temp folders
+        data = tempfile.mkdtemp(prefix="ck_pgvector_")
+        server = pgserver.get_server(data, cleanup_mode="stop")  # type: ignore[attr-defined]
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+        shutil.rmtree(data, ignore_errors=True)

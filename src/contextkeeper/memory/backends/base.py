@@ -63,6 +63,16 @@ class MemoryBackend(Protocol):
         """Every stored vector of the tenant made by ``model``."""
         ...
 
+    def vector_search(
+        self, tenant: str, model: str, vector: Sequence[float], *, limit: int, session_id: str | None = None
+    ) -> list[tuple[str, float]]:
+        """The ``limit`` stored vectors of ``model`` nearest to ``vector``: (memory id, cosine similarity), best first.
+
+        Optional: a backend that cannot search vectors itself raises `NotImplementedError`, and
+        `LongTermMemory` scans the vectors of `vectors` in this process instead.
+        """
+        ...
+
     def close(self) -> None:
         """Release connections (a no-op for in-process backends)."""
         ...

@@ -108,5 +108,10 @@ class InMemoryBackend:
         with self._lock:
             return dict(self._vectors.get((tenant, model), {}))
 
+    def vector_search(
+        self, tenant: str, model: str, vector: Sequence[float], *, limit: int, session_id: str | None = None
+    ) -> list[tuple[str, float]]:
+        raise NotImplementedError("InMemoryBackend ranks no vectors itself; LongTermMemory scans them.")
+
     def close(self) -> None:
         return None

@@ -2,8 +2,11 @@
 
 The tsvector is built from the library's own tokens (CJK bigrams included) with the ``simple``
 configuration, so Postgres neither stems nor drops them again; ranking is ``ts_rank_cd``.
-Vectors are ``real[]`` columns scanned in this process (pgvector is not required). Every row
-carries its tenant, and every statement filters by it. Extra ``postgres``.
+Vectors are ``real[]`` columns scanned in this process; where the server has the pgvector
+extension (``pgvector=True``, or ``None``: use it when ``CREATE EXTENSION vector`` succeeds) they
+are also kept in a ``vector`` column and `vector_search` ranks them in the database, so recall
+reads only the nearest rows. Every row carries its tenant, and every statement filters by it.
+Extra ``postgres``.
 """
 
 from __future__ import annotations
@@ -40,6 +43,15 @@ CREATE TABLE IF NOT EXISTS {p}vectors (
     PRIMARY KEY (tenant, model, memory_id)
 );
 """
+_PGVECTOR_SCHEMA = """
+CREATE TABLE IF NOT EXISTS {p}embeddings (
+    tenant TEXT NOT NULL,
+    model TEXT NOT NULL,
+    memory_id TEXT NOT NULL,
+    embedding vector NOT NULL,
+    PRIMARY KEY (tenant, model, memory_id)
+);
+"""
 
 
 class PostgresMemoryBackend:
@@ -49,9 +61,13 @@ class PostgresMemoryBackend:
         conninfo: A libpq connection string or URL (ignored when ``connection`` is given).
         connection: An existing psycopg connection (autocommit) to use; not closed by `close`.
         prefix: Table name prefix (a schema-qualified prefix such as ``"app.memory_"`` works too).
+        pgvector: Search vectors in the database with pgvector: True requires the extension
+            (`ConfigError` without it), None uses it when the server has it, False never does.
     """
 
-    def __init__(self, conninfo: str = "", *, connection: Any = None, prefix: str = "memory_") -> None:
+    def __init__(
+        self, conninfo: str = "", *, connection: Any = None, prefix: str = "memory_", pgvector: bool | None = None
+    ) -> None:
         try:
             import psycopg
         except ImportError as exc:
@@ -62,6 +78,27 @@ class PostgresMemoryBackend:
         self._lock = threading.RLock()
         with self._lock:
             self._conn.execute(self._sql(_SCHEMA))
+        self.pgvector = pgvector is not False and self._enable_pgvector(required=pgvector is True)
+        """True when vectors are searched in the database (pgvector)."""
+
+    def _enable_pgvector(self, *, required: bool) -> bool:
+        import psycopg
+
+        try:
+            with self._lock, self._conn.transaction():
+                self._conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                self._conn.execute(self._sql(_PGVECTOR_SCHEMA))
+        except psycopg.Error as exc:
+            if required:
+                from ...exceptions import ConfigError
+
+                raise ConfigError(
+                    f"pgvector=True but the Postgres server cannot enable the `vector` extension ({exc}); install "
+                    "pgvector on the server (or run the `pgserver` package's Postgres), or pass pgvector=None.",
+                    key="pgvector",
+                ) from exc
+            return False
+        return True
 
     def _sql(self, text: str) -> Any:
         # Index names cannot be schema-qualified: they live in their table's schema anyway.
@@ -126,6 +163,10 @@ class PostgresMemoryBackend:
             self._conn.execute(
                 self._sql("DELETE FROM {p}vectors WHERE tenant = %s AND memory_id = ANY(%s)"), (tenant, ids)
             )
+            if self.pgvector:
+                self._conn.execute(
+                    self._sql("DELETE FROM {p}embeddings WHERE tenant = %s AND memory_id = ANY(%s)"), (tenant, ids)
+                )
             return int(cur.rowcount)
 
     def by_subject(self, tenant: str, subject: str) -> list[MemoryRecord]:
@@ -179,6 +220,31 @@ class PostgresMemoryBackend:
                 ),
                 [(tenant, model, i, v) for i, v in vectors.items()],
             )
+            if self.pgvector:
+                cur.executemany(
+                    self._sql(
+                        "INSERT INTO {p}embeddings (tenant, model, memory_id, embedding)"
+                        " VALUES (%s, %s, %s, %s::vector)"
+                        " ON CONFLICT (tenant, model, memory_id) DO UPDATE SET embedding = EXCLUDED.embedding"
+                    ),
+                    [(tenant, model, i, _literal(v)) for i, v in vectors.items()],
+                )
+
+    def vector_search(
+        self, tenant: str, model: str, vector: Sequence[float], *, limit: int, session_id: str | None = None
+    ) -> list[tuple[str, float]]:
+        if not self.pgvector:
+            raise NotImplementedError("this Postgres server has no pgvector; LongTermMemory scans vectors in process.")
+        sql = "SELECT e.memory_id, 1 - (e.embedding <=> %s::vector) AS similarity FROM {p}embeddings e"
+        params: list[object] = [_literal(vector)]
+        if session_id is not None:
+            sql += " JOIN {p}records r ON r.tenant = e.tenant AND r.memory_id = e.memory_id AND r.session_id = %s"
+            params.append(session_id)
+        sql += " WHERE e.tenant = %s AND e.model = %s ORDER BY e.embedding <=> %s::vector LIMIT %s"
+        params += [tenant, model, _literal(vector), limit]
+        with self._lock:
+            rows = self._conn.execute(self._sql(sql), params).fetchall()
+        return [(memory_id, float(similarity)) for memory_id, similarity in rows]
 
     def vectors(self, tenant: str, model: str) -> dict[str, list[float]]:
         with self._lock:
@@ -192,3 +258,8 @@ class PostgresMemoryBackend:
         if self._owns:
             with self._lock:
                 self._conn.close()
+
+
+def _literal(vector: Sequence[float]) -> str:
+    """A vector as pgvector's text form, ``[x,y,...]``."""
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"

@@ -233,6 +233,11 @@ class SQLiteMemoryBackend:
             ).fetchall()
         return {i: list(struct.unpack(f"<{len(blob) // 4}f", blob)) for i, blob in rows}
 
+    def vector_search(
+        self, tenant: str, model: str, vector: Sequence[float], *, limit: int, session_id: str | None = None
+    ) -> list[tuple[str, float]]:
+        raise NotImplementedError("SQLiteMemoryBackend ranks no vectors itself; LongTermMemory scans them.")
+
     def close(self) -> None:
         if self._owns:
             with self._lock:
