@@ -36,8 +36,15 @@ class KeywordIndex:
 
     def add(self, memory_id: str, tokens: Sequence[str], *, session_id: str | None = None) -> None:
         """Index (or re-index) one document."""
+        terms = tuple(tokens)
         with self._lock:
-            self._docs[memory_id] = tuple(tokens)
+            if (
+                self._docs.get(memory_id) == terms
+                and memory_id in self._sessions
+                and self._sessions[memory_id] == session_id
+            ):
+                return  # unchanged (a recall touching its hits): the built index stays valid
+            self._docs[memory_id] = terms
             self._sessions[memory_id] = session_id
             self._built = None
 
