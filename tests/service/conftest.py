@@ -150,3 +150,27 @@ def redis_store_url() -> Iterator[str]:
                 client.delete(*keys)
     finally:
         client.close()
+
+
+POSTGRES_URL = os.environ.get("CONTEXTKEEPER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture
+def postgres_store_url() -> Iterator[str]:
+    """A Postgres store URL with a schema of its own (dropped afterwards); skips, or fails in CI, without Postgres."""
+    import psycopg
+
+    try:
+        psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        message = (
+            f"Postgres at {POSTGRES_URL} is not reachable ({exc}); start it, or point "
+            "CONTEXTKEEPER_TEST_POSTGRES_URL at one. Set CONTEXTKEEPER_REQUIRE_SERVICES=1 to make this a failure."
+        )
+        if REQUIRE_SERVICES:
+            pytest.fail(message)
+        pytest.skip(message)
+    schema = f"ckt_{uuid.uuid4().hex[:12]}"
+    yield f"{POSTGRES_URL}?schema={schema}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
