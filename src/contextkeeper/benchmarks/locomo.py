@@ -1,8 +1,10 @@
 """The locomo benchmark: evidence recall of long-term memory on LoCoMo conversations, no LLM.
 
 Each conversation is one session: its turns go into a `LongTermMemory` in order, with the session
-date and the dialogue id as metadata. For each question, the context is assembled from the
-question text alone (recall, then packing into B tokens of cl100k), and scored:
+date and the dialogue id as metadata, each searchable (and embedded) with the words of the turns
+beside it in its session (`with_neighbour_context`), which are not rendered. For each question,
+the context is assembled from the question text alone (recall, then packing into B tokens of
+cl100k), and scored:
 
 - evidence recall: share of the evidence turns whose text occurs in the context;
 - all-evidence rate: share of questions with every evidence turn in the context;
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..memory.chunking import with_neighbour_context
 from ..memory.embedders import Embedder
 from ..memory.longterm import LongTermMemory
 from ..memory.records import Hit, MemoryRecord
@@ -155,7 +158,8 @@ def conversation_records(sample: dict[str, Any]) -> list[MemoryRecord]:
                     metadata={"date": date, "dia_id": str(turn["dia_id"]), **_turn_keywords(turn)},
                 )
             )
-    return records
+    # a reply is found by the words of the question it answers (and the turn after it), not rendered
+    return with_neighbour_context(records)
 
 
 def _empty() -> dict[str, float]:

@@ -20,12 +20,20 @@ import hashlib
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..messages import Message
 from .records import MemoryRecord
 
-__all__ = ["CHUNK_SLOTS", "Source", "chunk_lines", "content_kinds", "memories_from_messages", "memory_id_for"]
+__all__ = [
+    "CHUNK_SLOTS",
+    "Source",
+    "chunk_lines",
+    "content_kinds",
+    "memories_from_messages",
+    "memory_id_for",
+    "with_neighbour_context",
+]
 
 CHUNK_SLOTS = 1000
 """Positions reserved per transcript message; chunks past this many are not kept (the snapshot has them)."""
@@ -163,3 +171,25 @@ def memories_from_messages(
                 )
             )
     return records
+
+
+def with_neighbour_context(records: Sequence[MemoryRecord], *, span: int = 1) -> list[MemoryRecord]:
+    """``records`` (in order) with the text of the adjacent ones of their group added to their keywords.
+
+    A turn is often meaningless alone ("Yes, last weekend!" answers the turn before it): searched
+    with its neighbours' words, it is found by a question that names what the neighbours said. The
+    context is searched (and embedded) but not rendered.
+    """
+    out: list[MemoryRecord] = []
+    for i, record in enumerate(records):
+        around = [
+            records[j].text
+            for j in range(max(0, i - span), min(len(records), i + span + 1))
+            if j != i and records[j].group == record.group and records[j].session_id == record.session_id
+        ]
+        if not around:
+            out.append(record)
+            continue
+        keywords = " ".join(filter(None, [record.metadata.get("keywords", ""), *around]))
+        out.append(replace(record, metadata={**record.metadata, "keywords": keywords}))
+    return out
