@@ -193,6 +193,7 @@ class ContextKeeperMemory(BaseMemory):
 
     _options: dict[str, Any] = PrivateAttr(default_factory=dict)
     _session: Session | AsyncSession | None = PrivateAttr(default=None)
+    _built: dict[tuple[str, str], ChatMessage] = PrivateAttr(default_factory=dict)
 
     def __init__(
         self,
@@ -238,6 +239,18 @@ class ContextKeeperMemory(BaseMemory):
             self._session = await AsyncSession.open(session_id, store=store, **options)
         return cast(AsyncSession, self._session)
 
+    def _view(self, view: list[Message]) -> list[ChatMessage]:
+        # An agent reads the memory before every step; rebuilding a hundred ChatMessages each time
+        # cost 5 ms. Between compactions the view only grows, so each is built once and kept.
+        built = self._built
+        keys = [(m.message_id, m.content_hash) for m in view]
+        missing = [m for m, key in zip(view, keys, strict=True) if key not in built]
+        if missing:
+            built.update(zip(((m.message_id, m.content_hash) for m in missing), from_messages(missing), strict=True))
+        if len(built) > 4 * len(view) + 64:  # forget what compaction took out of the view
+            self._built = built = {key: built[key] for key in keys}
+        return [built[key] for key in keys]
+
     def _sync(self, method: str) -> Session:
         session = self.session
         if isinstance(session, AsyncSession):
@@ -249,14 +262,14 @@ class ContextKeeperMemory(BaseMemory):
     # --- BaseMemory -------------------------------------------------------------------------------
     def get(self, input: str | None = None, **kwargs: Any) -> list[ChatMessage]:
         """The view: what the next model call should get (compacted first when it passed high water)."""
-        return from_messages(self._sync("get").prepare(format="internal").view)
+        return self._view(self._sync("get").prepare(format="internal").view)
 
     async def aget(self, input: str | None = None, **kwargs: Any) -> list[ChatMessage]:
         """Async `get`."""
         if not self._options["asynchronous"]:
             return await super().aget(input, **kwargs)
         session = await self._asession()
-        return from_messages((await session.prepare(format="internal")).view)
+        return self._view((await session.prepare(format="internal")).view)
 
     def get_all(self) -> list[ChatMessage]:
         """Every message ever put, unaltered by compaction."""
