@@ -61,7 +61,9 @@ def test_the_gauge_changes_when_a_request_passes_through_the_proxy(
 
             # a request through the proxy: the gauge follows from the SSE stream, no reload
             history += [first.json()["choices"][0]["message"], user("a much longer question " * 120)]
-            assert service.client.post("/v1/chat/completions", json=chat(*history), headers=headers).status_code == 200
+            second = service.client.post("/v1/chat/completions", json=chat(*history), headers=headers)
+            assert second.status_code == 200
+            reply = second.json()["choices"][0]["message"]
             status = service.client.get("/v1/sessions/dash").json()["status"]
             assert status["ratio"] > before
             page.wait_for_function(
@@ -71,6 +73,18 @@ def test_the_gauge_changes_when_a_request_passes_through_the_proxy(
             assert page.text_content("#gauge-used") == str(status["used"])
             width = page.eval_on_selector("#gauge-fill", "el => parseFloat(el.style.width)")
             assert width == pytest.approx(after * 100, abs=0.1)
+
+            # a long conversation compacts: the timeline and the ledger show it
+            for i in range(30):
+                history += [reply, user(f"step {i}: " + "log line " * 60)]
+                r = service.client.post("/v1/chat/completions", json=chat(*history), headers=headers)
+                assert r.status_code == 200
+                reply = r.json()["choices"][0]["message"]
+                if sum(service.client.get("/v1/sessions/dash").json()["status"]["compactions"].values()):
+                    break
+            page.wait_for_selector("#timeline li", timeout=10_000)
+            assert "tokens" in (page.text_content("#timeline li") or "")
+            page.wait_for_selector("#ledger li", timeout=10_000)
             assert errors == []
         finally:
             browser.close()

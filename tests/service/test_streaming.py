@@ -118,3 +118,36 @@ def test_a_client_that_goes_away_cancels_the_upstream_stream(service: Running, u
     r = service.client.post("/v1/chat/completions", json=chat(user("talk")), headers={"X-Session-Id": "gone"})
     assert r.status_code == 200
     assert stored(service, "gone") == [("user", "talk"), ("assistant", "ok")]
+
+
+def test_streamed_tool_calls_are_recorded_and_their_results_pair_with_them(
+    service: Running, upstream: ScriptedOpenAIServer
+) -> None:
+    from contextkeeper.messages import ToolCall
+
+    call = ToolCall(call_id="call_read1", name="read_file", arguments='{"path": "src/app.py"}')
+    upstream.push(ScriptedReply(tool_calls=[call]), "The file defines create_app.")
+    headers = {"X-Session-Id": "tools"}
+    history = [SYSTEM, user("What does src/app.py define?")]
+    with service.client.stream(
+        "POST", "/v1/chat/completions", json=chat(*history, stream=True), headers=headers
+    ) as response:
+        lines = [line for line in response.iter_lines() if line]
+    deltas = [e["choices"][0]["delta"] for e in _events(lines) if e["choices"]]
+    arguments = "".join(d["tool_calls"][0]["function"].get("arguments", "") for d in deltas if d.get("tool_calls"))
+    assert arguments == '{"path": "src/app.py"}'
+    # the client echoes the call and sends the tool's result, as an agent loop does
+    echoed = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_read1", "type": "function", "function": {"name": "read_file", "arguments": arguments}}
+        ],
+    }
+    history += [echoed, {"role": "tool", "tool_call_id": "call_read1", "content": "def create_app(): ..."}]
+    r = service.client.post("/v1/chat/completions", json=chat(*history), headers=headers)
+    assert r.status_code == 200, r.text
+    kinds = [(role, text) for role, text in stored(service, "tools")]
+    assert [role for role, _ in kinds] == ["system", "user", "assistant", "tool", "assistant"]
+    sent = upstream.requests[-1]["messages"]
+    assert sent[-2]["tool_calls"][0]["id"] == "call_read1" and sent[-1]["tool_call_id"] == "call_read1"
