@@ -53,6 +53,18 @@ def tokenize(text: str, *, stopwords: frozenset[str] = STOPWORDS) -> list[str]:
     A run of CJK characters becomes its overlapping character bigrams (a single character stays
     as it is), since those scripts do not separate words by spaces.
     """
+    if stopwords is STOPWORDS:
+        # the same memories are tokenized again on every recall that touches or re-ranks them
+        return list(_cached_tokens(text))
+    return _tokenize(text, stopwords)
+
+
+@lru_cache(maxsize=16384)
+def _cached_tokens(text: str) -> tuple[str, ...]:
+    return tuple(_tokenize(text, STOPWORDS))
+
+
+def _tokenize(text: str, stopwords: frozenset[str]) -> list[str]:
     tokens: list[str] = []
     for match in _TOKEN.finditer(unicodedata.normalize("NFKC", text).lower()):
         piece = match.group()

@@ -47,23 +47,24 @@ def cover(hits: Sequence[Hit], query: str, *, floor: float = 0.35, depth: int = 
             df[t] = df.get(t, 0) + 1
     n = len(hits)
     idf = {t: math.log(1 + n / c) for t, c in df.items()}
+    total = [sum(idf[t] for t in found) for found in matched]
+    new = list(total)  # idf mass of each hit's matched terms that no chosen hit matched yet
     covered: set[str] = set()
     left = list(range(n))
     order: list[int] = []
     while left:
         best, best_value = left[0], -1.0
         for i in left:
-            found = matched[i]
-            if found:
-                total = sum(idf[t] for t in found)
-                new = sum(idf[t] for t in found if t not in covered)
-                factor = floor + (1 - floor) * (new / total)
-            else:
-                factor = 1.0
+            factor = floor + (1 - floor) * (new[i] / total[i]) if total[i] else 1.0
             value = hits[i].score * factor
             if value > best_value:
                 best, best_value = i, value
         order.append(best)
         left.remove(best)
-        covered |= matched[best]
+        fresh = matched[best] - covered
+        if fresh:
+            covered |= fresh
+            for i in left:
+                if matched[i] & fresh:
+                    new[i] -= sum(idf[t] for t in matched[i] & fresh)
     return [hits[i] for i in order]
