@@ -97,6 +97,11 @@ async def test_items_persist_in_the_store_and_a_new_instance_resumes_them(
         again = ContextKeeperSession("stored", store=store, window=WINDOW, reserved_output=2_000)
         assert await again.get_items() == await first.get_items()
         assert len(await again.get_items()) == 12
+        last = await again.pop_item()  # rebuilt in the store without it
+        third = ContextKeeperSession("stored", store=store, window=WINDOW, reserved_output=2_000)
+        assert [*await third.get_items(), last] == await first.get_items()
+        await third.clear_session()
+        assert await ContextKeeperSession("stored", store=store, window=WINDOW).get_items() == []
 
 
 @pytest.mark.anyio
