@@ -9,7 +9,9 @@ compacted when it passed high water, as Responses input items. Pass it as
 `ContextKeeperInputFilter` is a ``RunConfig(call_model_input_filter=...)`` for runs that keep
 their own session (or none): before every model call of a run, the new input items are added to
 a contextkeeper session and the model gets its view instead of the whole input. Use it for long
-runs (many tool calls in one ``Runner.run``), where the SDK reads a session's items only once.
+runs (many tool calls in one ``Runner.run``), where the SDK reads a session's items only once,
+with the SDK's own sessions or none, not with a `ContextKeeperSession`: that session's items are
+already a view, which the filter would take for new messages.
 
 Items are converted with the Responses adapter: item ids, call ids and the pairing of
 ``function_call`` and ``function_call_output`` survive both ways. An item without an id (user
