@@ -135,6 +135,7 @@ class SessionMemory:
         self._written = 0
         self._room = 0
         self._error: str | None = None
+        self._drop_decision: tuple[tuple[int, int], bool] | None = None
 
     # --- wiring ------------------------------------------------------------------------------
     def bind(self, session_id: str, tenant: str) -> None:
@@ -175,7 +176,10 @@ class SessionMemory:
                 return room
             request = _request_anchor(engine)
             current = request.message_id if request is not None else None
-            return room + sum(b.tokens for b in self._blocks if b.anchor_id != current)
+            older = sum(b.tokens for b in self._blocks if b.anchor_id != current)
+            if older and self._blocks[-1].anchor_id != current and self._will_drop(engine):
+                return room  # a new request the older blocks give way to: no room is held for them
+            return room + older
 
     def status(self) -> RecallStatus:
         """The memory's part of the current view."""
@@ -226,7 +230,7 @@ class SessionMemory:
             if request is not None and request[0].message_id != self._queried:
                 anchor, query = request
                 self._queried = anchor.message_id
-                self._recall_block(anchor, query, view, used=used, effective=effective, count=count)
+                self._recall_block(engine, anchor, query, view, used=used, effective=effective, count=count)
             # the newest block always fits (the pipeline keeps its room free); older ones while they fit
             while len(self._blocks) > 1 and used + self.tokens > effective:
                 self._blocks.pop(0)
@@ -246,6 +250,7 @@ class SessionMemory:
 
     def _recall_block(
         self,
+        engine: ContextEngine,
         anchor: Message,
         query: str,
         view: list[Message],
@@ -263,7 +268,7 @@ class SessionMemory:
         if not fresh:
             return
         room = min(self._room, max(0, effective - used - self.tokens))
-        if self._blocks and (room < self._room or self._cheaper_to_drop(view, count)):
+        if self._blocks and (room < self._room or self._will_drop(engine)):
             # the current request outranks older ones when the pipeline could not leave the room
             self._blocks = []
             fresh = [h for h in hits if h.memory.text not in shown]
@@ -272,7 +277,15 @@ class SessionMemory:
         if block is not None:
             self._blocks.append(block)
 
-    def _cheaper_to_drop(self, view: list[Message], count: Callable[[Message], int]) -> bool:
+    def _will_drop(self, engine: ContextEngine) -> bool:
+        """`_cheaper_to_drop` for the pipeline's current view, decided once per view and request."""
+        key = (engine.view_generation, len(engine.transcript))
+        if self._drop_decision is None or self._drop_decision[0] != key:
+            decision = self._cheaper_to_drop(engine.book.view, engine.accountant.count_message)
+            self._drop_decision = (key, decision)
+        return self._drop_decision[1]
+
+    def _cheaper_to_drop(self, view: Sequence[Message], count: Callable[[Message], int]) -> bool:
         """Whether dropping the older blocks costs a prompt cache less than keeping them.
 
         Dropping changes the view from the oldest block on: the tokens after it are sent uncached
