@@ -30,7 +30,7 @@ from contextkeeper.integrations.agents import (
 from contextkeeper.stores import open_async_store
 from contextkeeper.testing import ScriptedOpenAIServer
 from contextkeeper.testing.agents_model import ChatCompletionsTestModel
-from contextkeeper.testing.tool_agent import read_file as source_of, task
+from contextkeeper.testing.tool_agent import ToolLoopModel, prompt_tokens, read_file as source_of, task
 
 from ._checks import assert_long_session_fits
 from .conftest import TURNS, WINDOW
@@ -83,6 +83,21 @@ async def test_the_input_filter_manages_runs_that_keep_their_own_session(server:
     # handed the whole history on every call, each item was added once (the last reply went to no model)
     assert len(keeper.transcript) == 4 * turns - 1
     assert_long_session_fits(server, keeper.transcript, requests=2 * turns)
+
+
+@pytest.mark.anyio
+async def test_the_input_filter_keeps_one_run_of_150_tool_calls_under_the_window() -> None:
+    calls = 150  # one Runner.run: the SDK reads a session once, so only the filter sees this run grow
+    with ScriptedOpenAIServer(
+        default=ToolLoopModel(calls_per_request=calls), n_ctx=WINDOW, count_tokens=prompt_tokens
+    ) as server:
+        keeper = Session("one-long-run", window=WINDOW, reserved_output=2_000)
+        config = RunConfig(call_model_input_filter=ContextKeeperInputFilter(keeper))
+        result = await Runner.run(_agent(server), task(1), run_config=config, max_turns=calls + 5)
+        assert result.final_output.startswith("It defines")
+        assert len(keeper.transcript) == 1 + 2 * calls  # the request, then each call and its result
+        assert keeper.status().compactions
+        assert_long_session_fits(server, keeper.transcript, requests=calls + 1)
 
 
 @pytest.mark.anyio

@@ -88,21 +88,45 @@ class ToolLoopModel:
     the answer directly. Call ids are numbered, so a run is reproducible.
     """
 
-    def __init__(self, *, tool: str = "read_file") -> None:
+    def __init__(self, *, tool: str = "read_file", calls_per_request: int = 1) -> None:
         self.tool = tool
+        self.calls_per_request = calls_per_request
+        """Tool calls made, one after the other, before answering a request (a long run: many)."""
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
     def __call__(self, body: Mapping[str, Any]) -> ScriptedReply:
         messages = body.get("messages") or []
-        last = messages[-1] if messages else {}
-        if body.get("tools") and last.get("role") == "user" and not _has_tool_result(last):
-            path = _PATH.findall(_text(last.get("content")))
+        request: Mapping[str, Any] = next(
+            (m for m in reversed(messages) if m.get("role") == "user" and not _has_tool_result(m)), {}
+        )
+        done = _results_since_request(messages)
+        if body.get("tools") and request and done < self.calls_per_request:
+            paths = _PATH.findall(_text(request.get("content")))
+            path = paths[-1] if paths else "README.md"
+            if done:
+                path = path.replace(".py", f"_part{done}.py")
             with self._lock:
                 call_id = f"call_{next(self._ids):05d}"
-            arguments = json.dumps({"path": path[-1] if path else "README.md"})
+            arguments = json.dumps({"path": path})
             return ScriptedReply(tool_calls=[ToolCall(call_id=call_id, name=self.tool, arguments=arguments)])
         return ScriptedReply(text="It defines twelve small helper functions; nothing else stands out.")
+
+
+def _results_since_request(messages: Sequence[Any]) -> int:
+    """Calls made for the newest user request, read from the newest call's path (compaction may
+    have taken the earlier calls of a long run out of the view, never the newest)."""
+    for m in reversed(messages):
+        if m.get("role") == "user" and not _has_tool_result(m):
+            return 0
+        paths = [_PATH.findall(str(c.get("function", {}).get("arguments", ""))) for c in m.get("tool_calls") or []]
+        if isinstance(m.get("content"), list):
+            paths += [_PATH.findall(json.dumps(b.get("input"))) for b in m["content"] if b.get("type") == "tool_use"]
+        found = [p for group in paths for p in group]
+        if found:
+            part = re.search(r"_part(\d+)\.py$", found[-1])
+            return int(part.group(1)) + 1 if part else 1
+    return 0
 
 
 def _has_tool_result(message: Mapping[str, Any]) -> bool:
