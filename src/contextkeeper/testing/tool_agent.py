@@ -100,7 +100,7 @@ class ToolLoopModel:
         request: Mapping[str, Any] = next(
             (m for m in reversed(messages) if m.get("role") == "user" and not _has_tool_result(m)), {}
         )
-        done = _results_since_request(messages)
+        done = _calls_since_request(messages)
         if body.get("tools") and request and done < self.calls_per_request:
             paths = _PATH.findall(_text(request.get("content")))
             path = paths[-1] if paths else "README.md"
@@ -113,7 +113,7 @@ class ToolLoopModel:
         return ScriptedReply(text="It defines twelve small helper functions; nothing else stands out.")
 
 
-def _results_since_request(messages: Sequence[Any]) -> int:
+def _calls_since_request(messages: Sequence[Any]) -> int:
     """Calls made for the newest user request, read from the newest call's path (compaction may
     have taken the earlier calls of a long run out of the view, never the newest)."""
     for m in reversed(messages):
