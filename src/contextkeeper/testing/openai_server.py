@@ -218,6 +218,9 @@ class _Closed(Exception):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # the status line and headers go out in one write and the body in another: with Nagle's
+    # algorithm on, a kept-alive client's delayed ACK holds the body back ~40 ms per request
+    disable_nagle_algorithm = True
     server: _Server
 
     # --- plumbing ------------------------------------------------------------------------
