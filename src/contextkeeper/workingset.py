@@ -157,6 +157,9 @@ class WorkingSet:
         self._pending: dict[str, _PendingCall] = {}
         """Calls whose result has not been read yet, by call id: the result sets the outcome."""
         self._renders: dict[tuple[int, int], tuple[str, int]] = {}
+        self._row_tokens: dict[str, int] = {}
+        """Tokens of rows rendered before by `_row_counter`, bounded."""
+        self._row_counter: Callable[[str], int] | None = None
         """Renders since the last change, by (cursor, max_tokens): a compaction renders several times."""
 
     # --- reading the transcript -----------------------------------------------------------
@@ -304,10 +307,27 @@ class WorkingSet:
         return self._renders[memo]
 
     def _render(self, max_tokens: int, count: Callable[[str], int]) -> str:
-        files = (it for it in self.ranked("file") if it.tier >= 1 or it.refs >= 3)
-        commands = self.ranked("command")[:8]
-        errors = self.ranked("error")[:4]
-        symbols = [it for it in self.ranked("symbol") if it.refs >= 2][:24]
+        by_kind: dict[ItemKind, list[WorkItem]] = {"file": [], "command": [], "error": [], "symbol": []}
+        for it in self.items.values():
+            by_kind[it.kind].append(it)
+        for items in by_kind.values():
+            items.sort(key=_by_rank, reverse=True)
+        files = (it for it in by_kind["file"] if it.tier >= 1 or it.refs >= 3)
+        commands = by_kind["command"][:8]
+        errors = by_kind["error"][:4]
+        symbols = [it for it in by_kind["symbol"] if it.refs >= 2][:24]
+        # a row's size is counted once: the same rows come back at every compaction
+        sizes = self._row_tokens
+        if len(sizes) > 8192 or count != self._row_counter:  # bound methods compare by object and function
+            sizes.clear()
+            self._row_counter = count
+
+        def size(row: str) -> int:
+            n = sizes.get(row)
+            if n is None:
+                n = sizes[row] = count(row)
+            return n
+
         # rows are made as they are reached: only the strongest of a long session's items fit
         groups: list[tuple[str, Iterable[str]]] = [
             # the strongest files say what was done to them; the tail is bare paths, more of them fit
@@ -317,12 +337,12 @@ class WorkingSet:
         ]
         header = "Working set (what you acted on, most relevant first):"
         lines = [header]
-        used = count(header)
+        used = size(header)
         for title, rows in groups:
-            title_cost = count(title) + 1
+            title_cost = size(title) + 1
             added = False
             for row in rows:
-                cost = count(row) + 1
+                cost = size(row) + 1
                 if used + cost + (0 if added else title_cost) > max_tokens:
                     break
                 if not added:

@@ -175,10 +175,11 @@ SCENARIOS = [
 @pytest.mark.parametrize(("seed", "window", "config"), SCENARIOS)
 def test_preparing_ahead_leaves_every_view_as_it_would_be(seed: int, window: int, config: dict[str, object]) -> None:
     turns = _workload(seed, 60)
-    eager_views, eager_prepared, eager_layers = _run(turns, window, 0.01, **config)
+    eager_views, eager_prepared, eager_layers = _run(turns, window, 0.01, prepare_slice_ms=0.05, **config)
     lazy_views, lazy_prepared, lazy_layers = _run(turns, window, 1e9, **config)
     assert sum(layer is not None for layer in lazy_layers) >= 2, "the workload must compact more than once"
-    # a huge budget leaves all the work to the compaction; a tiny one prepares on the turns before
+    # a huge budget leaves all the work to the compaction; a tiny one (with tiny slices, so that even
+    # a few pending rounds are worth a slice) prepares on the turns before
     assert lazy_prepared == [0] * len(turns)
     ahead = [
         t
@@ -204,7 +205,7 @@ def test_views_do_not_depend_on_the_compaction_budget(
 ) -> None:
     turns = _workload(seed, 40, big=big)
     config = {"keep_recent_rounds": 1, "clear_after_rounds": clear_after, "eviction_policy": policy}
-    eager_views, _, eager_layers = _run(turns, window, 0.01, **config)
+    eager_views, _, eager_layers = _run(turns, window, 0.01, prepare_slice_ms=0.05, **config)
     lazy_views, lazy_prepared, lazy_layers = _run(turns, window, 1e9, **config)
     assert not any(lazy_prepared)
     assert eager_layers == lazy_layers
@@ -260,3 +261,23 @@ def test_a_compaction_whose_fixed_part_fills_its_budget_is_prepared_in_whole_sli
     ahead.turn_tokens = 1e9  # the compaction is due on the next turn
     ahead.track(book, config, high=book.view_tokens + 1)
     assert any(r.prepared for r in book.rounds) is expected
+
+
+def test_rounds_a_compaction_evicted_do_not_count_as_pending() -> None:
+    # pending rounds decide whether quiet turns prepare: rounds the compaction already evicted
+    # must not make later turns prepare for nothing
+    config = CompactionConfig(compaction_budget_ms=1e9, keep_recent_rounds=1, clear_after_rounds=2)
+    s = Session("ses_pending", window=3000, counter=COUNTER, config=config)
+    for t in _workload(7, 80):
+        s.add(t)
+        s.prepare(format="internal")
+    ahead, book = s.engine.ahead, s.engine.book
+    assert book.n_evicted > 10
+    newest = ahead.newest_clearable(book, config)
+    still_open = [
+        r for r in book.rounds[: newest + 1] if r.state != "evicted" and r.kind != "system" and not r.prepared
+    ]
+    pending = ahead.pending_rounds(book, config)
+    # every open round counts; of the evicted ones, at most those behind an open one (the cursor
+    # moves past a done prefix only)
+    assert len(still_open) <= pending < (newest + 1) / 3

@@ -45,7 +45,19 @@ class PrepareAhead:
 
     def pending_rounds(self, book: RoundBook, config: CompactionConfig) -> int:
         """Rounds old enough to be cleared that are not prepared yet."""
+        self._skip_done(book)
         return max(0, self.newest_clearable(book, config) - self.cursor)
+
+    def _skip_done(self, book: RoundBook) -> None:
+        """Move the cursor past rounds a compaction already evicted (or that need nothing).
+
+        Without this the rounds a compaction handled itself would count as pending and make the
+        next turns prepare for nothing. The cursor only moves forward: O(1) a turn, amortized.
+        """
+        rounds, i = book.rounds, self.cursor
+        while i < len(rounds) and (rounds[i].prepared or rounds[i].state == "evicted" or rounds[i].kind == "system"):
+            i += 1
+        self.cursor = i
 
     def compacted(self, started: float, unprepared: int) -> None:
         """Learn what a compaction cost besides the rounds nobody prepared (render, eviction...)."""
