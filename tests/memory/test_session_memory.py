@@ -272,3 +272,31 @@ def test_views_with_memory_fit_keep_pairs_system_and_request(program: list[Any],
             assert after.role == "user" and after.extra.get("contextkeeper") is None
         assert session.transcript == added and all(a is b for a, b in zip(session.transcript, added, strict=True))
         assert len({m.message_id for m in view}) == len(view)
+
+
+def test_sessions_in_threads_share_one_memory() -> None:
+    """Several sessions of one tenant write to and recall from one memory at the same time."""
+    import threading
+
+    shared = LongTermMemory(SQLiteMemoryBackend(":memory:"))
+    errors: list[BaseException] = []
+    written: dict[str, int] = {}
+
+    def agent(name: str) -> None:
+        try:
+            session = Session(name, window=WINDOW, counter="heuristic", memory=SessionMemory(shared))
+            views = _run(session, _history())
+            status = views[-1].status.memory
+            assert status is not None and status.error is None
+            assert FACT in "\n".join(b.text for b in _blocks(views[-1].view))
+            written[name] = status.written
+        except BaseException as exc:  # reported below: a thread's assertion would be lost
+            errors.append(exc)
+
+    threads = [threading.Thread(target=agent, args=(f"ses_{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert shared.status().memories == sum(written.values())
