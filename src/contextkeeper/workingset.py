@@ -297,16 +297,20 @@ class WorkingSet:
         return self.render_counted(max_tokens=max_tokens, count=count)[0]
 
     def render_counted(self, *, max_tokens: int, count: Callable[[str], int]) -> tuple[str, int]:
-        """`render` and the text's tokens by ``count`` (0 for ""), both kept until the next change."""
+        """`render` and its size: the sum of its lines' tokens by ``count`` plus one per line break.
+
+        The sum is what the render was fitted by (at most ``max_tokens``); the text as one piece
+        counts within a token or two of it (a line break can merge with the line before it).
+        Both are kept until the next change.
+        """
         if max_tokens <= 0:
             return "", 0
         memo = (self.cursor, max_tokens)
         if memo not in self._renders:
-            text = self._render(max_tokens, count)
-            self._renders[memo] = (text, count(text) if text else 0)
+            self._renders[memo] = self._render(max_tokens, count)
         return self._renders[memo]
 
-    def _render(self, max_tokens: int, count: Callable[[str], int]) -> str:
+    def _render(self, max_tokens: int, count: Callable[[str], int]) -> tuple[str, int]:
         by_kind: dict[ItemKind, list[WorkItem]] = {"file": [], "command": [], "error": [], "symbol": []}
         for it in self.items.values():
             by_kind[it.kind].append(it)
@@ -353,12 +357,13 @@ class WorkingSet:
                 used += cost
         if symbols:
             row = "Symbols: " + ", ".join(it.key for it in symbols)
-            while symbols and used + count(row) + 1 > max_tokens:
+            while symbols and used + size(row) + 1 > max_tokens:
                 symbols.pop()
                 row = "Symbols: " + ", ".join(it.key for it in symbols)
             if symbols:
                 lines.append(row)
-        return "\n".join(lines) if len(lines) > 1 else ""
+                used += size(row) + 1
+        return ("\n".join(lines), used) if len(lines) > 1 else ("", 0)
 
     # --- persistence ----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
