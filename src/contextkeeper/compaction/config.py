@@ -258,7 +258,7 @@ class CompactionConfig:
     """Identifiers kept verbatim in a cleared output's stand-in."""
     scan_chars: int = 600
     """Characters of an output scanned for identifiers and key lines when it is cleared (cost bound)."""
-    compaction_budget_ms: float = 6.0
+    compaction_budget_ms: float = 8.0
     """Time a compaction turn may take (estimated from the last ones); beyond it the turns before it prepare ahead."""
     prepare_slice_ms: float = 5.0
     """Most time a turn spends preparing ahead: whole slices, on as few turns before a compaction as it takes."""
