@@ -7,12 +7,10 @@ it, each taking at most ``prepare_slice_ms``, starting only as early as that req
 itself does not change (the cached prefix stays valid); the compaction then only swaps in what
 is ready.
 
-Why it stays (trim benchmark, N=5,000, measured on a busy 2-core machine, 2026-12-02): without
-it a compaction turn clears and evicts a hundred or more rounds at once and takes about 50-70 ms
-at 128k and 20-45 ms at 32k, so p99 is 47-96 ms against a 10 ms target; with it p99 is 9-21 ms
-on the same machine (the floor's own p99 there: 3-15 ms). The price: under load the measured
-costs grow and more turns prepare, raising p50 (CPU time, 128k: 2.1x the floor with it, 1.5x
-without).
+Why it stays (trim benchmark, N=5,000, an in-process loop timed by wall clock, 2026-12-03): without
+it a compaction turn clears and evicts every round since the last one, and p99 is 11-12.5 ms at a
+32k window and 20-24 ms at 128k against a 10 ms target; with it p99 is 8-10 ms. The price is a
+slower turn now and then before a compaction; whole slices keep those turns few.
 """
 
 from __future__ import annotations
