@@ -376,3 +376,25 @@ def test_estimated_render_fits_its_budget_while_facts_remain(data: st.DataObject
     text = led.render(max_tokens=max_tokens, count=TIKTOKEN.count_text, exact=False, exclude=exclude)
     if "\nKey data: " in text:  # facts left that could have been dropped: the estimate fits
         assert led.estimate(text) <= max_tokens, text
+
+
+def test_what_a_user_stated_long_ago_outlives_newer_tool_output_ids() -> None:
+    # a 200-request session: each request asks for a file, a few also state a value to remember;
+    # every tool step prints a dozen fresh ids that compete for the ledger's room
+    led = Ledger(max_entries=200)
+    stated = {2: "rel-ORCHID-7", 70: "reviewer-MARLIN-42", 150: "BATCH_IBIS_256"}
+    step = 0
+    for turn in range(200):
+        step += 1
+        request = f"Step {turn}: read src/pkg/module_{turn}.py and tell me what it defines."
+        if turn in stated:
+            request += f" Remember for later: {stated[turn]}."
+        led.append(entry_for_round([Message.user(request)], step=step))
+        step += 1
+        ids = [f"helper_{turn}_{i}x{(turn * 31 + i) % 97}" for i in range(12)]
+        led.append(LedgerEntry(step=step, status="done", intention=f"read_file(module_{turn}.py)", facts=tuple(ids)))
+    assert led.rolled_up, "the early requests rolled up into counts"
+    text = led.render(max_tokens=1000, count=HEURISTIC.count_text)
+    assert all(value in text for value in stated.values()), text
+    # the files a user named are the working set's to rank; the kept facts hold stated values
+    assert not any(f.endswith(".py") for f in led.kept_facts)

@@ -22,6 +22,7 @@ from ._json import BadJSON, loads
 from .exceptions import SchemaError
 from .keyinfo import extract_identifiers, fact_rank, json_facts, key_lines, salient_facts
 from .messages import Message
+from .shellrefs import is_path
 
 __all__ = ["Ledger", "LedgerEntry", "StepStatus", "describe_call", "entry_for_round", "request_facts"]
 
@@ -255,7 +256,8 @@ class Ledger:
             # listed (bounded), so a session hundreds of steps long still shows its first ticket.
             if e.kind == "request" or e.status == "failed":
                 for f in e.facts[:6]:
-                    if f not in self.kept_facts and fact_rank(f) <= 3:
+                    # file paths are left to the working set, which ranks the files a user named
+                    if f not in self.kept_facts and fact_rank(f) <= 3 and not (e.kind == "request" and is_path(f)):
                         self.kept_facts.append(f)
                 del self.kept_facts[: max(0, len(self.kept_facts) - self.max_kept_facts)]
             self.rolled_up[e.status] = self.rolled_up.get(e.status, 0) + 1
@@ -312,16 +314,26 @@ class Ledger:
         #    bounded to three times the room, so rendering stays cheap for long sessions; within a rank,
         #    newer steps come first and the kept facts of rolled-up steps (the oldest) last.
         buckets: list[list[str]] = [[] for _ in range(_RANKS)]
+        for f in self.kept_facts:
+            # what users stated in requests that rolled up: few, and not repeated by any newer step
+            buckets[fact_rank(f)].append(f)
+        # then what users asked for, every listed request (they are few, and a tool's output is
+        # seldom what a later step needs by name the way a stated id or constraint is)
+        everything = [*skipped, *entries]
+        for e in reversed(everything):
+            if e.kind == "request":
+                for rank, group in enumerate(self._ranked_facts(e)[0]):
+                    buckets[rank].extend(group)
         gathered = 0
-        for e in reversed([*skipped, *entries]):
+        for e in reversed(everything):
+            if e.kind == "request":
+                continue
             ranked_facts, weight = self._ranked_facts(e)
             for rank, group in enumerate(ranked_facts):
                 buckets[rank].extend(group)
             gathered += weight
             if gathered > room * 3:
                 break
-        for f in self.kept_facts:
-            buckets[fact_rank(f)].append(f)
         ranked = list(dict.fromkeys(f for group in buckets for f in group))
         facts: list[str] = []
         used = 0
