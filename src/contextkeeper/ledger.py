@@ -310,9 +310,10 @@ class Ledger:
                 break
             note_lines.insert(0, self._line(e))
             room -= c
-        # 1. Facts, best first, may take most of the room. The pool is gathered newest step first and
-        #    bounded to three times the room, so rendering stays cheap for long sessions; within a rank,
-        #    newer steps come first and the kept facts of rolled-up steps (the oldest) last.
+        # 1. Facts, best first, may take most of the room. Within a rank, what users stated comes
+        #    first (the kept facts of rolled-up requests, then the listed requests, newest first),
+        #    then tool steps' facts, newest step first, gathered up to three times the room so
+        #    rendering stays cheap for long sessions.
         buckets: list[list[str]] = [[] for _ in range(_RANKS)]
         for f in self.kept_facts:
             # what users stated in requests that rolled up: few, and not repeated by any newer step
