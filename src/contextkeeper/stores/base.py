@@ -1037,12 +1037,14 @@ class _StoreCommon:
             f"Session {session_id!r} has no snapshot {snapshot_id!r}; list the existing ones with `list_snapshots`."
         )
 
-    @staticmethod
-    def _lock_timeout(session_id: str, timeout: float, found: tuple[str, float] | None) -> LockTimeout:
+    def _lock_timeout(self, session_id: str, timeout: float, found: tuple[str, float] | None) -> LockTimeout:
         if found is None:
             return lock_timeout(session_id, timeout, holder=None, since=None, expires_in=None, released=True)
         holder, since = _owner_details(found[0])
-        return lock_timeout(session_id, timeout, holder=holder, since=since, expires_in=found[1])
+        # The read's "now" is taken when it is queued; a busy database can run it after a renewal,
+        # and no lease ever has more than one lease left.
+        expires_in = min(found[1], self._lock_lease)
+        return lock_timeout(session_id, timeout, holder=holder, since=since, expires_in=expires_in)
 
     def _create_args(
         self,
