@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from conftest import POSTGRES_URL
+from conftest import POSTGRES_URL, REQUIRE_SERVICES
 from contextkeeper.exceptions import ConfigError
 from contextkeeper.memory import HashingEmbedder, InMemoryBackend, LongTermMemory, MemoryRecord
 
@@ -39,7 +39,8 @@ def _memory(backend: object) -> LongTermMemory:
 
 
 def test_pgvector_ranks_like_the_in_process_scan(pgvector_backend: PostgresMemoryBackend) -> None:
-    assert pgvector_backend.pgvector
+    assert pgvector_backend.pgvector and pgvector_backend.ranks_vectors
+    assert not InMemoryBackend().ranks_vectors
     in_db, in_process = _memory(pgvector_backend), _memory(InMemoryBackend())
     for query in ("where does the staging database live", "which carrier shipped from Rotterdam", "Friday deploys"):
         dense = pgvector_backend.vector_search("default", "hashing:64", [0.0] * 63 + [1.0], limit=3)
@@ -66,14 +67,17 @@ def test_pgvector_required_on_a_server_without_it_is_a_config_error() -> None:
     try:
         conn = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=3)
     except psycopg.Error as exc:
-        pytest.skip(f"Postgres at {POSTGRES_URL} is not reachable: {exc}")
+        message = f"Postgres at {POSTGRES_URL} is not reachable: {exc}"
+        if REQUIRE_SERVICES:
+            pytest.fail(message)
+        pytest.skip(message)
     with conn:
         if conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone():
             pytest.skip("this server has pgvector")
         with pytest.raises(ConfigError, match="pgvector"):
             PostgresMemoryBackend(connection=conn, prefix=f"m{uuid.uuid4().hex[:8]}_", pgvector=True)
         fallback = PostgresMemoryBackend(connection=conn, prefix=f"m{uuid.uuid4().hex[:8]}_")
-        assert not fallback.pgvector
+        assert not fallback.pgvector and not fallback.ranks_vectors
         with pytest.raises(NotImplementedError):
             fallback.vector_search("default", "m", [1.0], limit=1)
 

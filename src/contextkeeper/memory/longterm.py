@@ -266,13 +266,10 @@ class LongTermMemory:
         except EmbedderError as exc:
             self._degrade(str(exc))
             return None
-        try:  # a backend that ranks vectors itself (pgvector) reads only the nearest rows
+        if self.backend.ranks_vectors:  # pgvector: the backend reads only the nearest rows
             found = self.backend.vector_search(
                 self.tenant, self.embedder.name, vector, limit=self.candidates, session_id=session_id
             )
-        except NotImplementedError:
-            pass
-        else:
             self._mode, self._reason = ("keyword", "memories await embedding") if self._pending else ("hybrid", None)
             return dict(found)
         matrix, ids = self._load_matrix()

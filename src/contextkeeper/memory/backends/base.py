@@ -63,13 +63,18 @@ class MemoryBackend(Protocol):
         """Every stored vector of the tenant made by ``model``."""
         ...
 
+    @property
+    def ranks_vectors(self) -> bool:
+        """True when `vector_search` ranks vectors in the backend; otherwise `LongTermMemory` scans
+        the vectors of `vectors` in this process."""
+        ...
+
     def vector_search(
         self, tenant: str, model: str, vector: Sequence[float], *, limit: int, session_id: str | None = None
     ) -> list[tuple[str, float]]:
         """The ``limit`` stored vectors of ``model`` nearest to ``vector``: (memory id, cosine similarity), best first.
 
-        Optional: a backend that cannot search vectors itself raises `NotImplementedError`, and
-        `LongTermMemory` scans the vectors of `vectors` in this process instead.
+        Only for a backend whose `ranks_vectors` is True; the others raise `NotImplementedError`.
         """
         ...
 

@@ -108,6 +108,10 @@ class InMemoryBackend:
         with self._lock:
             return dict(self._vectors.get((tenant, model), {}))
 
+    @property
+    def ranks_vectors(self) -> bool:
+        return False
+
     def vector_search(
         self, tenant: str, model: str, vector: Sequence[float], *, limit: int, session_id: str | None = None
     ) -> list[tuple[str, float]]:

@@ -230,6 +230,10 @@ class PostgresMemoryBackend:
                     [(tenant, model, i, _literal(v)) for i, v in vectors.items()],
                 )
 
+    @property
+    def ranks_vectors(self) -> bool:
+        return self.pgvector
+
     def vector_search(
         self, tenant: str, model: str, vector: Sequence[float], *, limit: int, session_id: str | None = None
     ) -> list[tuple[str, float]]:

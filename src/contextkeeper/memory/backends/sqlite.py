@@ -233,6 +233,10 @@ class SQLiteMemoryBackend:
             ).fetchall()
         return {i: list(struct.unpack(f"<{len(blob) // 4}f", blob)) for i, blob in rows}
 
+    @property
+    def ranks_vectors(self) -> bool:
+        return False
+
     def vector_search(
         self, tenant: str, model: str, vector: Sequence[float], *, limit: int, session_id: str | None = None
     ) -> list[tuple[str, float]]:
