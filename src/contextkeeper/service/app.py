@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import httpx
+import aiohttp
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -127,14 +127,14 @@ def create_app(
     settings: Settings | None = None,
     *,
     store: AsyncSessionStore | None = None,
-    upstream_client: httpx.AsyncClient | None = None,
+    upstream_client: aiohttp.ClientSession | None = None,
 ) -> Starlette:
     """The service's ASGI app.
 
     Args:
         settings: The settings (``[service]``, ``[store]``, compaction...); default: `load_settings()`.
         store: An async store to use instead of opening ``settings.store_url`` (the caller closes it).
-        upstream_client: An httpx client for the upstream (the caller closes it).
+        upstream_client: An aiohttp session for the upstream (the caller closes it).
     """
     settings = settings or load_settings()
     settings.check()

@@ -21,7 +21,6 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import httpx
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -42,6 +41,7 @@ from .limits import read_body
 from .replies import ChunkAssembler, SSEFramer, usage_of
 from .runtime import ServiceState, state_of
 from .sessions import Lease
+from .upstream import UpstreamBroken, UpstreamReply
 
 __all__ = ["chat_completions"]
 
@@ -296,7 +296,7 @@ async def _complete(turn: _Turn) -> Response:
             raise answer
         return answer
     try:
-        data = upstream.json()
+        data = json.loads(upstream.content)
         message = data["choices"][0]["message"]
         if not isinstance(message, dict):
             raise TypeError("message is not an object")
@@ -323,7 +323,7 @@ async def _stream(turn: _Turn) -> Response:
         sent = time.perf_counter()
         upstream = await svc.upstream.send(turn.upstream_body(messages), headers, stream=True)
         if upstream.status_code != 200:
-            content = await _read_closing(upstream, svc)
+            content = await _read_closing(upstream)
             svc.metrics.upstream_latency.observe(time.perf_counter() - sent)
             error = classify_error(upstream.status_code, content, url=svc.upstream.shown_url)
             if isinstance(error, ContextOverflowError):
@@ -354,10 +354,10 @@ async def _stream(turn: _Turn) -> Response:
                     head.append(raw)
                     if data is not None and first_data is None:
                         first_data = data
-        except httpx.TimeoutException as exc:
+        except ServiceError:
             await upstream.aclose()
-            raise svc.upstream.timed_out(exc) from None
-        except httpx.TransportError:
+            raise
+        except UpstreamBroken:
             await upstream.aclose()
             raise ServiceError(
                 502,
@@ -384,12 +384,10 @@ async def _stream(turn: _Turn) -> Response:
         return _Relay(turn, upstream, chunks, framer, head)
 
 
-async def _read_closing(response: httpx.Response, svc: ServiceState) -> bytes:
+async def _read_closing(response: UpstreamReply) -> bytes:
     try:
         return await response.aread()
-    except httpx.TimeoutException as exc:
-        raise svc.upstream.timed_out(exc) from None
-    except httpx.TransportError:
+    except UpstreamBroken:
         return b""
     finally:
         await response.aclose()
@@ -406,7 +404,7 @@ class _Relay(StreamingResponse):
     def __init__(
         self,
         turn: _Turn,
-        upstream: httpx.Response,
+        upstream: UpstreamReply,
         chunks: AsyncIterator[bytes],
         framer: SSEFramer,
         head: list[bytes],
@@ -453,12 +451,12 @@ class _Relay(StreamingResponse):
             if rest is not None:
                 yield rest[0]
             self.ended = True
-        except (httpx.TimeoutException, httpx.TransportError) as exc:
+        except (ServiceError, UpstreamBroken) as exc:  # the upstream timed out (a 504) or broke the stream
             if turn.lease is not None:
                 turn.lease.failed = True
             error = (
-                turn.svc.upstream.timed_out(exc)
-                if isinstance(exc, httpx.TimeoutException)
+                exc
+                if isinstance(exc, ServiceError)
                 else ServiceError(
                     502,
                     f"The upstream at {turn.svc.upstream.shown_url} broke the stream.",
