@@ -77,7 +77,14 @@ def test_without_a_session_the_request_passes_through_unmanaged(
 
 def test_other_request_fields_reach_the_upstream_unchanged(service: Running, upstream: ScriptedOpenAIServer) -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
-    extra = {"temperature": 0.1, "tools": tools, "tool_choice": "auto", "response_format": {"type": "text"}}
+    extra = {
+        "temperature": 0.1,
+        "tools": tools,
+        "tool_choice": "auto",
+        "response_format": {"type": "text"},
+        "seed": 2**70 + 1,  # past 64 bits: still an exact integer upstream
+        "metadata": {"note": "caf\u00e9 \U0001f600", "big": 12345678901234567890123},
+    }
     r = service.client.post("/v1/chat/completions", json=chat(user("go"), **extra), headers={"X-Session-Id": "s3"})
     assert r.status_code == 200
     sent = upstream.requests[-1]

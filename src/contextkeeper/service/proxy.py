@@ -35,6 +35,7 @@ from ..exceptions import (
     UsageError,
 )
 from ..llm.errors import classify_error
+from . import jsonio
 from .errors import ServiceError, error_response
 from .history import new_from
 from .limits import read_body
@@ -158,7 +159,7 @@ class _Turn:
             options = dict(out.get("stream_options") or {})
             options.setdefault("include_usage", True)
             out["stream_options"] = options
-        return json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode()
+        return jsonio.dumps(out)
 
     def upstream_error(self, status: int, content: bytes, headers: Mapping[str, str]) -> ServiceError | Response:
         """What the client gets for an upstream error reply (an overflow was handled before)."""
