@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from contextkeeper.settings import Settings
 from contextkeeper.stores import open_store
 from contextkeeper.testing import ScriptedOpenAIServer, ScriptedReply
 
-from .conftest import SYSTEM, Running, chat, user
+from .conftest import SYSTEM, Running, assistant, chat, make_settings, user
 
 
 def stored(service: Running, session_id: str) -> list[tuple[str, str]]:
@@ -107,3 +111,52 @@ def test_a_long_session_is_compacted_before_it_reaches_the_upstream(
     detail = service.client.get("/v1/sessions/long").json()
     assert sum(detail["status"]["compactions"].values()) >= 1
     assert detail["status"]["used"] <= detail["status"]["budget"]
+
+
+def _tool_rounds(count: int) -> list[dict[str, Any]]:
+    """``count`` rounds of a user request, a tool call, its result and an answer."""
+    history: list[dict[str, Any]] = [SYSTEM]
+    for n in range(count):
+        call = {"id": f"call_{n}", "type": "function", "function": {"name": "read", "arguments": f'{{"n": {n}}}'}}
+        history += [
+            user(f"read part {n}"),
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"call_{n}", "content": f"part {n} says {n * n}"},
+            assistant(f"part {n} read"),
+        ]
+    return history
+
+
+def test_a_client_joining_with_a_long_history_stores_it_once_and_in_order(
+    service_factory: Callable[[Settings], Running], upstream: ScriptedOpenAIServer, sqlite_url: str
+) -> None:
+    service = service_factory(make_settings(sqlite_url, upstream.base_url, window=128_000))
+    history = _tool_rounds(60) + [user("summarize")]
+    r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "long"})
+    assert r.status_code == 200, r.text
+    url = service.app.state.service.settings.store_url
+    with open_store(url) as store:
+        kept = store.load_messages("long", tenant="default")
+    assert [m.role for m in kept] == [m["role"] for m in history] + ["assistant"]
+    assert [m.tool_calls[0].name for m in kept if m.tool_calls] == ["read"] * 60
+    assert upstream.requests[-1]["messages"][1:] == history[1:]
+    history += [assistant("ok"), user("and now?")]
+    r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "long"})
+    assert r.status_code == 200, r.text
+    assert len(stored(service, "long")) == len(history) + 1
+
+
+def test_a_bad_message_late_in_a_long_history_is_a_400_and_nothing_of_it_is_kept(
+    service_factory: Callable[[Settings], Running], upstream: ScriptedOpenAIServer, sqlite_url: str
+) -> None:
+    service = service_factory(make_settings(sqlite_url, upstream.base_url, window=128_000))
+    history = _tool_rounds(60) + [user("summarize")]
+    broken = list(history)
+    broken[201] = {"role": "tool", "tool_call_id": "call_unknown", "content": "stray"}  # answers no call
+    r = service.client.post("/v1/chat/completions", json=chat(*broken), headers={"X-Session-Id": "bad"})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"].startswith("messages[201]")
+    assert stored(service, "bad") == []
+    r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "bad"})
+    assert r.status_code == 200, r.text
+    assert len(stored(service, "bad")) == len(history) + 1

@@ -15,6 +15,7 @@ reply is kept.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -35,6 +36,7 @@ from ..exceptions import (
     UsageError,
 )
 from ..llm.errors import classify_error
+from ..messages import Message
 from . import jsonio
 from .errors import ServiceError, error_response
 from .history import new_from
@@ -115,14 +117,37 @@ class _Turn:
         fresh = client[start:]
         if fresh:
             try:
-                self.added = lease.session.add(to_messages(fresh, format="openai"))
+                parsed = to_messages(fresh, format="openai")
             except MessageError as exc:
-                raise ServiceError(
-                    400, f"messages[{start + (exc.index or 0)}]: {exc}", param="messages", code="invalid_message"
-                ) from None
+                raise _invalid(start, exc) from None
+            self.added = await self._add(parsed, start)
         prepared = await lease.session.prepare(format="openai")
         self.view_tokens = prepared.status.used
         return prepared.messages
+
+    async def _add(self, messages: list[Message], start: int) -> int:
+        """Add the new messages; a long history in rounds, letting other requests run in between.
+
+        A client joining with a history of hundreds of messages would otherwise hold the event loop
+        for milliseconds, and every other session's request with it. Rounds are cut before a user
+        message, where no tool call waits for its result.
+        """
+        assert self.lease is not None
+        session = self.lease.session
+        added = 0
+        begin = 0
+        while begin < len(messages):
+            end = _round_end(messages, begin)
+            if begin:
+                await asyncio.sleep(0)
+            try:
+                added += session.add(messages[begin:end])
+            except MessageError as exc:
+                if begin:  # part of the history is in memory only: the store's copy is the truth
+                    self.lease.failed = True
+                raise _invalid(start + begin, exc) from None
+            begin = end
+        return added
 
     async def compact_for_retry(self, error: ContextOverflowError) -> list[dict[str, Any]] | None:
         """After a context-length error: the deeper-compacted view to retry with (None: no retry)."""
@@ -198,6 +223,24 @@ class _Turn:
         if self.svc.settings.service.log_content:
             last = self.body["messages"][-1]
             logger.info("session %s last message (%s): %.500s", session, last.get("role"), last.get("content"))
+
+
+_ADD_ROUND = 32
+"""Messages added at once before a long history lets other requests run (about a millisecond of work)."""
+
+
+def _round_end(messages: list[Message], begin: int) -> int:
+    """Where the round of messages starting at ``begin`` ends: at a user message past ``_ADD_ROUND``."""
+    end = begin + _ADD_ROUND
+    if end >= len(messages) - _ADD_ROUND // 2:
+        return len(messages)
+    while end < len(messages) and messages[end].role != "user":
+        end += 1
+    return end
+
+
+def _invalid(start: int, exc: MessageError) -> ServiceError:
+    return ServiceError(400, f"messages[{start + (exc.index or 0)}]: {exc}", param="messages", code="invalid_message")
 
 
 def _is_json(content: bytes) -> bool:
