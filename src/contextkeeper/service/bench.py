@@ -2,9 +2,9 @@
 
 Three real processes on loopback: a fake upstream that answers at once (`fake_upstream`, run by
 uvicorn), the proxy (``contextkeeper serve``) over the store under test, and this process as the
-load generator (httpx). ``sessions`` conversations run at once; each joins with a history of its
-own length (spread from 2 to ``max_messages``) and takes ``turns`` turns, re-sending its whole
-history every time, as agents do.
+load generator (aiohttp, every body serialised before the clock starts). ``sessions``
+conversations run at once; each joins with a history of its own length (spread from 2 to
+``max_messages``) and takes ``turns`` turns, re-sending its whole history every time, as agents do.
 
 * latency: every turn is sent twice with the same body, straight to the upstream and through the
   proxy; the added latency is the difference of each pair (median and 99th percentile). A
@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 
 __all__ = ["ProxyBenchConfig", "fake_upstream", "run_proxy_bench"]
@@ -173,7 +174,12 @@ def _history(index: int, length: int) -> list[dict[str, Any]]:
 
 
 class _Load:
-    """Conversations that re-send their history, against the direct upstream and/or the proxy."""
+    """Conversations that re-send their history, against the direct upstream and/or the proxy.
+
+    Every request body is serialised before the clock starts and sent with aiohttp: the load
+    generator shares the machine with the proxy, so the less CPU it spends per request, the less
+    it takes from what is measured.
+    """
 
     def __init__(self, upstream: str, proxy: str, config: ProxyBenchConfig) -> None:
         self.upstream, self.proxy, self.config = upstream, proxy, config
@@ -183,36 +189,33 @@ class _Load:
         self.proxied: list[float] = []
         self.first: list[float] = []
         self.sent = 0
+        self.bodies = [_bodies(index, config) for index in range(config.sessions)]
 
-    async def _post(self, client: httpx.AsyncClient, url: str, body: bytes, session: str | None) -> float | None:
-        headers = {"content-type": "application/json"}
-        if session is not None:
-            headers["x-session-id"] = session
+    async def _post(self, client: aiohttp.ClientSession, url: str, body: bytes, session: str | None) -> float | None:
+        headers = _HEADERS if session is None else {**_HEADERS, "x-session-id": session}
         started = time.perf_counter()
         try:
-            response = await client.post(url, content=body, headers=headers)
-        except httpx.HTTPError as exc:
+            async with client.post(url, data=body, headers=headers) as response:
+                await response.read()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
             self.errors[type(exc).__name__] += 1
             return None
         elapsed = time.perf_counter() - started
-        if response.status_code != 200:
-            self.errors[f"HTTP {response.status_code}"] += 1
+        if status != 200:
+            self.errors[f"HTTP {status}"] += 1
             return None
         return elapsed
 
-    async def conversation(self, client: httpx.AsyncClient, index: int, *, paired: bool, think: float) -> None:
+    async def conversation(self, client: aiohttp.ClientSession, index: int, *, paired: bool, think: float) -> None:
         """One agent joining with a history of its own length, then taking ``turns`` turns (up to ``max_messages``)."""
-        config = self.config
-        room = max(2, config.max_messages - 2 * config.turns)
-        history = _history(index, 2 + (index * 7919) % room)  # lengths spread over the sessions
         session = f"bench-{uuid.uuid4().hex[:12]}"
+        direct_url, proxy_url = f"{self.upstream}/v1/chat/completions", f"{self.proxy}/v1/chat/completions"
         if think:  # agents join over one pause, not all in the same millisecond
-            await asyncio.sleep(think * index / config.sessions)
-        for turn in range(config.turns):
-            history.append({"role": "user", "content": _user_text(index, len(history))})
-            body = json.dumps({"model": MODEL, "messages": history}).encode()
-            direct = await self._post(client, f"{self.upstream}/v1/chat/completions", body, None) if paired else None
-            proxied = await self._post(client, f"{self.proxy}/v1/chat/completions", body, session)
+            await asyncio.sleep(think * index / self.config.sessions)
+        for turn, body in enumerate(self.bodies[index]):
+            direct = await self._post(client, direct_url, body, None) if paired else None
+            proxied = await self._post(client, proxy_url, body, session)
             self.sent += 1
             if proxied is not None and turn == 0:
                 self.first.append(proxied)  # stores the whole history: reported apart from the steady turns
@@ -220,22 +223,39 @@ class _Load:
                 self.direct.append(direct)
                 self.proxied.append(proxied)
                 self.added.append(proxied - direct)
-            history.append({"role": "assistant", "content": _REPLY})
             if think:
                 await asyncio.sleep(think)
 
     async def run(self, *, paired: bool, think: float = 0.0, rounds: int = 1) -> float:
         """``rounds`` times ``sessions`` concurrent conversations; the seconds it took."""
-        size = self.config.sessions * 2
-        # below uvicorn's 5 s keep-alive timeout: a reused connection is never one the server is closing
-        limits = httpx.Limits(max_connections=size, max_keepalive_connections=size, keepalive_expiry=2.0)
-        async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+        # idle connections are dropped below uvicorn's 5 s keep-alive timeout: a reused connection is
+        # never one the server is closing
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=2.0)
+        timeout = aiohttp.ClientTimeout(total=60)
+        async with aiohttp.ClientSession(
+            connector=connector, timeout=timeout, skip_auto_headers=("User-Agent",)
+        ) as client:
             started = time.perf_counter()
             for _ in range(rounds):
                 await asyncio.gather(
                     *(self.conversation(client, i, paired=paired, think=think) for i in range(self.config.sessions))
                 )
             return time.perf_counter() - started
+
+
+_HEADERS = {"content-type": "application/json"}
+
+
+def _bodies(index: int, config: ProxyBenchConfig) -> list[bytes]:
+    """The request bodies of conversation ``index``, one per turn: its whole history each time."""
+    room = max(2, config.max_messages - 2 * config.turns)
+    history = _history(index, 2 + (index * 7919) % room)  # lengths spread over the sessions
+    bodies: list[bytes] = []
+    for _ in range(config.turns):
+        history.append({"role": "user", "content": _user_text(index, len(history))})
+        bodies.append(json.dumps({"model": MODEL, "messages": history}).encode())
+        history.append({"role": "assistant", "content": _REPLY})
+    return bodies
 
 
 def _measure_store(
