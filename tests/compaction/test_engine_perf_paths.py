@@ -281,3 +281,47 @@ def test_rounds_a_compaction_evicted_do_not_count_as_pending() -> None:
     # every open round counts; of the evicted ones, at most those behind an open one (the cursor
     # moves past a done prefix only)
     assert len(still_open) <= pending < (newest + 1) / 3
+
+
+# --- preparing ahead: on long turns, not on short ones ---------------------------------------
+
+
+def _prepared(s: Session) -> int:
+    return sum(r.prepared for r in s.engine.rounds)
+
+
+def test_a_long_turn_prepares_pending_rounds_and_a_short_one_does_not() -> None:
+    # a window far from full: no compaction is near, so only the turn's length can start a slice
+    s = Session(
+        "ses_long_turns",
+        window=200_000,
+        counter=COUNTER,
+        config=CompactionConfig(compaction_budget_ms=0.0, prepare_slice_ms=50.0, clear_after_rounds=1),
+    )
+    s.add(Message.system("You reconcile accounts."))
+    short = make_text(300, seed=1)
+    for i in range(40):  # enough short turns to know what a typical turn adds
+        s.add(tool_round(f"s{i}", short, q=f"q{i}"))
+        s.prepare(format="internal")
+    # every pending round is worth preparing (as if a round took a second): only the turn's length decides
+    s.engine.ahead.prep_cost = 1.0
+    before = _prepared(s)
+    s.add(tool_round("short", short, q="again"))
+    s.prepare(format="internal")
+    assert _prepared(s) == before, "a short turn far from a compaction must stay plain"
+    s.add(tool_round("long", make_text(6000, seed=2), q="big"))
+    s.prepare(format="internal")
+    assert _prepared(s) > before, "a long turn prepares the rounds a compaction would otherwise do itself"
+
+
+def test_a_turn_is_long_only_against_enough_recent_turns() -> None:
+    from contextkeeper.compaction.ahead import PrepareAhead
+
+    ahead = PrepareAhead()
+    assert not ahead._is_long(10_000), "with no history no turn is long"
+    ahead.recent_growth.extend([100] * 20 + [5000] * 13)
+    assert ahead._is_long(101)  # more than the median of recent turns (100)
+    assert not ahead._is_long(100)
+    ahead.recent_growth.extend([5000] * 10)  # now most recent turns were large
+    assert not ahead._is_long(4000)
+    assert ahead._is_long(5001)
