@@ -205,3 +205,53 @@ async def test_async_store_from_url(tmp_path: Path) -> None:
     assert isinstance(store, AsyncSqliteStore)
     assert [m.message_id for m in await store.load_messages("s")] == ["a"]
     await store.aclose()
+
+
+@pytest.mark.anyio
+async def test_an_async_write_behind_another_process_waits_without_holding_the_event_loop(tmp_path: Path) -> None:
+    path = tmp_path / "ck.db"
+    async with AsyncSqliteStore.from_url(f"sqlite:///{path}") as store:
+        await store.create_session("s")
+        assert await store.append_messages("s", [Message.user("first", message_id="a")]) == 1
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        ticks = 0
+        written = anyio.Event()
+
+        async def write() -> None:
+            await store.append_messages("s", [Message.user("second", message_id="b")])
+            written.set()
+
+        async def tick() -> None:
+            nonlocal ticks
+            while not written.is_set():
+                ticks += 1
+                await anyio.sleep(0.01)
+
+        try:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(write)
+                tasks.start_soon(tick)
+                await anyio.sleep(0.3)
+                assert not written.is_set() and ticks >= 10  # the write waits; the loop runs on
+                blocker.execute("ROLLBACK")
+        finally:
+            blocker.close()
+        assert [m.message_id for m in await store.load_messages("s")] == ["a", "b"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("inline", [True, False])
+async def test_async_calls_from_many_tasks_interleave_safely(tmp_path: Path, inline: bool) -> None:
+    async with AsyncSqliteStore.connect(tmp_path / "ck.db", inline=inline) as store:
+        await store.create_session("s")
+
+        async def work(worker: int) -> None:
+            for number in range(20):
+                await store.append_messages("s", [Message.user("x", message_id=f"{worker}-{number}")])
+                await store.count_messages("s")
+
+        async with anyio.create_task_group() as tasks:
+            for worker in range(4):
+                tasks.start_soon(work, worker)
+        assert await store.count_messages("s") == 80

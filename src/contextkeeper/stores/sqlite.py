@@ -4,7 +4,9 @@ One connection per store, guarded by a lock, in autocommit mode with explicit tr
 writes use ``BEGIN IMMEDIATE`` so two processes never deadlock upgrading a read lock, and WAL
 lets readers run while one writer commits. ``synchronous=NORMAL`` is durable against a killed
 process (the fault suite kills writers mid-append); a power loss can drop the last commits but
-never corrupts the file. `AsyncSqliteStore` runs the same code in a worker thread.
+never corrupts the file. `AsyncSqliteStore` runs the same code on the event loop when it need not
+wait (for a worker thread holding the connection, or another process's write lock), else in a
+worker thread.
 """
 
 from __future__ import annotations
@@ -62,6 +64,13 @@ def _options(options: dict[str, str]) -> dict[str, Any]:
         else:
             raise ConfigError(f"unknown SQLite store URL option {key!r}; the known one is `busy_timeout`.", key=key)
     return known
+
+
+class _Busy:
+    """`SqliteStore._run_now` could not start without waiting."""
+
+
+BUSY = _Busy()
 
 
 class SqliteStore(BaseStore):
@@ -148,10 +157,11 @@ class SqliteStore(BaseStore):
             return []
         return self._conn.execute(command.text, command.params).fetchall()
 
-    def _transaction(self, op: Op[T], *, write: bool) -> T:
+    def _transaction(self, op: Op[T], *, write: bool, begun: bool = False) -> T:
         conn = self._conn
         try:
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            if not begun:
+                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 result = drive(op, self._execute)
             except BaseException:
@@ -171,6 +181,33 @@ class SqliteStore(BaseStore):
             if not self._ready:
                 self._prepare()
             return self._transaction(op, write=write)
+
+    def _run_now(self, op: Op[T], *, write: bool) -> T | _Busy:
+        """`_run` without waiting: `BUSY` (``op`` not started) when another thread holds the connection
+        or, for a write, another connection holds the database's write lock."""
+        if not self._mutex.acquire(blocking=False):
+            return BUSY
+        try:
+            if not self._ready:
+                return BUSY  # the first call may migrate the schema, waiting for other processes: not here
+            if self._closed or not write:
+                return self._run(op, write=write)
+            conn = self._conn
+            try:
+                conn.execute("PRAGMA busy_timeout = 0")
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                finally:
+                    conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    return BUSY
+                raise self._translate(exc) from exc
+            except sqlite3.Error as exc:
+                raise self._translate(exc) from exc
+            return self._transaction(op, write=True, begun=True)
+        finally:
+            self._mutex.release()
 
     def _prepare(self) -> None:
         try:
@@ -204,13 +241,20 @@ class SqliteStore(BaseStore):
 
 
 class AsyncSqliteStore(BaseAsyncStore):
-    """The async twin of `SqliteStore`: the same code, run in a worker thread.
+    """The async twin of `SqliteStore`: the same code, run on the event loop when it cannot wait, else
+    in a worker thread.
+
+    A call runs at once on the event loop (``inline``) when no worker thread holds the connection
+    and, for a write, no other process holds the database's write lock: a SQLite call on a WAL
+    database takes tens of microseconds, less than a trip to a worker thread and back. A call that
+    would wait for either goes to a worker thread, as every call does with ``inline=False``.
 
     Args:
         conn: An open connection made with ``check_same_thread=False``.
         busy_timeout: Seconds a writer waits for another process's write lock.
         clock: Source of timestamps.
         lock_lease: Seconds a lock outlives its holder's last heartbeat (a live holder renews it).
+        inline: Run calls that need not wait on the event loop.
     """
 
     def __init__(
@@ -220,6 +264,7 @@ class AsyncSqliteStore(BaseAsyncStore):
         busy_timeout: float = 5.0,
         clock: Callable[[], float] = time.time,
         lock_lease: float = DEFAULT_LOCK_LEASE,
+        inline: bool = True,
     ) -> None:
         super().__init__(clock=clock, lock_lease=lock_lease)
         self._sync = (
@@ -228,6 +273,7 @@ class AsyncSqliteStore(BaseAsyncStore):
             else SqliteStore(conn, busy_timeout=busy_timeout, clock=clock, lock_lease=lock_lease)
         )
         self._ops = self._sync._ops
+        self._inline = inline
 
     @classmethod
     def connect(
@@ -237,10 +283,11 @@ class AsyncSqliteStore(BaseAsyncStore):
         busy_timeout: float = 5.0,
         clock: Callable[[], float] = time.time,
         lock_lease: float = DEFAULT_LOCK_LEASE,
+        inline: bool = True,
     ) -> Self:
         """Open (creating if needed) the database at ``path``; the store owns the connection."""
         sync = SqliteStore.connect(path, busy_timeout=busy_timeout, clock=clock, lock_lease=lock_lease)
-        return cls(sync, clock=clock, lock_lease=lock_lease)
+        return cls(sync, clock=clock, lock_lease=lock_lease, inline=inline)
 
     @classmethod
     @asynccontextmanager
@@ -254,6 +301,12 @@ class AsyncSqliteStore(BaseAsyncStore):
             await store.aclose()
 
     async def _run(self, op: Op[T], *, write: bool) -> T:
+        if self._inline:
+            # A call takes tens of microseconds; handing it to a worker thread and back costs more,
+            # and far more on a busy machine, where the two threads queue for the GIL.
+            done = self._sync._run_now(op, write=write)
+            if not isinstance(done, _Busy):
+                return done
         return await anyio.to_thread.run_sync(functools.partial(self._sync._run, op, write=write))
 
     async def aclose(self) -> None:
