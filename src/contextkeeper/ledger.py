@@ -2,7 +2,8 @@
 
 Each completed step (a tool-call round, or a request from the user) becomes an entry with its
 status, its intention (the call and its arguments, or the request's key data), the facts its
-output carried (identifiers kept verbatim) and a reference to the snapshot of its full text.
+output carried (identifiers kept verbatim) and a reference to the snapshot of its full text
+(see `ledger_entries`).
 The ledger is rendered into the view at every compaction, within a token budget: the newest
 entries keep their facts, the oldest roll up into counts, and facts shown once are not repeated.
 """
@@ -10,142 +11,32 @@ entries keep their facts, the oldest roll up into counts, and facts shown once a
 from __future__ import annotations
 
 import bisect
-import json
-import math
-import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from ._json import BadJSON, loads
-from .exceptions import SchemaError
-from .keyinfo import extract_identifiers, fact_rank, json_facts, key_lines, salient_facts
+from .keyinfo import fact_rank
+from .ledger_entries import (
+    LedgerEntry,
+    StepStatus,
+    StoredShape,
+    describe_call,
+    entry_for_round,
+    entry_from_dict,
+    entry_to_dict,
+    request_facts,
+    shorten,
+)
 from .messages import Message
 from .shellrefs import is_path
 
 __all__ = ["Ledger", "LedgerEntry", "StepStatus", "describe_call", "entry_for_round", "request_facts"]
 
-StepStatus = Literal["planned", "done", "failed"]
 _MARK = {"planned": "…", "done": "✓", "failed": "✗"}
 _RANKS = 6
 """`fact_rank` values run from 0 to 5."""
 HEADER = "[Progress ledger: steps already completed; do not repeat them.]"
-
-
-@dataclass(frozen=True, kw_only=True)
-class LedgerEntry:
-    """One step of the task."""
-
-    step: int
-    status: StepStatus
-    intention: str
-    """What the step set out to do: ``tool(arg=value, ...)`` or ``user: ...``."""
-    kind: Literal["tool", "request", "note"] = "tool"
-    facts: tuple[str, ...] = ()
-    """Identifiers and key lines from the step's output, verbatim."""
-    snapshot_id: str | None = None
-    message_ids: tuple[str, ...] = ()
-    tools: tuple[str, ...] = ()
-    turn: int | None = None
-
-
-def _short(value: Any, limit: int) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def describe_call(name: str, arguments: str, *, limit: int = 240) -> str:
-    """``name(k=v, ...)`` with long values shortened; falls back to the raw text for non-JSON."""
-    try:
-        parsed = loads(arguments) if arguments else {}
-    except BadJSON:
-        return f"{name}({_short(arguments, limit)})"
-    if isinstance(parsed, dict):
-        inner = ", ".join(f"{k}={_short(v, 80)}" for k, v in parsed.items())
-    else:
-        inner = _short(parsed, limit)
-    return f"{name}({_short(inner, limit)})"
-
-
-# Capitalized words inside a sentence: in a user's request these are names, places, products.
-_NAME_RE = re.compile(r"(?<![.!?:]\s)(?<=\s)[A-Z][a-z]{2,}\b")
-
-
-def request_facts(text: str) -> tuple[str, ...]:
-    """Identifiers and names in a user request (its first 600 characters)."""
-    flat = " ".join(text[:600].split())
-    return tuple(dict.fromkeys([*extract_identifiers(flat, limit=24), *_NAME_RE.findall(flat)[:12]]))
-
-
-def _failed(message: Message) -> bool:
-    if message.is_error:
-        return True
-    head = message.text[:400].lower()
-    return head.startswith(("error", "traceback", "exception")) or '"error"' in head[:40]
-
-
-def entry_for_round(
-    messages: Sequence[Message],
-    *,
-    step: int,
-    snapshot_id: str | None = None,
-    facts: Sequence[str] | None = None,
-) -> LedgerEntry | None:
-    """The ledger entry for a round (a tool-call round or a user request); None for other rounds.
-
-    Pure: compaction prepares entries ahead and appends them when the round leaves the view.
-    """
-    if not messages:
-        return None
-    first = messages[0]
-    ids = tuple(m.message_id for m in messages)
-    if first.role == "user":
-        text = " ".join(first.text[:400].split())  # the line shows at most 200 characters
-        return LedgerEntry(
-            step=step,
-            status="done",
-            intention="user: " + _short(text, 200),
-            kind="request",
-            facts=tuple(facts) if facts is not None else request_facts(first.text),
-            # the rendered line shows only the start of the request: its facts carry the rest
-            snapshot_id=snapshot_id,
-            message_ids=ids,
-            turn=first.turn,
-        )
-    calls = first.tool_calls
-    if not calls:
-        return None
-    results = {m.tool_call_id: m for m in messages[1:] if m.role == "tool"}
-    failed = any(_failed(r) for r in results.values())
-    if facts is None:
-        found: list[str] = []
-        for call in calls:
-            result = results.get(call.call_id)
-            if result is None:
-                continue
-            text = result.text
-            found.extend(key_lines(text, limit=2, max_line_chars=160) if _failed(result) else [])
-            found.extend(salient_facts(text[:6000], limit=48))
-        facts = found
-    intention = "; ".join(describe_call(c.name, c.arguments) for c in calls)
-    # the arguments' values come first: the rendered line cuts long arguments short
-    arg_facts: list[str] = []
-    if len(intention) > 100:
-        for c in calls:
-            values = json_facts(c.arguments)
-            arg_facts.extend(values if values is not None else extract_identifiers(c.arguments, limit=32))
-    return LedgerEntry(
-        step=step,
-        status="failed" if failed else "done",
-        intention=intention,
-        kind="tool",
-        facts=tuple(dict.fromkeys([*arg_facts, *facts])),
-        snapshot_id=snapshot_id,
-        message_ids=ids,
-        tools=tuple(c.name for c in calls),
-        turn=first.turn,
-    )
 
 
 @dataclass
@@ -211,7 +102,7 @@ class Ledger:
         Notes are numbered apart from the rounds' steps (negative numbers, shown as ``note 3``), so
         ``#<step>`` always names a round of the transcript.
         """
-        return self._add(kind="note", status=status, intention=_short(text, 240), facts=(), messages=(), snap=None)
+        return self._add(kind="note", status=status, intention=shorten(text, 240), facts=(), messages=(), snap=None)
 
     def plan(self, steps: Sequence[str]) -> list[LedgerEntry]:
         """Record planned steps (notes with status planned); mark them done later with `mark`."""
@@ -471,7 +362,7 @@ class Ledger:
             if len(self._line_memo) > 10_000:
                 self._line_memo.clear()
             label = f"note {-e.step}" if e.kind == "note" else f"#{e.step}"
-            line = self._line_memo[key] = f"{label} {_MARK[e.status]} {_short(e.intention, 110)}"
+            line = self._line_memo[key] = f"{label} {_MARK[e.status]} {shorten(e.intention, 110)}"
         return line
 
     def _summary_line(self, hidden: Sequence[LedgerEntry]) -> str:
@@ -502,7 +393,7 @@ class Ledger:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready state (the size calibration included, so a reloaded ledger renders the same text)."""
         return {
-            "entries": [_entry_dict(e) for e in self.entries],
+            "entries": [entry_to_dict(e) for e in self.entries],
             "max_entries": self.max_entries,
             "rolled_up": dict(self.rolled_up),
             "next_step": self.next_step,
@@ -518,10 +409,10 @@ class Ledger:
         Raises:
             SchemaError: the data does not have the shape `to_dict` writes (names the field).
         """
-        check = _Shape(session_id)
+        check = StoredShape(session_id)
         data = check.mapping(data, "ledger")
         raw_entries = check.items(data.get("entries", []), "ledger.entries")
-        entries = [_entry_from_dict(raw, f"ledger.entries[{i}]", check) for i, raw in enumerate(raw_entries)]
+        entries = [entry_from_dict(raw, f"ledger.entries[{i}]", check) for i, raw in enumerate(raw_entries)]
         rolled_up = check.mapping(data.get("rolled_up", {}), "ledger.rolled_up")
         for key, n in rolled_up.items():
             check.integer(n, f"ledger.rolled_up[{key!r}]")
@@ -536,89 +427,3 @@ class Ledger:
         )
         ledger._scale = min(1.5, max(0.5, scale))
         return ledger
-
-
-def _entry_dict(e: LedgerEntry) -> dict[str, Any]:
-    """`dataclasses.asdict` of an entry, without its generic deep copy (entries are immutable)."""
-    return {
-        "step": e.step,
-        "status": e.status,
-        "intention": e.intention,
-        "kind": e.kind,
-        "facts": e.facts,
-        "snapshot_id": e.snapshot_id,
-        "message_ids": e.message_ids,
-        "tools": e.tools,
-        "turn": e.turn,
-    }
-
-
-def _entry_from_dict(raw: Any, where: str, check: _Shape) -> LedgerEntry:
-    e = check.mapping(raw, where)
-    status = e.get("status")
-    if status not in _MARK:
-        raise check.broken(f"{where}.status", f"must be one of {sorted(_MARK)}, got {status!r:.40}")
-    kind = e.get("kind", "tool")
-    if kind not in ("tool", "request", "note"):
-        raise check.broken(f"{where}.kind", f"must be 'tool', 'request' or 'note', got {kind!r:.40}")
-    intention = e.get("intention")
-    if not isinstance(intention, str):
-        raise check.broken(f"{where}.intention", f"must be a string, got {type(intention).__name__}")
-    snapshot_id, turn = e.get("snapshot_id"), e.get("turn")
-    if snapshot_id is not None and not isinstance(snapshot_id, str):
-        raise check.broken(f"{where}.snapshot_id", f"must be a string or null, got {type(snapshot_id).__name__}")
-    return LedgerEntry(
-        step=check.integer(e.get("step"), f"{where}.step"),
-        status=status,
-        intention=intention,
-        kind=kind,
-        facts=tuple(check.strings(e.get("facts", []), f"{where}.facts")),
-        snapshot_id=snapshot_id,
-        message_ids=tuple(check.strings(e.get("message_ids", []), f"{where}.message_ids")),
-        tools=tuple(check.strings(e.get("tools", []), f"{where}.tools")),
-        turn=None if turn is None else check.integer(turn, f"{where}.turn"),
-    )
-
-
-class _Shape:
-    """Checks of stored view state that raise `SchemaError` naming the session and the field."""
-
-    def __init__(self, session_id: str | None) -> None:
-        self.session_id = session_id
-
-    def broken(self, field: str, problem: str) -> SchemaError:
-        where = f"session {self.session_id!r}: " if self.session_id is not None else ""
-        return SchemaError(
-            f"{where}stored view state: `{field}` {problem}; the state is corrupted: restore the session from an "
-            "export, or delete its view state to rebuild the view from the transcript.",
-            session_id=self.session_id,
-        )
-
-    def mapping(self, value: Any, field: str) -> Mapping[str, Any]:
-        if not isinstance(value, Mapping):
-            raise self.broken(field, f"must be an object, got {type(value).__name__}")
-        return value
-
-    def items(self, value: Any, field: str) -> list[Any]:
-        if not isinstance(value, list | tuple):
-            raise self.broken(field, f"must be a list, got {type(value).__name__}")
-        return list(value)
-
-    def strings(self, value: Any, field: str) -> list[str]:
-        items = self.items(value, field)
-        for i, item in enumerate(items):
-            if not isinstance(item, str):
-                raise self.broken(f"{field}[{i}]", f"must be a string, got {type(item).__name__}")
-        return items
-
-    def integer(self, value: Any, field: str, *, minimum: int | None = None) -> int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise self.broken(field, f"must be an integer, got {value!r:.40}")
-        if minimum is not None and value < minimum:
-            raise self.broken(field, f"must be at least {minimum}, got {value}")
-        return value
-
-    def number(self, value: Any, field: str) -> float:
-        if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-            raise self.broken(field, f"must be a finite number, got {value!r:.40}")
-        return float(value)

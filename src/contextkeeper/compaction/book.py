@@ -35,7 +35,8 @@ from typing import Literal
 from ..events import EventBus, SnapshotWritten
 from ..exceptions import MessageError, ToolPairError
 from ..keyinfo import is_error_line, key_lines, salient_facts
-from ..ledger import Ledger, LedgerEntry, entry_for_round, request_facts
+from ..ledger import Ledger
+from ..ledger_entries import LedgerEntry, entry_for_round, request_facts
 from ..messages import Message, check_message, same_content
 from ..notes import Notes
 from ..rounds import Round, is_reply, opening_kind

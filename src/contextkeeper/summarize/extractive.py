@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from ..compaction.summarizer import SummaryRequest
 from ..keyinfo import extract_identifiers, fact_rank, key_lines, salient_facts
-from ..ledger import describe_call, request_facts
+from ..ledger_entries import describe_call, request_facts
 from ..messages import Message
 from ..tokens import TokenCounter, get_counter
 from ._sections import Sections, clip, compose, parse_summary

@@ -37,7 +37,7 @@ from typing import Literal
 
 from ..compaction.summarizer import SummaryRequest, check_summary
 from ..exceptions import ConfigError, ContextOverflowError, SummaryRejected
-from ..ledger import describe_call
+from ..ledger_entries import describe_call
 from ..llm.base import AsyncModel, Model, ModelResponse
 from ..messages import Message
 from ..tokens import TokenCounter, get_counter
