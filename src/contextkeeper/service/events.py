@@ -10,6 +10,7 @@ served by another.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections import OrderedDict, defaultdict, deque
@@ -136,6 +137,10 @@ return n
 """
 
 
+_PUBLISH_BATCH = 100
+"""Events sent to Redis in one pipeline at most."""
+
+
 class RedisHub(_Listeners):
     """Events shared by every replica over one Redis: numbers and history in keys, delivery by pub/sub."""
 
@@ -150,7 +155,7 @@ class RedisHub(_Listeners):
         self.channel = f"{prefix}:events"
         self._outbox: asyncio.Queue[tuple[str, str, dict[str, Any]]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
-        self._script = self._redis.register_script(_PUBLISH)
+        self._sha = hashlib.sha1(_PUBLISH.encode()).hexdigest()
         self._subscribed = asyncio.Event()
 
     def _keys(self, tenant: str, session_id: str) -> list[str]:
@@ -161,15 +166,37 @@ class RedisHub(_Listeners):
         self._outbox.put_nowait((tenant, session_id, record))
 
     async def _publisher(self) -> None:
+        from redis.exceptions import NoScriptError
+
         while True:
-            tenant, session_id, record = await self._outbox.get()
-            payload = json.dumps([tenant, session_id, record], separators=(",", ":"), default=str)
-            try:
-                await self._script(
-                    keys=self._keys(tenant, session_id), args=[self.channel, payload, self.history, self.ttl]
+            batch = [await self._outbox.get()]
+            # a request emits a few events at once: they go out in one round trip, in order
+            while not self._outbox.empty() and len(batch) < _PUBLISH_BATCH:
+                batch.append(self._outbox.get_nowait())
+            calls = [
+                (
+                    *self._keys(tenant, session_id),
+                    self.channel,
+                    json.dumps([tenant, session_id, record], separators=(",", ":"), default=str),
+                    self.history,
+                    self.ttl,
                 )
+                for tenant, session_id, record in batch
+            ]
+            try:
+                try:
+                    await self._send(calls)
+                except NoScriptError:  # Redis restarted or its scripts were flushed: load it again, once
+                    await self._redis.script_load(_PUBLISH)
+                    await self._send(calls)
             except Exception:  # events are best effort: a Redis outage must not stop the proxy
-                logger.warning("could not publish a %s event of session %s to Redis", record.get("kind"), session_id)
+                logger.warning("could not publish %d events to Redis", len(batch))
+
+    async def _send(self, calls: list[tuple[Any, ...]]) -> None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for call in calls:
+                pipe.evalsha(self._sha, 2, *call)
+            await pipe.execute()
 
     async def _subscriber(self) -> None:
         while True:
@@ -178,8 +205,8 @@ class RedisHub(_Listeners):
                 await pubsub.subscribe(self.channel)
                 self._subscribed.set()
                 async for message in pubsub.listen():
-                    if message.get("type") != "message":
-                        continue
+                    if message.get("type") != "message" or not self._queues:
+                        continue  # not an event, or no client of this replica listens to any session
                     item = _parse(message["data"])
                     if item is not None:
                         tenant, session_id, numbered = item
@@ -206,6 +233,8 @@ class RedisHub(_Listeners):
         """Nothing to drop here: a deleted session's keys expire."""
 
     async def start(self) -> None:
+        with suppress(Exception):  # an unreachable Redis is reported by /readyz; the publisher loads it later
+            await self._redis.script_load(_PUBLISH)
         self._tasks = [asyncio.create_task(self._publisher()), asyncio.create_task(self._subscriber())]
         with suppress(TimeoutError):
             await asyncio.wait_for(self._subscribed.wait(), timeout=5.0)
