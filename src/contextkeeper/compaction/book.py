@@ -12,88 +12,35 @@ through `show` and `evict`; the context block (`context_block`) renders the book
 when layers run. The cached view list lives here too: between compactions a turn only appends
 to it, so the prefix a provider cached stays byte-identical.
 
-What may enter (`check`): every message is checked (`check_message`), ids are idempotent (the
-same content again is skipped, different content under a used id is an error), and tool results
-must answer a call that is waiting or was abandoned. A call is *abandoned* when any message other
-than a tool result follows it before its result: a user message, the next assistant turn
-(another writer's, on a shared session), a system message. Its round then shows a marked
-stand-in result (`contextkeeper.toolpairs.abandoned_result`) right after its other results, so
-every view stays valid for the provider; the transcript is not touched. The call no longer
-counts as open (`has_open_calls()` clears) and its round is no longer protected as in flight.
-When the real result arrives later, it is accepted: it replaces the stand-in next to its call in
-the view (the view is rendered again, once). A call id used again by a newer call belongs to the
-newer call from then on.
+What may enter (`check`): see `intake` (ids are idempotent, tool results must answer a
+waiting or abandoned call; an abandoned call shows a stand-in result until its real one arrives).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Literal
 
 from ..events import EventBus, SnapshotWritten
-from ..exceptions import MessageError, ToolPairError
 from ..keyinfo import is_error_line, key_lines, salient_facts
 from ..ledger import Ledger
 from ..ledger_entries import LedgerEntry, entry_for_round, request_facts
-from ..messages import Message, check_message, same_content
+from ..messages import Message
 from ..notes import Notes
-from ..rounds import Round, is_reply, opening_kind
+from ..rounds import is_reply, opening_kind
 from ..snapshots import LazySnapshotStore, SnapshotStore, encode_snapshot, make_snapshot_id
 from ..tokens.accountant import TokenAccountant
 from ..toolpairs import abandoned_result
 from ..workingset import WorkingSet
 from .base import Room
+from .bookround import BookRound
+from .intake import fresh_messages
 
-__all__ = ["BookRound", "RoundBook", "RoundState"]
+__all__ = ["RoundBook"]
 
-RoundState = Literal["full", "cleared", "evicted"]
 SnapshotReason = Literal["cleared", "evicted", "offloaded", "summarized"]
-
-
-@dataclass(eq=False, slots=True, kw_only=True)
-class BookRound(Round):
-    """A `Round` in the book, with what the view shows of it."""
-
-    ordinal: int
-    """Position of the round in the book (0 = oldest); a ledger step and ``#<step>`` use it."""
-    tokens: int = 0
-    tool_tokens: int = 0
-    state: RoundState = "full"
-    shown: list[Message] | None = None
-    """Stand-ins shown instead of the transcript messages (cleared or shrunk rounds)."""
-    shown_tokens: int = 0
-    shown_tool_tokens: int = 0
-    pinned: bool = False
-    facts: tuple[str, ...] | None = None
-    ledger_step: int | None = None
-    snapshot_id: str | None = None
-    snapshot_written: bool = False
-    ready: list[Message] | None = None
-    """Stand-ins prepared ahead of the next compaction (see `ahead`)."""
-    entry: LedgerEntry | None = None
-    """Ledger entry prepared ahead, appended when the round leaves the view."""
-    prepared: bool = False
-    fillers: list[Message] | None = None
-    """Stand-in results of abandoned calls, shown after the round's other results."""
-    filler_tokens: int = 0
-
-    # a book's rounds are compared and hashed by identity (as the book's own bookkeeping does)
-    __eq__ = object.__eq__
-    __hash__ = object.__hash__
-
-    @property
-    def view_tokens(self) -> int:
-        if self.state == "evicted":
-            return 0
-        return (self.shown_tokens if self.shown is not None else self.tokens) + self.filler_tokens
-
-    @property
-    def view_tool_tokens(self) -> int:
-        if self.state == "evicted":
-            return 0
-        return (self.shown_tool_tokens if self.shown is not None else self.tool_tokens) + self.filler_tokens
 
 
 class RoundBook:
@@ -178,65 +125,15 @@ class RoundBook:
             ToolPairError: a result for an unknown call, a second result for a call, or a message
                 that makes two calls with the same id.
         """
-        waiting = set(self._open_calls)  # calls without a result at this point of the batch
-        abandoned = set(self._abandoned)
-        answered: set[str] = set()  # answered within the batch
-        seen: dict[str, Message] = {}
-        fresh: list[Message] = []
-        for i, m in enumerate(messages):
-            if not isinstance(m, Message):
-                raise MessageError(
-                    f"message {i}: expected a contextkeeper Message, got {type(m).__name__}; "
-                    "convert provider dicts with contextkeeper.adapters.to_messages().",
-                    index=i,
-                )
-            check_message(m, index=i)
-            earlier = seen.get(m.message_id)
-            if earlier is None:
-                at = self._ids.get(m.message_id)
-                earlier = self.transcript[at] if at is not None else None
-            if earlier is not None:
-                if not same_content(earlier, m):
-                    raise _id_conflict(earlier, m, index=i, session_id=self.session_id)
-                continue  # the same message again: idempotent
-            seen[m.message_id] = m
-            if m.role == "tool":
-                cid = m.tool_call_id or ""
-                if cid in waiting:
-                    waiting.discard(cid)
-                elif cid in abandoned:
-                    abandoned.discard(cid)  # a late result: it takes the stand-in's place
-                elif cid in answered or cid in self._answered:
-                    raise ToolPairError(
-                        f"message {i}: a second result for call {cid!r}; send one result per call "
-                        "(merge the outputs into one message).",
-                        index=i,
-                        call_id=cid,
-                    )
-                else:
-                    raise ToolPairError(
-                        f"message {i}: tool result for unknown call {cid!r}; add the assistant message "
-                        "that makes this call first.",
-                        index=i,
-                        call_id=cid,
-                    )
-                answered.add(cid)
-            else:
-                abandoned |= waiting  # any other message abandons the calls still waiting
-                waiting = set()
-                for call in m.tool_calls:
-                    cid = call.call_id
-                    if cid in waiting:
-                        raise ToolPairError(
-                            f"message {i}: two tool calls share the id {cid!r}; give each call its own id.",
-                            index=i,
-                            call_id=cid,
-                        )
-                    waiting.add(cid)
-                    abandoned.discard(cid)  # the id now belongs to the newer call
-                    answered.discard(cid)
-            fresh.append(m)
-        return fresh
+        return fresh_messages(
+            messages,
+            transcript=self.transcript,
+            ids=self._ids,
+            open_calls=self._open_calls.keys(),
+            abandoned=self._abandoned.keys(),
+            answered=self._answered,
+            session_id=self.session_id,
+        )
 
     def commit(self, fresh: Sequence[Message]) -> None:
         """Append messages that `check` returned (a store write may sit between the two)."""
@@ -598,19 +495,3 @@ class RoundBook:
         self.view_tokens = tokens
         self.dirty = False
         self.view_generation += 1
-
-
-def _brief(m: Message) -> str:
-    text = m.text or ", ".join(f"{c.name}(…)" for c in m.tool_calls) or "(no text)"
-    return f"{m.role} {text[:40]!r}"
-
-
-def _id_conflict(earlier: Message, m: Message, *, index: int, session_id: str) -> MessageError:
-    """The error for ``m`` reusing the id of a different message already in the session (or batch)."""
-    return MessageError(
-        f"message {index}: id {m.message_id!r} is already used in session {session_id!r} by a different message "
-        f"(stored: {_brief(earlier)}; now: {_brief(m)}); give each message its own id (leave `message_id` out "
-        "for a fresh one). Adding the same content again under its id is fine: it is skipped.",
-        index=index,
-        field="message_id",
-    )

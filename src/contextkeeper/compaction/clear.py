@@ -17,7 +17,8 @@ from typing import Literal
 from ..keyinfo import preview
 from ..messages import Message, TextPart
 from .base import Change
-from .book import BookRound, RoundBook
+from .book import RoundBook
+from .bookround import BookRound
 from .config import CompactionConfig
 
 __all__ = ["CLEAR", "Cut", "clear_round", "cleared_stand_in", "run", "stand_ins"]

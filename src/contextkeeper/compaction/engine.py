@@ -38,7 +38,8 @@ from ..workingset import WorkingSet
 from . import clear, context_block, evict, reactive, shrink
 from .ahead import PrepareAhead
 from .base import Change, LayerName, Plan, Room
-from .book import BookRound, RoundBook
+from .book import RoundBook
+from .bookround import BookRound
 from .breaker import CircuitBreaker
 from .config import CompactionConfig, Layer
 from .pressure import PressureInputs, pressure_state

@@ -19,7 +19,8 @@ from ..events import Alert, EventBus
 from ..exceptions import SummaryRejected
 from ..keyinfo import fact_rank, rank_facts
 from .base import Change
-from .book import BookRound, RoundBook
+from .book import RoundBook
+from .bookround import BookRound
 from .breaker import CircuitBreaker
 from .config import CompactionConfig
 from .context_block import SUMMARY_SHARE, context_room
