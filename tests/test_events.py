@@ -13,7 +13,7 @@ import pytest
 
 from compaction._helpers import make_text, session, tool_round
 from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.compaction.engine import ViewStatus
+from contextkeeper.compaction.viewstatus import ViewStatus
 from contextkeeper.events import (
     Alert,
     CompactionFinished,

@@ -15,8 +15,8 @@ from .budget import (
     Thresholds,
 )
 from .compaction.config import CompactionConfig, HybridWeights
-from .compaction.engine import ViewStatus
 from .compaction.summarizer import AsyncSummarizer, Summarizer, SummaryRequest
+from .compaction.viewstatus import ViewStatus
 from .events import (
     Alert,
     CompactionFinished,

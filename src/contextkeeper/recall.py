@@ -42,7 +42,8 @@ from .messages import Message, TextPart
 
 if TYPE_CHECKING:
     from .budget import Budget
-    from .compaction.engine import ContextEngine, ViewStatus
+    from .compaction.engine import ContextEngine
+    from .compaction.viewstatus import ViewStatus
 
 __all__ = ["MEMORY_HEADER", "RECALL_TOOL", "RecallStatus", "SessionMemory"]
 

@@ -24,8 +24,9 @@ from ._replies import overflow_unresolved, repair_reply, replay_events
 from .adapters import Format, from_messages, to_messages
 from .budget import Budget, PressureMonitor, Thresholds
 from .compaction.config import CompactionConfig
-from .compaction.engine import ContextEngine, ViewStatus
+from .compaction.engine import ContextEngine
 from .compaction.summarizer import AsyncSummarizer, Summarizer, SummaryReply, SummaryRequest
+from .compaction.viewstatus import ViewStatus
 from .delegation import DelegationResult, arun, run, session_options
 from .events import Alert, DelegationFinished, Event, EventBus
 from .exceptions import (
