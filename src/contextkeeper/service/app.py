@@ -8,6 +8,7 @@ upstream client, and closes them on shutdown.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -179,6 +180,9 @@ def create_app(
         app.state.service = state
         await hub.start()
         await asyncio.to_thread(_warm_counters, settings)
+        # What startup made (modules, tokenizers) lives as long as the process: kept out of the
+        # collector's reach, a full collection walks only what requests made (tens of ms less).
+        gc.freeze()
         logger.info(
             "contextkeeper service: upstream %s, store %s, %s",
             upstream.shown_url,
