@@ -195,6 +195,8 @@ class _BaseSession:
         """The budget as configured; `budget` adds calibration and the window the server serves."""
         self._budget_key: tuple[float, int | None] = (1.0, None)
         self._pipeline_cache: tuple[Budget, int, Budget] | None = None
+        self._engine_built = False
+        """False while `_reset_engine` builds an engine (its constructor already asks for the budget)."""
         self._budget = self.configured_budget
         self._largest_answered = 0
         """Counted tokens of the largest view a model answered (an empty stream past it may be an overflow)."""
@@ -227,6 +229,7 @@ class _BaseSession:
     def _reset_engine(self) -> None:
         """A fresh, empty engine; conversions cached for the old one go with it (its view
         generations start from 0 again, so they could be mistaken for the new engine's)."""
+        self._engine_built = False
         self.engine = ContextEngine(
             session_id=self.session_id,
             accountant=self.accountant,
@@ -236,12 +239,14 @@ class _BaseSession:
             events=self.events,
         )
         self._converted = None
+        self._engine_built = True
 
     def _pipeline_budget(self) -> Budget:
         """The budget the compaction pipeline works to: the session's, less the room recalled memories take."""
         budget = self._current_budget()
         assert self.memory is not None
-        reserve = self.memory.reserve(getattr(self, "engine", None), budget.effective)
+        # while an engine is being built there is no view yet: memory holds only its own room
+        reserve = self.memory.reserve(self.engine if self._engine_built else None, budget.effective)
         cached = self._pipeline_cache
         if cached is not None and cached[0] is budget and cached[1] == reserve:
             return cached[2]
