@@ -16,6 +16,7 @@ from .backends.base import MemoryBackend
 from .embedders import Embedder, check_vectors
 from .fusion import dedup_key, reciprocal_rank_fusion, score_fusion
 from .importance import HeuristicImportance, ImportanceScorer
+from .priors import relevance_priors
 from .records import Hit, MemoryRecord, Source
 from .scoring import ScoreWeights
 from .status import MemoryStatus, RetrievalMode
@@ -48,6 +49,10 @@ class LongTermMemory:
         dense_weight: The dense retriever's weight in score fusion (keyword: 1).
         group_weight: Memories of a group (a conversation session, a compaction round) whose best
             members are relevant gain this share of their group's relevance (0: off).
+        speaker_weight: When the query names exactly one speaker of the candidates ("What did Ann
+            adopt?"), that speaker's memories gain this share of their relevance (0: off).
+        question_weight: A memory whose text only asks (ends with a question mark) loses this
+            share of its relevance: the answer beside it states the facts (0: off).
         rrf_k: The RRF constant.
         clock: Seconds since the epoch (for ``now`` and new records).
     """
@@ -66,6 +71,8 @@ class LongTermMemory:
         fusion: Literal["score", "rrf"] = "score",
         dense_weight: float = 1.0,
         group_weight: float = 0.6,
+        speaker_weight: float = 0.25,
+        question_weight: float = 0.1,
         rrf_k: int = 60,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -85,6 +92,8 @@ class LongTermMemory:
         self.fusion = fusion
         self.dense_weight = dense_weight
         self.group_weight = group_weight
+        self.speaker_weight = speaker_weight
+        self.question_weight = question_weight
         self.clock = clock
         self._lock = threading.RLock()
         self._matrix: np.ndarray | None = None
@@ -212,6 +221,9 @@ class LongTermMemory:
             keyword_ids = {i for i, _ in keyword}
             dense_ids = set(dense or ())
             records = self.backend.get(self.tenant, list(fused))
+            fused = relevance_priors(
+                records, fused, query, speaker_weight=self.speaker_weight, question_weight=self.question_weight
+            )
             relevance = _group_boost(records, fused, self.group_weight)
             hits = [
                 self._hit(r, relevance[r.memory_id], now, _source(r.memory_id, keyword_ids, dense_ids)) for r in records
