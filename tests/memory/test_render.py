@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings, strategies as st
 
 from contextkeeper.memory import Hit, MemoryRecord, pack_hits, render_hits
@@ -25,9 +27,11 @@ def _hit(text: str, position: int, score: float, group: str = "session 1") -> Hi
 
 def test_compact_rendering_groups_turns_in_spoken_order() -> None:
     hits = [_hit("second", 2, 0.9), _hit("first", 1, 0.5), _hit("other", 3, 0.4, group="session 2")]
-    assert render_hits(hits) == (
-        "[session 1 · 8 May 2023]\nAnn: first\nAnn: second\n[session 2 · 8 May 2023]\nAnn: other"
-    )
+    # one header per time: sessions said on the same day share it
+    assert render_hits(hits) == "[8 May 2023]\nAnn: first\nAnn: second\nAnn: other"
+    later = _hit("next day", 4, 0.3, group="session 3")
+    later = replace(later, memory=replace(later.memory, metadata={"date": "9 May 2023"}))
+    assert render_hits([*hits, later]).endswith("Ann: other\n[9 May 2023]\nAnn: next day")
     labelled = render_hits(hits[:1], style="labelled")
     assert labelled.startswith("- [8 May 2023 · ") and "score 0.90" in labelled and labelled.endswith("Ann: second")
 

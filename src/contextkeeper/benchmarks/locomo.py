@@ -126,6 +126,12 @@ def _parse_date(text: str) -> float:
     return 0.0
 
 
+def _day(date: str, start: float) -> str:
+    # The day alone ("8 May 2023"): questions ask for dates, and the time of day would cost five
+    # tokens in every header of the context.
+    return dt.datetime.fromtimestamp(start, tz=dt.UTC).strftime("%-d %B %Y") if start else date
+
+
 def _turn_keywords(turn: dict[str, Any]) -> dict[str, str]:
     # A shared photo's caption is searchable but not rendered: it costs tokens in every context.
     caption = turn.get("blip_caption")
@@ -155,7 +161,7 @@ def conversation_records(sample: dict[str, Any]) -> list[MemoryRecord]:
                     speaker=str(turn.get("speaker", "")),
                     position=len(records),
                     group=f"session {number}",
-                    metadata={"date": date, "dia_id": str(turn["dia_id"]), **_turn_keywords(turn)},
+                    metadata={"date": _day(date, start), "dia_id": str(turn["dia_id"]), **_turn_keywords(turn)},
                 )
             )
     # a reply is found by the words of the question it answers (and the turn after it), not rendered

@@ -21,8 +21,9 @@ def _when(record: MemoryRecord) -> str:
 
 
 def _header(record: MemoryRecord) -> str:
-    label = record.group or record.session_id or "memory"
-    return f"[{label} · {_when(record)}]"
+    # The time alone: a group's label ("session 12") tells the reader nothing its time does not, and
+    # at ten headers a context it would cost the room of a few more memories.
+    return f"[{_when(record)}]"
 
 
 def _line(hit: Hit, style: Style) -> str:
@@ -42,7 +43,7 @@ def _order(hits: Sequence[Hit]) -> list[Hit]:
 def render_hits(hits: Sequence[Hit], *, style: Style = "compact") -> str:
     """The hits as text, in the order they were said.
 
-    ``compact`` groups consecutive memories of one session under a ``[group · date]`` header and
+    ``compact`` groups consecutive memories said at one time under a ``[date]`` header and
     writes ``speaker: text`` lines (many short turns in few tokens); ``labelled`` writes one line
     per memory with its time, source message ids and score.
     """
