@@ -9,6 +9,7 @@ model ride along in ``extra`` so that adapters convert back losslessly.
 from __future__ import annotations
 
 import hashlib
+import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -293,9 +294,16 @@ def check_message(message: Message, *, index: int | None = None) -> Message:
         and mid.isascii()
         and (message.name is None or message.name.__class__ is str and message.name.isascii())
         and not message.extra
+        and message.is_error.__class__ is bool
+        and message.pinned.__class__ is bool
+        and (message.turn is None or message.turn.__class__ is int)
+        and message.created_at is None
+        and message.snapshot_id is None
+        and not message.source_ids
     ):
         return message
     where = _where(message, index)
+    _check_bookkeeping(message, index=index, where=where)
     if message.role not in ROLES:
         raise MessageError(
             f"{where}: unknown role {message.role!r}; use one of {sorted(ROLES)}.", index=index, field="role"
@@ -361,6 +369,50 @@ def check_message(message: Message, *, index: int | None = None) -> Message:
                 field=f"extra.{path}" if path else "extra",
             )
     return message
+
+
+def _check_bookkeeping(message: Message, *, index: int | None, where: str) -> None:
+    """Flags, turn, time and provenance: the types a store writes and reads back."""
+    for name in ("is_error", "pinned"):
+        value = getattr(message, name)
+        if value.__class__ is not bool:
+            raise MessageError(
+                f"{where}: `{name}` must be True or False, got {_kind(value)}; leave it out for False.",
+                index=index,
+                field=name,
+            )
+    turn = message.turn
+    if turn is not None and (turn.__class__ is bool or not isinstance(turn, int)):
+        raise MessageError(
+            f"{where}: `turn` must be an integer or None, got {_kind(turn)}; leave it out when unknown.",
+            index=index,
+            field="turn",
+        )
+    created = message.created_at
+    if created is not None and (
+        created.__class__ is bool or not isinstance(created, int | float) or not math.isfinite(created)
+    ):
+        raise MessageError(
+            f"{where}: `created_at` must be a Unix time in seconds (a finite number) or None, got {_kind(created)}.",
+            index=index,
+            field="created_at",
+        )
+    _check_optional_text(message.snapshot_id, index=index, field_name="snapshot_id", where=where)
+    if not isinstance(message.source_ids, tuple | list):
+        raise MessageError(
+            f"{where}: `source_ids` must be a tuple of message ids, got {type(message.source_ids).__name__}.",
+            index=index,
+            field="source_ids",
+        )
+    for k, source in enumerate(message.source_ids):
+        _check_text(source, index=index, field_name=f"source_ids[{k}]", where=where)
+
+
+def _kind(value: object) -> str:
+    """What a bad value is, without its repr (a hostile value's repr may not even be computable)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return f"a value of type {type(value).__name__}"
 
 
 def same_content(a: Message, b: Message) -> bool:

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from contextkeeper import toolpairs
 from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.exceptions import MessageError, ToolPairError
-from contextkeeper.messages import Message, ToolCall
+from contextkeeper.exceptions import BudgetExceeded, MessageError, ToolPairError
+from contextkeeper.messages import Message, TextPart, ToolCall
 from contextkeeper.session import Session
 from contextkeeper.toolpairs import ABANDONED_RESULT_TEXT
 
@@ -215,3 +215,38 @@ def test_two_different_messages_with_one_id_in_a_batch_are_refused() -> None:
         s.add([Message.user("a", message_id="x"), Message.user("b", message_id="x")])
     assert len(s.transcript) == 2
     assert s.add([Message.user("a", message_id="x"), Message.user("a", message_id="x")]) == 1
+
+
+def test_instructions_that_alone_pass_the_budget_are_refused_and_nothing_is_added() -> None:
+    # system and developer messages are never compacted: ones that cannot fit would leave no view
+    s = Session("ses_big_system", window=3000, reserved_output=400, counter="tiktoken:cl100k_base")
+    s.add([Message.system("You are careful."), Message.user("hello")])
+    before = [m.message_id for m in s.transcript]
+    huge = Message(role="developer", parts=(TextPart(text="Always cite the ticket id. " * 600),))
+    with pytest.raises(BudgetExceeded, match=r"for its system and developer messages alone .* budget is 2600"):
+        s.add([Message.assistant("ok"), huge])
+    assert [m.message_id for m in s.transcript] == before, "a refused batch adds nothing"
+    s.add([Message.assistant("ok"), Message.user("next")])  # the session still serves views
+    assert s.prepare(format="internal").status.used <= 2600
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"is_error": None}, "is_error"),
+        ({"pinned": "yes"}, "pinned"),
+        ({"turn": True}, "turn"),
+        ({"turn": "3"}, "turn"),
+        ({"created_at": float("nan")}, "created_at"),
+        ({"snapshot_id": 7}, "snapshot_id"),
+        ({"source_ids": ("msg_a", 3)}, "source_ids[1]"),
+    ],
+)
+def test_bookkeeping_fields_a_store_could_not_read_back_are_refused(changes: dict[str, Any], field: str) -> None:
+    s = started()
+    before = len(s.transcript)
+    bad = Message(role="user", parts=(TextPart(text="hi"),), **changes)
+    with pytest.raises(MessageError) as caught:
+        s.add([bad])
+    assert caught.value.field == field and field.split("[")[0] in str(caught.value)
+    assert len(s.transcript) == before

@@ -165,8 +165,20 @@ class ContextEngine:
         return len(fresh)
 
     def check(self, messages: Sequence[Message]) -> list[Message]:
-        """The messages `commit` would add (see `RoundBook.check`); changes nothing."""
-        return self.book.check(messages)
+        """The messages `commit` would add (see `RoundBook.check`); changes nothing.
+
+        Raises:
+            BudgetExceeded: system and developer messages (never compacted) that alone would pass
+                the budget: no view could ever be served, so they are refused before anything is added.
+        """
+        fresh = self.book.check(messages)
+        instructions = [m for m in fresh if m.role in ("system", "developer")]
+        if instructions:
+            count = self.accountant.count_message
+            needed = self.book.system_total + sum(count(m) for m in instructions)
+            if needed > self.budget.effective:
+                raise self._budget_error(self.budget.effective, used=needed, what="its system and developer messages")
+        return fresh
 
     def commit(self, fresh: Sequence[Message]) -> None:
         """Append messages that `check` returned (a store write may sit between the two)."""
@@ -461,19 +473,27 @@ class ContextEngine:
     def _count(self, layer: str) -> None:
         self.counters.compactions[layer] = self.counters.compactions.get(layer, 0) + 1
 
-    def _budget_error(self, effective: int) -> BudgetExceeded:
-        s = self.status()
-        used = self.book.view_tokens
+    def _budget_error(self, effective: int, *, used: int | None = None, what: str = "") -> BudgetExceeded:
+        """The protected part of the view (``used`` tokens, by default the view's) does not fit ``effective``.
+
+        ``what``: the part named when it is not the whole view (messages refused on `add`).
+        """
+        breakdown = self.status().breakdown
+        if used is None:
+            used = self.book.view_tokens
+        else:
+            breakdown = {**breakdown, "system": used}
         budget = self.budget
         scale = f", counted tokens at calibration scale {budget.scale:g}" if budget.scale != 1 else ""
+        part = f" for {what} alone" if what else ""
         return BudgetExceeded(
-            f"session {self.session_id!r}: the protected part of the view needs {used} tokens "
+            f"session {self.session_id!r}: the protected part of the view needs {used} tokens{part} "
             f"but the effective budget is {effective} (window {budget.window} − reserved output "
-            f"{budget.reserved_output} − tool schemas {budget.tool_schemas}{scale}); breakdown {s.breakdown}. "
+            f"{budget.reserved_output} − tool schemas {budget.tool_schemas}{scale}); breakdown {breakdown}. "
             "Raise the window, lower the reserved output, shorten the system prompt or unpin messages.",
             budget=effective,
             used=used,
-            breakdown=s.breakdown,
+            breakdown=breakdown,
         )
 
     # --- persistence ------------------------------------------------------------------------
