@@ -32,5 +32,6 @@ def test_bench_proxy_writes_the_json_layout(tmp_path: Path, redis_store_url: str
         (run,) = result["runs"][store]
         assert run["pairs"] == 3 * 2  # three conversations; their first turns are reported apart
         assert run["first_request_ms_p50"] > 0 and run["error_kinds"] == {}
+        assert run["proxy_cpu_ms_per_request"] > 0 and run["load_average_1m"] >= 0
         assert run["soak"]["requests"] >= 45 and len(run["soak"]["rss_mb"]) == 5  # one sample per round, up to 10
     assert "added p50 ms" in done.stdout.decode()

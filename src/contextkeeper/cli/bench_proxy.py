@@ -65,6 +65,13 @@ def bench_proxy_command(
             ", ".join(str(g) for g in growth),
         )
     out.print(table)
+    cpu = (
+        "{} {:.2f}-{:.2f}".format(store, *summary["ranges"]["proxy_cpu_ms_per_request"])
+        for store, summary in result["stores"].items()
+    )
+    out.print(f"proxy CPU per request, ms: {', '.join(cpu)}")
+    loads = [r["load_average_1m"] for runs in result["runs"].values() for r in runs]
+    out.print(f"load average (1 min) at the start of each store's run: {min(loads):.2f} to {max(loads):.2f}")
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(result, indent=2) + "\n")

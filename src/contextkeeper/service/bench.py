@@ -147,6 +147,15 @@ def _rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU the process has used (Linux; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 def _user_text(session: int, turn: int) -> str:
     return (
         f"Turn {turn} of agent {session}: the test run printed 3 failures in tests/test_accountant.py; "
@@ -273,10 +282,13 @@ def _measure_store(
     env = {**os.environ, "CONTEXTKEEPER_HOME": str(workdir / f"home-{store}")}
     args = [sys.executable, "-m", "contextkeeper", "serve", "--config", str(settings), "--log-level", "warning"]
     with _process(args, f"{proxy}/healthz", workdir / f"proxy-{store}.log", env) as process:
+        load_average = os.getloadavg()[0]
         load = _Load(upstream, proxy, config)
         asyncio.run(load.run(paired=True, think=config.think_ms / 1000))
         throughput = _Load(upstream, proxy, config)
+        cpu = _cpu_seconds(process.pid)
         seconds = asyncio.run(throughput.run(paired=False))
+        cpu = _cpu_seconds(process.pid) - cpu
         soak: dict[str, Any] = {"requests": 0, "errors": 0}
         if config.soak:
             soak_load = _Load(upstream, proxy, config)
@@ -310,6 +322,10 @@ def _measure_store(
         "proxy_ms_p99": round(_percentile(load.proxied, 0.99) * 1000, 3),
         "first_request_ms_p50": round(statistics.median(load.first) * 1000, 3) if load.first else float("nan"),
         "pairs": len(load.added),
+        # CPU the proxy spent per request of the throughput phase (a conversation's first request,
+        # which stores its history, included): it depends less than latency on what else runs
+        "proxy_cpu_ms_per_request": round(cpu / throughput.sent * 1000, 3) if throughput.sent else float("nan"),
+        "load_average_1m": round(load_average, 2),
         "soak": soak,
     }
 
@@ -373,7 +389,15 @@ def run_proxy_bench(config: ProxyBenchConfig, progress: Callable[[str], None] = 
         summary["errors"] = sum(r["errors"] for r in measured)
         summary["ranges"] = {
             key: [min(r[key] for r in measured), max(r[key] for r in measured)]
-            for key in ("added_ms_p50", "added_ms_p99", "requests_per_s", "direct_ms_p50", "proxy_ms_p50")
+            for key in (
+                "added_ms_p50",
+                "added_ms_p99",
+                "requests_per_s",
+                "direct_ms_p50",
+                "proxy_ms_p50",
+                "proxy_cpu_ms_per_request",
+                "load_average_1m",
+            )
         }
         result["stores"][store] = summary
     return result
