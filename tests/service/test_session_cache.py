@@ -1,0 +1,60 @@
+"""A session the service keeps in memory is read again when another writer added to its transcript."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from contextkeeper.adapters import to_messages
+from contextkeeper.settings import Settings
+from contextkeeper.stores import open_store
+from contextkeeper.testing import ScriptedOpenAIServer
+
+from .conftest import SYSTEM, Running, assistant, chat, make_settings, user
+
+
+def _texts(store_url: str, session_id: str) -> list[str]:
+    with open_store(store_url) as store:
+        return [m.text for m in store.load_messages(session_id, tenant="default")]
+
+
+@pytest.mark.parametrize("store", ["sqlite", "redis"])
+def test_a_cached_session_notices_messages_another_writer_appended(
+    store: str,
+    request: pytest.FixtureRequest,
+    service_factory: Callable[[Settings], Running],
+    upstream: ScriptedOpenAIServer,
+) -> None:
+    url = request.getfixturevalue("sqlite_url" if store == "sqlite" else "redis_store_url")
+    service = service_factory(make_settings(url, upstream.base_url))
+    upstream.push("first answer", "third answer")
+    history = [SYSTEM, user("one")]
+    r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "c"})
+    assert r.status_code == 200, r.text
+    history.append(assistant("first answer"))
+    # another replica serves a turn of the session meanwhile: it writes to the store, not to this process
+    with open_store(url) as other:
+        other.append_messages(
+            "c", to_messages([user("two"), assistant("second answer")], format="openai"), tenant="default"
+        )
+    history += [user("two"), assistant("second answer"), user("three")]
+    r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "c"})
+    assert r.status_code == 200, r.text
+    # the view sent upstream has the other writer's turn, and nothing is stored twice
+    assert [m["content"] for m in upstream.requests[-1]["messages"][1:]] == [
+        "one",
+        "first answer",
+        "two",
+        "second answer",
+        "three",
+    ]
+    assert _texts(url, "c") == [
+        "You are a careful agent.",
+        "one",
+        "first answer",
+        "two",
+        "second answer",
+        "three",
+        "third answer",
+    ]
