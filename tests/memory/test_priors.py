@@ -61,3 +61,15 @@ def test_recall_applies_the_priors(backend: MemoryBackend, clock: Clock) -> None
     assert on["t1"] == off["t1"]  # Ann's answer keeps its relevance
     assert abs(on["t0"] - off["t0"] / 1.25) < 1e-9  # Bob's statement is divided by 1 + 0.25
     assert abs(on["t2"] - off["t2"] / 1.25 * 0.9) < 1e-9  # Bob's question loses a tenth as well
+
+
+def test_a_memory_is_found_by_the_date_it_was_said(backend: MemoryBackend, clock: Clock) -> None:
+    memory = LongTermMemory(backend, clock=clock, neighbours=0)
+    memory.add_many(
+        [
+            MemoryRecord(text="I went to a pottery class.", speaker="Ann", metadata={"date": "8 May 2023"}),
+            MemoryRecord(text="I went to a painting class.", speaker="Ann", metadata={"date": "3 July 2023"}),
+        ]
+    )
+    hits = memory.recall("What did Ann do in July?", limit=1)
+    assert hits[0].memory.text == "I went to a painting class."

@@ -150,7 +150,9 @@ class LongTermMemory:
 
     @staticmethod
     def _index_text(record: MemoryRecord) -> str:
-        return f"{record.speaker or ''} {record.text} {record.metadata.get('keywords', '')}"
+        # Who said it and when are searched with the words: "What did Ann do in May 2023?"
+        meta = record.metadata
+        return f"{record.speaker or ''} {record.text} {meta.get('keywords', '')} {meta.get('date', '')}"
 
     def _embed(self, records: Sequence[MemoryRecord]) -> None:
         if self.embedder is None or not records:

@@ -53,7 +53,10 @@ class MemoryRecord:
     superseded_by: str | None = None
     """Set when a newer memory replaced this one; it is kept, marked, and ranked below current memories."""
     metadata: Mapping[str, str] = field(default_factory=dict)
-    """Free-form string metadata (a date, a dialogue id, a tool name); ``keywords`` is searched, not rendered."""
+    """Free-form string metadata (a date, a dialogue id, a tool name).
+
+    ``keywords`` is searched, not rendered; ``date`` (when it was said, as text) is searched and heads
+    the memory's rendering in place of its creation time."""
 
     @property
     def current(self) -> bool:
