@@ -1,7 +1,8 @@
 """Long-term memory in Postgres: records as JSONB rows, keyword search by full-text search, vectors as arrays.
 
 The tsvector is built from the library's own tokens (CJK bigrams included) with the ``simple``
-configuration, so Postgres neither stems nor drops them again; ranking is ``ts_rank_cd``.
+configuration, so Postgres neither stems nor drops them again; ranking is ``ts_rank`` (a tsvector
+made from an array has no positions, and ``ts_rank_cd`` ranks every match of one at 0).
 Vectors are ``real[]`` columns scanned in this process; where the server has the pgvector
 extension (``pgvector=True``, or ``None``: use it when ``CREATE EXTENSION vector`` succeeds) they
 are also kept in a ``vector`` column and `vector_search` ranks them in the database, so recall
@@ -198,7 +199,7 @@ class PostgresMemoryBackend:
             return []
         query = " | ".join("'" + t.replace("'", "''").replace("\\", "\\\\") + "'" for t in terms)
         sql = (
-            "SELECT memory_id, ts_rank_cd(tokens, q) AS score FROM {p}records, to_tsquery('simple', %s) q"
+            "SELECT memory_id, ts_rank(tokens, q) AS score FROM {p}records, to_tsquery('simple', %s) q"
             " WHERE tenant = %s AND tokens @@ q"
         )
         params: list[object] = [query, tenant]
