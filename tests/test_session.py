@@ -340,3 +340,30 @@ def test_the_transcript_property_is_a_copy() -> None:
     t = s.transcript
     t.clear()
     assert s.transcript == head
+
+
+@pytest.mark.parametrize("with_store", [False, True])
+def test_a_session_is_freed_with_its_last_reference_without_the_cycle_collector(
+    with_store: bool, tmp_path: Any
+) -> None:
+    # a service caches many sessions: one that needs the full garbage collector to be freed makes
+    # the process pause for it (the engine must not hold its session strongly)
+    import gc
+    import weakref
+
+    from contextkeeper.stores import open_store
+
+    store = open_store(f"sqlite:///{tmp_path}/s.db") if with_store else None
+    gc.disable()
+    try:
+        s = Session("ses_freed", window=8000, store=store)
+        s.add([Message.system("You are careful."), Message.user("hi")])
+        s.prepare()
+        engine = weakref.ref(s.engine)
+        ref = weakref.ref(s)
+        del s
+        assert ref() is None and engine() is None
+    finally:
+        gc.enable()
+        if store is not None:
+            store.close()

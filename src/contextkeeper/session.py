@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -84,6 +85,23 @@ def _is_async_store(store: Any) -> bool:
 
 _MAX_REF_CHARS = 512
 """Longest `read_context` reference (a span of two message ids fits many times over)."""
+
+
+def _weak_budget(method: Callable[[], Budget]) -> Callable[[], Budget]:
+    """The session's budget method, held weakly: the engine must not keep its session alive.
+
+    A strong reference makes a cycle (session → engine → bound method → session) that only the
+    full garbage collector frees; a service caching many sessions then pauses for it.
+    """
+    ref = weakref.WeakMethod(method)
+
+    def budget() -> Budget:
+        bound = ref()
+        if bound is None:
+            raise RuntimeError("the session of this engine was closed and freed")
+        return bound()
+
+    return budget
 
 
 def _positive_int(value: object) -> TypeGuard[int]:
@@ -233,7 +251,7 @@ class _BaseSession:
         self.engine = ContextEngine(
             session_id=self.session_id,
             accountant=self.accountant,
-            budget=self._current_budget if self.memory is None else self._pipeline_budget,
+            budget=_weak_budget(self._current_budget if self.memory is None else self._pipeline_budget),
             config=self.config,
             snapshots=self.snapshots,
             events=self.events,

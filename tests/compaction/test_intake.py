@@ -223,7 +223,7 @@ def test_instructions_that_alone_pass_the_budget_are_refused_and_nothing_is_adde
     s.add([Message.system("You are careful."), Message.user("hello")])
     before = [m.message_id for m in s.transcript]
     huge = Message(role="developer", parts=(TextPart(text="Always cite the ticket id. " * 600),))
-    with pytest.raises(BudgetExceeded, match=r"for its system and developer messages alone .* budget is 2600"):
+    with pytest.raises(BudgetExceeded, match=r"with these system and developer messages .* budget is 2600"):
         s.add([Message.assistant("ok"), huge])
     assert [m.message_id for m in s.transcript] == before, "a refused batch adds nothing"
     s.add([Message.assistant("ok"), Message.user("next")])  # the session still serves views

@@ -177,7 +177,7 @@ class ContextEngine:
             count = self.accountant.count_message
             needed = self.book.system_total + sum(count(m) for m in instructions)
             if needed > self.budget.effective:
-                raise self._budget_error(self.budget.effective, used=needed, what="its system and developer messages")
+                raise self._budget_error(self.budget.effective, used=needed, what="with these system and developer messages")
         return fresh
 
     def commit(self, fresh: Sequence[Message]) -> None:
@@ -481,11 +481,12 @@ class ContextEngine:
         breakdown = self.status().breakdown
         if used is None:
             used = self.book.view_tokens
-        else:
+        else:  # refused messages: the view as it would be with them
             breakdown = {**breakdown, "system": used}
+            used = sum(breakdown.values())
         budget = self.budget
         scale = f", counted tokens at calibration scale {budget.scale:g}" if budget.scale != 1 else ""
-        part = f" for {what} alone" if what else ""
+        part = f" {what}" if what else ""
         return BudgetExceeded(
             f"session {self.session_id!r}: the protected part of the view needs {used} tokens{part} "
             f"but the effective budget is {effective} (window {budget.window} − reserved output "
