@@ -325,3 +325,16 @@ def test_a_turn_is_long_only_against_enough_recent_turns() -> None:
     ahead.recent_growth.extend([5000] * 10)  # now most recent turns were large
     assert not ahead._is_long(4000)
     assert ahead._is_long(5001)
+
+
+def test_facts_of_evicted_outputs_are_not_kept() -> None:
+    # a session of thousands of rounds must not hold every output's facts: the ledger has them
+    turns = _workload(5, 120)
+    s = Session("ses_bounded", window=3000, counter=COUNTER, config=CompactionConfig(**SCENARIOS[0][2]))  # type: ignore[arg-type]
+    for t in turns:
+        s.add(t)
+        s.prepare(format="internal")
+    book = s.engine.book
+    live = {i for r in book.rounds if r.state != "evicted" for i in r.indices}
+    assert sum(r.state == "evicted" for r in book.rounds) > 50
+    assert set(book._msg_facts) <= live and set(book._msg_key_lines) <= live

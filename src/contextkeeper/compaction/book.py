@@ -285,6 +285,11 @@ class RoundBook:
         r.state = "evicted"
         self._attach(r)
         self.dirty = True
+        # the outputs' facts served the stand-ins and the ledger entry; a round brought back finds
+        # them again from the transcript (a long session would otherwise keep every output's facts)
+        for i in r.indices:
+            self._msg_facts.pop(i, None)
+            self._msg_key_lines.pop(i, None)
 
     def restore(self, r: BookRound) -> None:
         """Bring an evicted round back into the view (a pinned message is in every view)."""
