@@ -1,8 +1,9 @@
 """The locomo benchmark: evidence recall of long-term memory on LoCoMo conversations, no LLM.
 
-Each conversation is one session: its turns go into a `LongTermMemory` in order, with the session
-date and the dialogue id as metadata, each searchable (and embedded) with the words of the turns
-beside it in its session (`with_neighbour_context`), which are not rendered. For each question,
+Each conversation is one session: its turns go into a `LongTermMemory` in order, with the session's
+day ("8 May 2023", searched and rendered as the header of its turns) and the dialogue id as
+metadata, each searchable (and embedded) with the words of the turns beside it in its session
+(`with_neighbour_context`), which are not rendered. For each question,
 the context is assembled from the question text alone (recall, then packing into B tokens of
 cl100k), and scored:
 

@@ -18,8 +18,8 @@ class ScoreWeights:
     Relevance carries the ranking; small recency and importance weights break ties between equally
     relevant memories without pushing an irrelevant recent one above a relevant old one. On the
     locomo benchmark (``contextkeeper bench locomo``), where any past session is asked about
-    equally, these two weights cost 0.003-0.007 of evidence recall; in agent sessions the recent
-    and the flagged matter more.
+    equally, these two weights cost up to 0.002 of evidence recall; in agent sessions the recent and
+    the flagged matter more.
     """
 
     relevance: float = 1.0
