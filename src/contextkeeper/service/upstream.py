@@ -13,6 +13,7 @@ one agent that brings its own key).
 from __future__ import annotations
 
 import os
+import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -22,7 +23,7 @@ from starlette.requests import Request
 
 from .errors import ServiceError
 
-__all__ = ["Upstream", "UpstreamBroken", "UpstreamReply", "redact_url"]
+__all__ = ["Upstream", "UpstreamBroken", "UpstreamReply", "env_proxy", "redact_url"]
 
 _IDLE_SECONDS = 2.0
 """Idle upstream connections are dropped before common servers' 5 s keep-alive timeout closes one
@@ -100,6 +101,17 @@ class UpstreamReply:
             self._response.close()
 
 
+def env_proxy(url: str) -> str | None:
+    """The proxy ``HTTP_PROXY``/``HTTPS_PROXY`` name for ``url``, unless ``NO_PROXY`` exempts its host.
+
+    Credentials go in the proxy URL (``http://user:pass@proxy:3128``).
+    """
+    parts = urlsplit(url)
+    if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies_environment().get(parts.scheme)
+
+
 class Upstream:
     """Sends chat-completions requests to the configured OpenAI-compatible server."""
 
@@ -123,6 +135,8 @@ class Upstream:
         self.connect_timeout = connect_timeout
         self._owned = client is None
         self._client = client
+        self.proxy = env_proxy(self.url)
+        """The proxy the environment names for the upstream (read once; None: connect directly)."""
 
     @property
     def client(self) -> aiohttp.ClientSession:
@@ -134,7 +148,9 @@ class Upstream:
                     total=None, connect=self.connect_timeout, sock_connect=self.connect_timeout, sock_read=self.timeout
                 ),
                 connector=aiohttp.TCPConnector(limit=1000, limit_per_host=0, keepalive_timeout=_IDLE_SECONDS),
-                trust_env=True,  # HTTP(S)_PROXY and NO_PROXY are honoured, as by the other HTTP clients here
+                # the environment's proxy is read once (`proxy`): trust_env would read the variables
+                # and ~/.netrc again for every request
+                trust_env=False,
                 skip_auto_headers=("User-Agent",),
             )
         return self._client
@@ -170,7 +186,7 @@ class Upstream:
                 breaks the connection before the whole reply is read.
         """
         try:
-            response = await self.client.post(self.url, data=body, headers=headers)
+            response = await self.client.post(self.url, data=body, headers=headers, proxy=self.proxy)
         except TimeoutError as exc:
             raise self.timed_out(exc) from None
         except aiohttp.ClientError as exc:
@@ -208,7 +224,10 @@ class Upstream:
         """Whether the upstream answers HTTP at all (any status counts) at ``/models``."""
         try:
             async with self.client.get(
-                f"{self.base_url}/models", headers=self._probe_headers(), timeout=aiohttp.ClientTimeout(total=3.0)
+                f"{self.base_url}/models",
+                headers=self._probe_headers(),
+                timeout=aiohttp.ClientTimeout(total=3.0),
+                proxy=self.proxy,
             ):
                 pass
         except aiohttp.ClientConnectorError:
