@@ -338,3 +338,40 @@ def test_facts_of_evicted_outputs_are_not_kept() -> None:
     live = {i for r in book.rounds if r.state != "evicted" for i in r.indices}
     assert sum(r.state == "evicted" for r in book.rounds) > 50
     assert set(book._msg_facts) <= live and set(book._msg_key_lines) <= live
+
+
+def test_a_slice_ends_in_time_for_the_whole_turn_to_stay_in_budget() -> None:
+    from contextkeeper.compaction.ahead import PrepareAhead
+
+    ahead = PrepareAhead()
+    ahead.turn_begins()
+    first = ahead.turn_started
+    ahead.turn_begins()  # more messages of the same turn: the turn began with the first ones
+    assert first is not None and ahead.turn_started == first
+    s = Session("ses_turn_clock", window=200_000, counter=COUNTER)
+    s.add(Message.system("You reconcile accounts."))
+    assert s.engine.ahead.turn_started is not None, "adding messages starts the turn's clock"
+    s.prepare(format="internal")
+    assert s.engine.ahead.turn_started is None, "a served view ends the turn"
+
+
+def test_a_turn_that_already_used_its_budget_prepares_one_round_at_most() -> None:
+    import time
+
+    s = Session(
+        "ses_late_turn",
+        window=200_000,
+        counter=COUNTER,
+        config=CompactionConfig(compaction_budget_ms=8.0, prepare_slice_ms=1000.0, clear_after_rounds=1),
+    )
+    s.add(Message.system("You reconcile accounts."))
+    short = make_text(300, seed=1)
+    for i in range(40):
+        s.add(tool_round(f"s{i}", short, q=f"q{i}"))
+        s.prepare(format="internal")
+    s.engine.ahead.prep_cost = 1.0  # every pending round is worth preparing
+    before = _prepared(s)
+    s.add(tool_round("long", make_text(6000, seed=2), q="big"))
+    s.engine.ahead.turn_started = time.perf_counter() - 1.0  # counting this turn took a second
+    s.prepare(format="internal")
+    assert _prepared(s) == before + 1, "past the turn's budget a slice stops after its first round"

@@ -44,6 +44,8 @@ class PrepareAhead:
         self.last_rounds_total = 0
         self.recent_growth: deque[int] = deque(maxlen=_RECENT_TURNS)
         """Tokens each of the last turns added to the view."""
+        self.turn_started: float | None = None
+        """When the current turn's messages began to arrive (`perf_counter`); None between turns."""
 
     def newest_clearable(self, book: RoundBook, config: CompactionConfig) -> int:
         """Ordinal of the newest round old enough to be cleared."""
@@ -70,9 +72,15 @@ class PrepareAhead:
         fixed = (time.perf_counter() - started) * 1000 - unprepared * self.prep_cost * 1000
         self.compaction_fixed_ms = 0.7 * self.compaction_fixed_ms + 0.3 * max(0.0, fixed)
 
+    def turn_begins(self) -> None:
+        """The turn's first messages arrive: a slice ends in time for the whole turn to stay in budget."""
+        if self.turn_started is None:
+            self.turn_started = time.perf_counter()
+
     def turn_done(self, book: RoundBook) -> None:
         """A turn was served: remember the view's size for the growth rate."""
         self.last_rounds_total = book.rounds_total
+        self.turn_started = None
 
     def track(self, book: RoundBook, config: CompactionConfig, high: float) -> None:
         """A turn only appended: learn the growth and prepare if a slow compaction is near."""
@@ -118,6 +126,9 @@ class PrepareAhead:
     def _prepare(self, book: RoundBook, config: CompactionConfig, slice_ms: float, newest_clearable: int) -> None:
         started = time.perf_counter()
         deadline = started + slice_ms / 1000
+        if self.turn_started is not None:
+            # counting a long turn's messages already took part of the turn's budget
+            deadline = min(deadline, self.turn_started + config.compaction_budget_ms / 1000)
         done = 0
         i = self.cursor
         while i < len(book.rounds) and i <= newest_clearable:

@@ -171,13 +171,15 @@ class ContextEngine:
             BudgetExceeded: system and developer messages (never compacted) that alone would pass
                 the budget: no view could ever be served, so they are refused before anything is added.
         """
+        self.ahead.turn_begins()
         fresh = self.book.check(messages)
         instructions = [m for m in fresh if m.role in ("system", "developer")]
         if instructions:
             count = self.accountant.count_message
             needed = self.book.system_total + sum(count(m) for m in instructions)
-            if needed > self.budget.effective:
-                raise self._budget_error(self.budget.effective, used=needed, what="with these system and developer messages")
+            effective = self.budget.effective
+            if needed > effective:
+                raise self._budget_error(effective, used=needed, what="with these system and developer messages")
         return fresh
 
     def commit(self, fresh: Sequence[Message]) -> None:
