@@ -290,21 +290,30 @@ def _prepared(s: Session) -> int:
     return sum(r.prepared for r in s.engine.rounds)
 
 
-def test_a_long_turn_prepares_pending_rounds_and_a_short_one_does_not() -> None:
-    # a window far from full: no compaction is near, so only the turn's length can start a slice
-    s = Session(
-        "ses_long_turns",
-        window=200_000,
-        counter=COUNTER,
-        config=CompactionConfig(compaction_budget_ms=0.0, prepare_slice_ms=50.0, clear_after_rounds=1),
+SHORT = make_text(300, seed=1)
+
+
+def _after_short_turns(session_id: str, *, compaction_budget_ms: float, prepare_slice_ms: float) -> Session:
+    """A session far from full (no compaction near) after 40 short turns, with pending rounds.
+
+    Every pending round is made worth preparing (as if a round took a second), so only the
+    turn decides whether it prepares.
+    """
+    config = CompactionConfig(
+        clear_after_rounds=1, compaction_budget_ms=compaction_budget_ms, prepare_slice_ms=prepare_slice_ms
     )
+    s = Session(session_id, window=200_000, counter=COUNTER, config=config)
     s.add(Message.system("You reconcile accounts."))
-    short = make_text(300, seed=1)
     for i in range(40):  # enough short turns to know what a typical turn adds
-        s.add(tool_round(f"s{i}", short, q=f"q{i}"))
+        s.add(tool_round(f"s{i}", SHORT, q=f"q{i}"))
         s.prepare(format="internal")
-    # every pending round is worth preparing (as if a round took a second): only the turn's length decides
     s.engine.ahead.prep_cost = 1.0
+    return s
+
+
+def test_a_long_turn_prepares_pending_rounds_and_a_short_one_does_not() -> None:
+    s = _after_short_turns("ses_long_turns", compaction_budget_ms=0.0, prepare_slice_ms=50.0)
+    short = SHORT
     before = _prepared(s)
     s.add(tool_round("short", short, q="again"))
     s.prepare(format="internal")
@@ -358,18 +367,7 @@ def test_a_slice_ends_in_time_for_the_whole_turn_to_stay_in_budget() -> None:
 def test_a_turn_that_already_used_its_budget_prepares_one_round_at_most() -> None:
     import time
 
-    s = Session(
-        "ses_late_turn",
-        window=200_000,
-        counter=COUNTER,
-        config=CompactionConfig(compaction_budget_ms=8.0, prepare_slice_ms=1000.0, clear_after_rounds=1),
-    )
-    s.add(Message.system("You reconcile accounts."))
-    short = make_text(300, seed=1)
-    for i in range(40):
-        s.add(tool_round(f"s{i}", short, q=f"q{i}"))
-        s.prepare(format="internal")
-    s.engine.ahead.prep_cost = 1.0  # every pending round is worth preparing
+    s = _after_short_turns("ses_late_turn", compaction_budget_ms=8.0, prepare_slice_ms=1000.0)
     before = _prepared(s)
     s.add(tool_round("long", make_text(6000, seed=2), q="big"))
     s.engine.ahead.turn_started = time.perf_counter() - 1.0  # counting this turn took a second
