@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from _services import unavailable
 
 pytestmark = pytest.mark.browser
 
@@ -32,10 +33,7 @@ def _need_chromium() -> None:
     except ImportError:
         missing.append("the playwright package (pip install playwright)")
     if missing:
-        message = "browser test needs " + " and ".join(missing)
-        if os.environ.get("CONTEXTKEEPER_REQUIRE_SERVICES") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("browser test needs " + " and ".join(missing))
 
 
 def test_report_renders_charts_in_chromium(demo_run: dict[str, Any], tmp_path: Path) -> None:

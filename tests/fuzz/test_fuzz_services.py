@@ -8,25 +8,20 @@ server skips the test, or fails it under ``CONTEXTKEEPER_REQUIRE_SERVICES=1`` (a
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from _services import POSTGRES_URL, REDIS_URL, unavailable
+
 from .test_fuzz_add import fuzz_add
 from .test_fuzz_tenants import fuzz_tenants
 
-REDIS_URL = os.environ.get("CONTEXTKEEPER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-POSTGRES_URL = os.environ.get("CONTEXTKEEPER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-
 
 def _unreachable(what: str, exc: BaseException) -> None:
-    message = f"{what} is not reachable ({type(exc).__name__}: {exc}); start it to run this test."
-    if os.environ.get("CONTEXTKEEPER_REQUIRE_SERVICES") == "1":
-        pytest.fail(message)
-    pytest.skip(message)
+    unavailable(f"{what} is not reachable ({type(exc).__name__}: {exc}); start it to run this test.")
 
 
 @pytest.fixture(params=["redis", "postgres"], scope="module")

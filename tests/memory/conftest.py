@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import uuid
@@ -13,16 +12,13 @@ from pathlib import Path
 import pytest
 from _memory_helpers import Clock
 
+from _services import POSTGRES_URL, unavailable
 from contextkeeper.memory import InMemoryBackend, MemoryBackend, SQLiteMemoryBackend
 
 
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
-
-
-POSTGRES_URL = os.environ.get("CONTEXTKEEPER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-REQUIRE_SERVICES = os.environ.get("CONTEXTKEEPER_REQUIRE_SERVICES") == "1"
 
 
 def _postgres() -> tuple[MemoryBackend, Callable[[], None]]:
@@ -37,9 +33,7 @@ def _postgres() -> tuple[MemoryBackend, Callable[[], None]]:
             f"Postgres at {POSTGRES_URL} is not reachable ({exc}); start it or set CONTEXTKEEPER_TEST_POSTGRES_URL."
             " Set CONTEXTKEEPER_REQUIRE_SERVICES=1 to make this a failure."
         )
-        if REQUIRE_SERVICES:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(message)
     schema = f"ck_mem_{uuid.uuid4().hex[:12]}"
     conn.execute(f"CREATE SCHEMA {schema}")
 
@@ -73,10 +67,7 @@ def pgvector_url() -> Iterator[str]:
             warnings.simplefilter("ignore")
             import pgserver
     except ImportError:
-        message = "pgserver is not installed (pip install 'contextkeeper[dev]'); it ships Postgres with pgvector."
-        if REQUIRE_SERVICES:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("pgserver is not installed (pip install 'contextkeeper[dev]'); it ships Postgres with pgvector.")
     with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset (as in CI)
         warnings.simplefilter("ignore")
         # directly under the temp dir: run as root, pgserver starts Postgres as its own user, who

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from conftest import POSTGRES_URL, REQUIRE_SERVICES
+from _services import POSTGRES_URL, unavailable
 from contextkeeper.exceptions import ConfigError
 from contextkeeper.memory import HashingEmbedder, InMemoryBackend, LongTermMemory, MemoryRecord
 
@@ -67,10 +67,7 @@ def test_pgvector_required_on_a_server_without_it_is_a_config_error() -> None:
     try:
         conn = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=3)
     except psycopg.Error as exc:
-        message = f"Postgres at {POSTGRES_URL} is not reachable: {exc}"
-        if REQUIRE_SERVICES:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"Postgres at {POSTGRES_URL} is not reachable: {exc}")
     with conn:
         if conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone():
             pytest.skip("this server has pgvector")

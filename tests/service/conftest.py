@@ -6,7 +6,6 @@ of the test process) in front of `ScriptedOpenAIServer` (the upstream), over a r
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import time
@@ -19,6 +18,7 @@ import httpx
 import pytest
 import uvicorn
 
+from _services import POSTGRES_URL, REDIS_URL, unavailable
 from contextkeeper.service import create_app
 from contextkeeper.settings import Settings
 from contextkeeper.testing import ScriptedOpenAIServer
@@ -120,10 +120,6 @@ def assistant(text: str) -> dict[str, Any]:
 SYSTEM = {"role": "system", "content": "You are a careful agent."}
 
 
-REDIS_URL = os.environ.get("CONTEXTKEEPER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-REQUIRE_SERVICES = os.environ.get("CONTEXTKEEPER_REQUIRE_SERVICES") == "1"
-
-
 @pytest.fixture
 def redis_store_url() -> Iterator[str]:
     """A Redis store URL with a key prefix of its own (removed afterwards); skips, or fails in CI, without Redis."""
@@ -138,9 +134,7 @@ def redis_store_url() -> Iterator[str]:
             "Set CONTEXTKEEPER_REQUIRE_SERVICES=1 to make this a failure."
         )
         client.close()
-        if REQUIRE_SERVICES:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(message)
     prefix = f"ckt-{uuid.uuid4().hex[:12]}"
     yield f"{REDIS_URL}?prefix={prefix}"
     try:
@@ -150,9 +144,6 @@ def redis_store_url() -> Iterator[str]:
                 client.delete(*keys)
     finally:
         client.close()
-
-
-POSTGRES_URL = os.environ.get("CONTEXTKEEPER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 @pytest.fixture
@@ -167,9 +158,7 @@ def postgres_store_url() -> Iterator[str]:
             f"Postgres at {POSTGRES_URL} is not reachable ({exc}); start it, or point "
             "CONTEXTKEEPER_TEST_POSTGRES_URL at one. Set CONTEXTKEEPER_REQUIRE_SERVICES=1 to make this a failure."
         )
-        if REQUIRE_SERVICES:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(message)
     schema = f"ckt_{uuid.uuid4().hex[:12]}"
     yield f"{POSTGRES_URL}?schema={schema}"
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+from _services import unavailable
 from contextkeeper.testing import ScriptedOpenAIServer
 
 from .conftest import SYSTEM, Running, chat, user
@@ -27,10 +27,7 @@ def _chromium() -> str:
     except ImportError:
         missing.append("the playwright package (pip install playwright)")
     if missing:
-        message = "the dashboard test needs " + " and ".join(missing)
-        if os.environ.get("CONTEXTKEEPER_REQUIRE_SERVICES") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("the dashboard test needs " + " and ".join(missing))
     assert executable is not None
     return executable
 

@@ -30,6 +30,7 @@ import redis
 import redis.cluster
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from _services import POSTGRES_URL, REDIS_URL, unavailable
 from contextkeeper.stores import (
     AsyncMemoryStore,
     AsyncSqliteStore,
@@ -41,10 +42,7 @@ from contextkeeper.stores.redis import AsyncRedisStore, RedisStore, _parse_url
 
 from ._cluster import ClusterStartError, LocalCluster, find_binaries, start_cluster
 
-REDIS_URL = os.environ.get("CONTEXTKEEPER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-POSTGRES_URL = os.environ.get("CONTEXTKEEPER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_CLUSTER_URL = os.environ.get("CONTEXTKEEPER_TEST_REDIS_CLUSTER_URL")
-REQUIRE_SERVICES = os.environ.get("CONTEXTKEEPER_REQUIRE_SERVICES") == "1"
 BACKENDS = ("memory", "sqlite", "redis", "redis-cluster", "postgres")
 
 
@@ -54,9 +52,7 @@ def service_missing(what: str, variable: str, error: BaseException, *, problem: 
         f"{what} {problem} ({type(error).__name__}: {error}); start it, or point {variable} at one. "
         "Set CONTEXTKEEPER_REQUIRE_SERVICES=1 to make this a failure."
     )
-    if REQUIRE_SERVICES:
-        pytest.fail(message)
-    pytest.skip(message)
+    unavailable(message)
 
 
 @pytest.fixture(scope="session")
