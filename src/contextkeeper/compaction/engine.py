@@ -32,6 +32,7 @@ from ..exceptions import BudgetExceeded, MessageError
 from ..ledger import Ledger
 from ..messages import Message
 from ..notes import Notes
+from ..rounds import opening_kind
 from ..snapshots import SnapshotStore
 from ..tokens.accountant import TokenAccountant
 from ..workingset import WorkingSet
@@ -173,13 +174,13 @@ class ContextEngine:
         """
         self.ahead.turn_begins()
         fresh = self.book.check(messages)
-        instructions = [m for m in fresh if m.role in ("system", "developer")]
+        instructions = [m for m in fresh if opening_kind(m) == "system"]
         if instructions:
             count = self.accountant.count_message
             needed = self.book.system_total + sum(count(m) for m in instructions)
             effective = self.budget.effective
             if needed > effective:
-                raise self._budget_error(effective, used=needed, what="with these system and developer messages")
+                raise self._budget_error(effective, system=needed, what="with these system and developer messages")
         return fresh
 
     def commit(self, fresh: Sequence[Message]) -> None:
@@ -475,16 +476,17 @@ class ContextEngine:
     def _count(self, layer: str) -> None:
         self.counters.compactions[layer] = self.counters.compactions.get(layer, 0) + 1
 
-    def _budget_error(self, effective: int, *, used: int | None = None, what: str = "") -> BudgetExceeded:
-        """The protected part of the view (``used`` tokens, by default the view's) does not fit ``effective``.
+    def _budget_error(self, effective: int, *, system: int | None = None, what: str = "") -> BudgetExceeded:
+        """The protected part of the view does not fit ``effective``.
 
-        ``what``: the part named when it is not the whole view (messages refused on `add`).
+        ``system``: the system part's tokens with messages refused on `add` (the view as it would be
+        with them; by default the view as it is); ``what`` names those messages.
         """
         breakdown = self.status().breakdown
-        if used is None:
+        if system is None:
             used = self.book.view_tokens
-        else:  # refused messages: the view as it would be with them
-            breakdown = {**breakdown, "system": used}
+        else:
+            breakdown = {**breakdown, "system": system}
             used = sum(breakdown.values())
         budget = self.budget
         scale = f", counted tokens at calibration scale {budget.scale:g}" if budget.scale != 1 else ""
