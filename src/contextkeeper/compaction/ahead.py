@@ -85,17 +85,16 @@ class PrepareAhead:
     def track(self, book: RoundBook, config: CompactionConfig, high: float) -> None:
         """A turn only appended: learn the growth and prepare if a slow compaction is near."""
         grown = book.rounds_total - self.last_rounds_total
-        long_turn = False
         if grown > 0:
             self.turn_tokens = 0.8 * self.turn_tokens + 0.2 * grown if self.turn_tokens else float(grown)
-            long_turn = self._is_long(grown)
+        self._maybe_prepare(book, config, high, grown=grown)
+        if grown > 0:  # after the decision: a turn is long against the turns before it
             self.recent_growth.append(grown)
-        self._maybe_prepare(book, config, high, long_turn=long_turn)
 
     def _is_long(self, grown: int) -> bool:
         """The turn added more tokens than most recent turns (its own counting already took longer)."""
         recent = self.recent_growth
-        if len(recent) < _RECENT_TURNS // 2:
+        if grown <= 0 or len(recent) < _RECENT_TURNS // 2:
             return False
         return grown > sorted(recent)[len(recent) // 2]
 
@@ -105,7 +104,7 @@ class PrepareAhead:
             return float("inf")
         return (high - book.view_tokens) / self.turn_tokens
 
-    def _maybe_prepare(self, book: RoundBook, config: CompactionConfig, high: float, *, long_turn: bool) -> None:
+    def _maybe_prepare(self, book: RoundBook, config: CompactionConfig, high: float, *, grown: int) -> None:
         newest_clearable = self.newest_clearable(book, config)
         pending_ms = self.pending_rounds(book, config) * self.prep_cost * 1000
         slice_ms = config.prepare_slice_ms
@@ -119,7 +118,7 @@ class PrepareAhead:
         # possible, in whole slices (every turn that prepares is a slower turn, and a short turn
         # should stay a plain one), with two turns and a half of slack because turns come in
         # uneven sizes.
-        if not long_turn and self._turns_left(book, high) > excess / slice_ms + 2.5:
+        if self._turns_left(book, high) > excess / slice_ms + 2.5 and not self._is_long(grown):
             return
         self._prepare(book, config, slice_ms, newest_clearable)
 
