@@ -6,9 +6,11 @@ that is waiting or was abandoned. A call is *abandoned* when any message other t
 follows it before its result: a user message, the next assistant turn (another writer's, on a
 shared session), a system message. Its round then shows a marked stand-in result
 (`contextkeeper.toolpairs.abandoned_result`) right after its other results, so every view stays
-valid for the provider; the transcript is not touched. When the real result arrives later, it is
-accepted: it replaces the stand-in next to its call in the view. A call id used again by a newer
-call belongs to the newer call from then on. The whole batch is checked before anything is added.
+valid for the provider; the transcript is not touched. The call no longer counts as open (the
+book's `has_open_calls()` clears) and its round is no longer protected as in flight. When the real
+result arrives later, it is accepted: it replaces the stand-in next to its call in the view. A call
+id used again by a newer call belongs to the newer call from then on. The whole batch is checked
+before anything is added.
 """
 
 from __future__ import annotations
