@@ -10,6 +10,7 @@ import pytest
 from compaction._helpers import Recorder, check_view, make_text, session, tool_round
 from contextkeeper import toolpairs
 from contextkeeper.compaction.config import CompactionConfig
+from contextkeeper.events import ContextStatus
 from contextkeeper.exceptions import ConfigError, MessageError, ToolPairError
 from contextkeeper.messages import Message, TextPart, ToolCall
 from contextkeeper.session import AsyncSession, Session
@@ -367,3 +368,29 @@ def test_a_session_is_freed_with_its_last_reference_without_the_cycle_collector(
         gc.enable()
         if store is not None:
             store.close()
+
+
+# --- the status of a prepared view -----------------------------------------------------------
+
+
+def test_a_prepared_views_status_is_the_one_of_its_turn_even_when_read_later() -> None:
+    s, _, _ = started(window=100_000)
+    first = s.prepare(format="internal")
+    s.add([Message.assistant("Found two flights."), Message.user("Take the earlier one " + make_text(50, seed=3))])
+    second = s.prepare(format="internal")
+    # read only now, after the second turn: each still reports its own turn
+    assert (first.status.turn, second.status.turn) == (1, 2)
+    assert first.status.view_messages == 2 and second.status.view_messages == 4
+    assert first.status.used < second.status.used == s.status().used
+    assert first.status.breakdown["history"] == first.status.used_raw - first.status.breakdown["system"]
+    assert first.status is first.status  # computed once
+
+
+def test_a_status_subscriber_gets_the_same_status_the_prepared_view_reports() -> None:
+    s, _, _ = started(window=100_000)
+    seen: list[ContextStatus] = []
+    s.subscribe(lambda e: seen.append(e) if isinstance(e, ContextStatus) else None)
+    pv = s.prepare(format="internal")
+    assert [(e.used, e.ratio, e.state, e.turn) for e in seen] == [
+        (pv.status.used, pv.status.ratio, pv.status.state, pv.status.turn)
+    ]

@@ -280,28 +280,9 @@ def check_message(message: Message, *, index: int | None = None) -> Message:
             arguments that are not valid JSON or nest deeper than `contextkeeper._json.MAX_DEPTH`
             levels, an empty or non-string id, or ``extra`` that is not storable JSON.
     """
-    parts = message.parts
-    mid, tcid = message.message_id, message.tool_call_id
-    if (  # the common message, one ASCII text in a known role, checked without the general walk
-        len(parts) == 1
-        and parts[0].__class__ is TextPart
-        and parts[0].text.__class__ is str
-        and parts[0].text.isascii()
-        and message.role in ROLES
-        and (tcid is None and message.role != "tool" or tcid.__class__ is str and tcid and tcid.isascii())
-        and mid.__class__ is str
-        and mid
-        and mid.isascii()
-        and (message.name is None or message.name.__class__ is str and message.name.isascii())
-        and not message.extra
-        and message.is_error.__class__ is bool
-        and message.pinned.__class__ is bool
-        and (message.turn is None or message.turn.__class__ is int)
-        and message.created_at is None
-        and message.snapshot_id is None
-        and not message.source_ids
-    ):
+    if _is_common(message):
         return message
+    mid = message.message_id
     where = _where(message, index)
     _check_bookkeeping(message, index=index, where=where)
     if message.role not in ROLES:
@@ -369,6 +350,57 @@ def check_message(message: Message, *, index: int | None = None) -> Message:
                 field=f"extra.{path}" if path else "extra",
             )
     return message
+
+
+def _is_common(message: Message) -> bool:
+    """The common message, checked without the general walk (which finds and names any problem):
+    ASCII text and tool calls in a known role, with none of the optional fields set."""
+    role, mid, tcid, name = message.role, message.message_id, message.tool_call_id, message.name
+    if not (
+        role in ROLES
+        and (tcid is None and role != "tool" or tcid.__class__ is str and tcid and tcid.isascii())
+        and mid.__class__ is str
+        and mid
+        and mid.isascii()
+        and (name is None or name.__class__ is str and name.isascii())
+        and not message.extra
+        and message.is_error.__class__ is bool
+        and message.pinned.__class__ is bool
+        and (message.turn is None or message.turn.__class__ is int)
+        and message.created_at is None
+        and message.snapshot_id is None
+        and not message.source_ids
+    ):
+        return False
+    for part in message.parts:
+        if type(part) is TextPart:
+            text = part.text
+            if not (text.__class__ is str and text.isascii()):
+                return False
+        elif type(part) is not ToolCall or role != "assistant" or not _is_common_call(part):
+            return False
+    return True
+
+
+def _is_common_call(call: ToolCall) -> bool:
+    """ASCII id, name and arguments, the arguments JSON within the depth limit and without surrogate escapes."""
+    cid, name, arguments = call.call_id, call.name, call.arguments
+    if not (
+        cid.__class__ is str
+        and cid.isascii()
+        and name.__class__ is str
+        and name.isascii()
+        and arguments.__class__ is str
+        and arguments.isascii()
+    ):
+        return False
+    if not arguments:
+        return True
+    try:
+        _json.loads(arguments)
+    except _json.BadJSON:
+        return False
+    return not _json.may_decode_to_surrogate(arguments)
 
 
 def _check_bookkeeping(message: Message, *, index: int | None, where: str) -> None:

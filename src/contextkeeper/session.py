@@ -27,7 +27,7 @@ from .budget import Budget, PressureMonitor, Thresholds
 from .compaction.config import CompactionConfig
 from .compaction.engine import ContextEngine
 from .compaction.summarizer import AsyncSummarizer, Summarizer, SummaryReply, SummaryRequest
-from .compaction.viewstatus import ViewStatus
+from .compaction.viewstatus import StatusReading, ViewStatus
 from .delegation import DelegationResult, arun, run, session_options
 from .events import Alert, DelegationFinished, Event, EventBus
 from .exceptions import (
@@ -65,16 +65,37 @@ OutputFormat = Format | Literal["internal"]
 
 logger = logging.getLogger(__name__)
 
+Served = tuple[list[Message], ViewStatus | StatusReading]
+"""A served view and its status (a `StatusReading` until something needs the `ViewStatus`)."""
 
-@dataclass(frozen=True, kw_only=True)
+
 class PreparedView:
-    """The view for the next model call."""
+    """The view for the next model call: ``messages`` to send, the same ``view`` as contextkeeper
+    messages, and its ``status`` (computed when first read)."""
 
-    messages: list[Any]
-    """The view in the caller's format (what to send)."""
-    view: list[Message]
-    """The same view as contextkeeper messages."""
-    status: ViewStatus
+    __slots__ = ("_status", "messages", "view")
+
+    def __init__(self, *, messages: list[Any], view: list[Message], status: ViewStatus | StatusReading) -> None:
+        self.messages = messages
+        """The view in the caller's format (what to send)."""
+        self.view = view
+        """The same view as contextkeeper messages."""
+        self._status = status
+
+    @property
+    def status(self) -> ViewStatus:
+        """Accounting of the view as it was served (see `ViewStatus`)."""
+        status = self._status
+        if isinstance(status, StatusReading):
+            status = self._status = status.status()
+        return status
+
+    def __repr__(self) -> str:
+        return f"PreparedView(messages={len(self.messages)}, status={self.status!r})"
+
+
+def _resolved(status: ViewStatus | StatusReading) -> ViewStatus:
+    return status.status() if isinstance(status, StatusReading) else status
 
 
 def _is_async_store(store: Any) -> bool:
@@ -681,14 +702,14 @@ class _BaseSession:
         if getattr(report, "spike", False):
             self.events.emit(Alert(session_id=self.session_id, alert="spike", detail=f"turn cost spike: {report}"))
 
-    def _recalled(self, result: tuple[list[Message], ViewStatus]) -> tuple[list[Message], ViewStatus]:
+    def _recalled(self, result: Served) -> Served:
         """The pipeline's view with the memories the current request recalls (see `contextkeeper.recall`)."""
         memory = self.memory
         if memory is None:
             return result
         from .recall import with_memory_status
 
-        view, status = result
+        view, status = result[0], _resolved(result[1])
         budget = self.budget
         try:
             view = memory.assemble(
@@ -703,10 +724,12 @@ class _BaseSession:
             logger.exception("memory failed for session %s", self.session_id)
         return view, with_memory_status(status, memory, budget=budget)
 
-    def _finish(self, result: tuple[list[Message], ViewStatus], format: OutputFormat | None) -> PreparedView:
+    def _finish(self, result: Served, format: OutputFormat | None) -> PreparedView:
         if self.memory is not None and not self._recalled_async:
             result = self._recalled(result)
-        view, status = result[0], self._with_store(result[1])
+        view, status = result
+        if self._store_problem() is not None:
+            status = self._with_store(_resolved(status))
         fmt = format or self.format
         if fmt == "internal":  # the engine's copy already: the caller may change it freely
             return PreparedView(messages=view, view=view, status=status)
@@ -733,7 +756,7 @@ class _BaseSession:
         """Let the session's summarizer drive the engine's summarize layer (its capabilities included)."""
         self.engine.use_summarizer(summarizer)
 
-    def _flow(self, reactive: bool) -> Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]:
+    def _flow(self, reactive: bool) -> Generator[SummaryRequest, SummaryReply, Served]:
         if reactive:
             return self.engine.reactive_flow()
         return self.engine.prepare_flow()
@@ -813,10 +836,10 @@ class Session(_BaseSession):
             return self._finish(self._drive(self._flow(False)), format)
         return self._finish(self._compact_saved(reactive=False), format)
 
-    def _compact_saved(self, *, reactive: bool) -> tuple[list[Message], ViewStatus]:
+    def _compact_saved(self, *, reactive: bool) -> Served:
         """Compact under the session's lock and save the view state (CAS); in memory while the store fails."""
         assert self._link is not None
-        result: tuple[list[Message], ViewStatus] | None = None
+        result: Served | None = None
         try:
             with self._link.lock():
                 for attempt in range(_SAVE_ATTEMPTS):
@@ -926,9 +949,7 @@ class Session(_BaseSession):
         # saved like any compaction: a restart resumes this view
         return self._finish(self._compact_saved(reactive=True), format)
 
-    def _drive(
-        self, flow: Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]
-    ) -> tuple[list[Message], ViewStatus]:
+    def _drive(self, flow: Generator[SummaryRequest, SummaryReply, Served]) -> Served:
         try:
             request = next(flow)
             while True:
@@ -944,7 +965,7 @@ class Session(_BaseSession):
                     reply = None
                 request = flow.send(reply)
         except StopIteration as stop:
-            result: tuple[list[Message], ViewStatus] = stop.value
+            result: Served = stop.value
             return result
 
     def complete(
@@ -1108,7 +1129,7 @@ class AsyncSession(_BaseSession):
     def _store_problem(self) -> str | None:
         return None if self._alink is None else self._alink.problem
 
-    async def _arecalled(self, result: tuple[list[Message], ViewStatus]) -> tuple[list[Message], ViewStatus]:
+    async def _arecalled(self, result: Served) -> Served:
         """`_recalled` in a worker thread: a memory backend's I/O (SQLite, Postgres) never blocks the loop."""
         if self.memory is None:
             return result
@@ -1222,14 +1243,14 @@ class AsyncSession(_BaseSession):
         except (StoreUnavailable, SessionNotFound) as exc:
             link.fail(exc)
 
-    async def _compact_saved(self, *, reactive: bool) -> tuple[list[Message], ViewStatus]:
+    async def _compact_saved(self, *, reactive: bool) -> Served:
         """Compact under the session's lock; save the snapshots it wrote, then the view state (CAS).
 
         In memory when the store fails meanwhile; a later prepare saves it.
         """
         link = self._alink
         assert link is not None
-        result: tuple[list[Message], ViewStatus] | None = None
+        result: Served | None = None
         try:
             async with link.lock():
                 for attempt in range(_SAVE_ATTEMPTS):
@@ -1311,9 +1332,7 @@ class AsyncSession(_BaseSession):
                     self._stored_snapshots.add(sid)
         return self.read_context(ref, page=page)
 
-    async def _drive(
-        self, flow: Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]
-    ) -> tuple[list[Message], ViewStatus]:
+    async def _drive(self, flow: Generator[SummaryRequest, SummaryReply, Served]) -> Served:
         try:
             request = next(flow)
             while True:
@@ -1329,7 +1348,7 @@ class AsyncSession(_BaseSession):
                     reply = None
                 request = flow.send(reply)
         except StopIteration as stop:
-            result: tuple[list[Message], ViewStatus] = stop.value
+            result: Served = stop.value
             return result
 
     async def complete(

@@ -1,4 +1,5 @@
-"""`check_message` on one-text messages: its fast path refuses exactly what the full check refuses."""
+"""`check_message` on common messages (ASCII text, tool calls): its fast path refuses exactly what
+the full check refuses."""
 
 from __future__ import annotations
 
@@ -84,6 +85,36 @@ def test_tool_arguments_no_store_can_keep_are_refused_with_the_message_and_field
 
 def test_a_whole_escaped_pair_and_brackets_in_strings_are_fine() -> None:
     check_message(assistant_call('{"p": "\\ud83d\\ude00", "q": "' + "[" * 300 + '"}'), index=0)
+
+
+call_arguments = st.one_of(
+    st.dictionaries(st.text(max_size=8), st.text(max_size=12) | st.integers(), max_size=3).map(json.dumps),
+    st.just(""),
+    st.text(alphabet='{}[]":,\\u0123456789abcdDEF ', max_size=30),  # mostly not JSON, some escapes
+    st.sampled_from(['{"p": "\\ud83d"}', '{"p": "\\ud83d\\ude00"}', '{"p": "caf\u00e9"}']),
+)
+
+
+def parses_to_storable(arguments: str) -> bool:
+    if not arguments:
+        return True
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return False
+    return not any(0xD800 <= ord(c) <= 0xDFFF for c in json.dumps(value, ensure_ascii=False))
+
+
+@given(st.sampled_from(["assistant", "user", "tool"]), call_arguments)
+def test_tool_call_messages_are_refused_exactly_when_they_are_invalid(role: str, arguments: str) -> None:
+    call = ToolCall(call_id="c1", name="grep", arguments=arguments)
+    message = Message(role=role, parts=(TextPart(text="looking"), call), tool_call_id="c0" if role == "tool" else None)  # type: ignore[arg-type]
+    if role == "assistant" and parses_to_storable(arguments):
+        assert check_message(message, index=2) is message
+    else:
+        with pytest.raises(MessageError) as info:
+            check_message(message, index=2)
+        assert info.value.field == ("parts[1]" if role != "assistant" else "parts[1].arguments")
 
 
 @pytest.mark.parametrize(

@@ -43,13 +43,12 @@ from .book import RoundBook
 from .bookround import BookRound
 from .breaker import CircuitBreaker
 from .config import CompactionConfig, Layer
-from .pressure import PressureInputs, pressure_state
 from .state import Counters, export_state, import_state, saved_view
 from .summarize import SummaryLayer
 from .summarizer import SummaryReply, SummaryRequest
-from .viewstatus import ViewStatus
+from .viewstatus import StatusReading, ViewStatus
 
-__all__ = ["ContextEngine", "ViewStatus"]
+__all__ = ["ContextEngine", "StatusReading", "ViewStatus"]
 
 logger = logging.getLogger(__name__)
 
@@ -207,7 +206,7 @@ class ContextEngine:
 
     def prepare_flow(
         self, *, plan: Plan | None = None
-    ) -> Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]:
+    ) -> Generator[SummaryRequest, SummaryReply, tuple[list[Message], StatusReading]]:
         """Compute the view for the next call; yields a summary request when the summarize layer runs.
 
         ``plan``: compact now with this plan (the reactive layer's); by default only when the
@@ -238,7 +237,7 @@ class ContextEngine:
             self.ahead.track(book, config, high)
         return self._turn_result(layer)
 
-    def prepare_appended(self) -> tuple[list[Message], ViewStatus] | None:
+    def prepare_appended(self) -> tuple[list[Message], StatusReading] | None:
         """The view when it only appended since the last call; None when `prepare_flow` must run.
 
         The common turn, without the generator `prepare_flow` needs for summary requests.
@@ -254,7 +253,7 @@ class ContextEngine:
         self.ahead.track(book, self.config, high)
         return self._turn_result(None)
 
-    def reactive_flow(self) -> Generator[SummaryRequest, SummaryReply, tuple[list[Message], ViewStatus]]:
+    def reactive_flow(self) -> Generator[SummaryRequest, SummaryReply, tuple[list[Message], StatusReading]]:
         """Emergency compaction after a provider context-length error (see `reactive`)."""
         self.counters.turn -= 1  # the failed call does not count as a turn
         return (yield from self.prepare_flow(plan=reactive.plan(self.config)))
@@ -268,60 +267,51 @@ class ContextEngine:
             keep_rounds=max(1, config.keep_recent_rounds - steps),
         )
 
-    def _turn_result(self, layer: str | None) -> tuple[list[Message], ViewStatus]:
+    def _turn_result(self, layer: str | None) -> tuple[list[Message], StatusReading]:
         self.ahead.turn_done(self.book)
-        status = self.status(layer)
+        reading = self.read_status(layer)
         if self.events.status_listening:
             errors = self.events.subscriber_errors
-            self.events.emit(self._status_event(status))
+            self.events.emit(self._status_event(reading.status()))
             if self.events.subscriber_errors != errors:  # report this prepare's own subscriber failures
-                status = replace(status, subscriber_errors=self.events.subscriber_errors)
-        return list(self.book.view), status
+                reading.report_subscriber_errors(self.events.subscriber_errors)
+        return list(self.book.view), reading
 
     def status(self, layer: str | None = None) -> ViewStatus:
         """Accounting of the current view (constant time: totals are kept as messages arrive)."""
-        book, budget = self.book, self.budget
-        effective = budget.effective
-        # the running totals, not the cached list: right even before the first prepare
-        used = book.rendered_total()
-        history = used - book.system_total - book.context_tokens - book.tool_total
-        return ViewStatus(
-            used=budget.calibrated(used),
-            used_raw=used,
-            budget=budget.calibrated_effective,
-            calibration=budget.scale,
-            window=budget.window,
-            served_window=self.accountant.calibration.served_window,
-            ratio=round(used / effective, 4) if effective else 0.0,
-            state=self._pressure(used),
+        return self.read_status(layer).status()
+
+    def read_status(self, layer: str | None = None) -> StatusReading:
+        """What `status` is computed from, read now (a few attribute loads; see `StatusReading`)."""
+        book, counters, config = self.book, self.counters, self.config
+        return StatusReading(
+            budget=self.budget,
+            # the running totals, not the cached list: right even before the first prepare
+            used=book.rendered_total(),
             layer=layer,
-            breakdown={
-                "system": book.system_total,
-                "context": book.context_tokens,
-                "history": history,
-                "tool_results": book.tool_total,
-            },
-            turn=self.counters.turn,
-            compactions=dict(self.counters.compactions),
+            system=book.system_total,
+            context=book.context_tokens,
+            tool_results=book.tool_total,
+            turn=counters.turn,
+            compactions=dict(counters.compactions),
             transcript_messages=len(book.transcript),
             view_messages=len(book.view),
             breaker=self.breaker.state,
             subscriber_errors=self.events.subscriber_errors,
             hook_errors=self.hook_errors,
-        )
-
-    def _pressure(self, used: int) -> PressureState:
-        """The pressure state (see `pressure`): relative to the compaction band unless configured by ratio."""
-        book, budget, config = self.book, self.budget, self.config
-        inputs = PressureInputs(
-            used=used,
-            effective=budget.effective,
+            served_window=self.accountant.calibration.served_window,
             high_water=config.high_water,
             growth=self.ahead.turn_tokens,
             floor=book.room.floor,
-            behind=book.room.tight or self.counters.thrash_streak > 0,
+            behind=book.room.tight or counters.thrash_streak > 0,
+            mode=config.pressure_states,
         )
-        return pressure_state(inputs, mode=config.pressure_states, thresholds=budget.thresholds)
+
+    def _pressure(self, *, used: int) -> PressureState:
+        """The pressure state the view would have at ``used`` tokens (during a compaction)."""
+        reading = self.read_status()
+        reading.used = used
+        return reading.state()
 
     def _status_event(self, s: ViewStatus) -> ContextStatus:
         state: Any = s.state
@@ -447,7 +437,7 @@ class ContextEngine:
                     used=budget.calibrated(after),
                     budget=budget.calibrated_effective,
                     ratio=round(after / effective, 4) if effective else 0.0,
-                    state=self._pressure(after),
+                    state=self._pressure(used=after),
                     compact_layer=change.layer,
                 )
             )
