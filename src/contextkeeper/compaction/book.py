@@ -161,15 +161,21 @@ class RoundBook:
         if m.role == "tool":
             cid = m.tool_call_id or ""
             r = self._open_calls.pop(cid, None) or self._take_late_result(cid)
-            self._detach(r)
             r.add_index(index)
-            r.tokens += n
-            r.tool_tokens += n
-            if r.shown is not None:  # a late result for a shortened round is shown in full
-                r.shown.append(m)
-                r.shown_tokens += n
-                r.shown_tool_tokens += n
-            self._attach(r)
+            if r.state == "full" and r.shown is None:  # the common case: the result adds to the running totals
+                r.tokens += n
+                r.tool_tokens += n
+                self.rounds_total += n
+                self.tool_total += n
+            else:
+                self._detach(r)
+                r.tokens += n
+                r.tool_tokens += n
+                if r.shown is not None:  # a late result for a shortened round is shown in full
+                    r.shown.append(m)
+                    r.shown_tokens += n
+                    r.shown_tool_tokens += n
+                self._attach(r)
             r.pending = tuple(c for c in r.pending if c != cid)
             self._answered.add(cid)
             if r is not last or r.state != "full":
