@@ -332,6 +332,34 @@ def test_append_is_idempotent_by_message_id(store: Any) -> None:
     assert loaded[-1].text == "x"
 
 
+def test_an_append_with_an_expected_count_writes_only_at_that_length(store: Any, clock: FakeClock) -> None:
+    store.create_session("s")
+    messages = rounds(6)
+    assert store.append_messages("s", messages[:2], expected_count=0) == 2
+    assert store.append_messages("s", messages[2:3], expected_count=2) == 1
+    before = store.get_session("s").last_active
+    clock.advance(5)
+    with pytest.raises(VersionConflict) as info:
+        store.append_messages("s", messages[3:5], expected_count=2)  # another writer appended meanwhile
+    assert (info.value.expected, info.value.actual, info.value.session_id) == (2, 3, "s")
+    with pytest.raises(VersionConflict):
+        store.append_messages("s", messages[3:5], expected_count=4)  # ahead of the store: refused too
+    with pytest.raises(VersionConflict):
+        store.append_messages("s", messages[:1], expected_count=0)  # even when nothing would be new
+    assert store.load_messages("s") == messages[:3]  # a refused append writes nothing
+    assert store.get_session("s").last_active == before  # nor counts as activity
+    assert store.append_messages("s", [], expected_count=3) == 0  # an empty batch only checks the length
+    assert store.append_messages("s", messages[2:5], expected_count=3) == 2  # still idempotent by id
+    assert store.count_messages("s") == 5
+    with pytest.raises(UsageError):
+        store.append_messages("s", messages[5:], expected_count=-1)
+    with pytest.raises(SessionNotFound):
+        store.append_messages("ghost", messages[5:], expected_count=0)
+    store.create_session("t", tenant="other")
+    with pytest.raises(SessionNotFound):  # another tenant's session: missing, whatever the count
+        store.append_messages("t", messages[5:], tenant="default", expected_count=0)
+
+
 def test_load_pages_by_position(store: Any) -> None:
     store.create_session("s")
     messages = rounds(10)

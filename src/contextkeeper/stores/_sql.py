@@ -24,7 +24,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..exceptions import SchemaError
-from .base import FORMAT_VERSION, Op, SessionInfo, check_format, not_found, session_info, stored_int
+from .base import (
+    FORMAT_VERSION,
+    Op,
+    SessionInfo,
+    check_format,
+    not_found,
+    session_info,
+    stored_int,
+    transcript_moved,
+)
 
 __all__ = ["MIGRATIONS", "Dialect", "Sql", "SqlOps"]
 
@@ -304,14 +313,17 @@ class _Queries:
                 UPDATE {t}sessions SET message_count = message_count + (SELECT count(*) FROM fresh),
                     last_active = GREATEST(last_active, ?)
                 WHERE session_id = ? AND format <= ? AND tenant = COALESCE(?, tenant)
+                    AND (? < 0 OR message_count = ?)
                 RETURNING message_count - (SELECT count(*) FROM fresh) AS base
             ), ins AS (
                 INSERT INTO {t}messages (session_id, seq, message_id, body, created_at)
                 SELECT ?, s.base + f.ord - 1, f.message_id, f.body, ? FROM s, fresh f
                 RETURNING seq
             )
-            SELECT (SELECT count(*) FROM ins), (SELECT base FROM s),
-                (SELECT format FROM {t}sessions WHERE session_id = ? AND tenant = COALESCE(?, tenant))"""
+            SELECT (SELECT count(*) FROM ins), (SELECT base FROM s), c.format, c.message_count
+            FROM (SELECT 1) AS one LEFT JOIN (
+                SELECT format, message_count FROM {t}sessions WHERE session_id = ? AND tenant = COALESCE(?, tenant)
+            ) AS c ON true"""
         )
 
 
@@ -451,11 +463,19 @@ class SqlOps:
 
     # transcript
     def append_messages(
-        self, session_id: str, items: Sequence[tuple[str, str]], *, now: float, tenant: str | None = None
+        self,
+        session_id: str,
+        items: Sequence[tuple[str, str]],
+        *,
+        now: float,
+        tenant: str | None = None,
+        expected: int | None = None,
     ) -> Op[int]:
         if self.dialect.name == "postgres":
-            return (yield from self._append_one_statement(session_id, items, now=now, tenant=tenant))
+            return (yield from self._append_one_statement(session_id, items, now=now, tenant=tenant, expected=expected))
         count = yield from self._bump(session_id, now, tenant)
+        if expected is not None and count != expected:
+            raise transcript_moved(session_id, expected, count)  # the transaction rolls the bump back
         if not items:
             return 0
         rows = yield Sql(self.q.existing_ids, (session_id, self.dialect.list_param([mid for mid, _ in items])))
@@ -470,10 +490,11 @@ class SqlOps:
         return len(new)
 
     def _append_one_statement(
-        self, session_id: str, items: Sequence[tuple[str, str]], *, now: float, tenant: str | None
+        self, session_id: str, items: Sequence[tuple[str, str]], *, now: float, tenant: str | None, expected: int | None
     ) -> Op[int]:
         ids = [message_id for message_id, _ in items]
         bodies = [body for _, body in items]
+        wanted = -1 if expected is None else expected
         params = (
             ids,
             bodies,
@@ -482,17 +503,24 @@ class SqlOps:
             session_id,
             FORMAT_VERSION,
             tenant,
+            wanted,
+            wanted,
             session_id,
             now,
             session_id,
             tenant,
         )
         rows = yield Sql(self.q.append_one_statement, params, autocommit=True, prepare=True)
-        added, base, fmt = rows[0]
+        added, base, fmt, count = rows[0]
         if base is None:
-            # Nothing was written: the session is missing (or another tenant's, or gone meanwhile), or too new.
+            # Nothing was written: the session is missing (or another tenant's, or gone meanwhile), too new,
+            # or (with an expected count) its transcript moved. The count is the statement's snapshot: a
+            # writer that committed while this one waited for the row makes it stale, never wrong to report.
             if fmt is not None:
                 check_format(session_id, stored_int(fmt, session_id=session_id, what="`format`"))
+                if expected is not None:
+                    actual = stored_int(count, session_id=session_id, what="`message_count`")
+                    raise transcript_moved(session_id, expected, actual)
             raise not_found(session_id, tenant)
         return int(added)
 

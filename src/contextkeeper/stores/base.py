@@ -259,6 +259,17 @@ def not_found(session_id: str, tenant: str | None = None) -> SessionNotFound:
     )
 
 
+def transcript_moved(session_id: str, expected: int, actual: int) -> VersionConflict:
+    """The error for an append whose ``expected_count`` is not the transcript's length (raised by backends)."""
+    return VersionConflict(
+        f"Session {session_id!r} has {actual} transcript messages, not the expected {expected}: another writer "
+        "appended meanwhile and nothing was written. Reload the transcript and append what is still new.",
+        session_id=session_id,
+        expected=expected,
+        actual=actual,
+    )
+
+
 def _check_tenant(tenant: str | None) -> str | None:
     return None if tenant is None else check_id(tenant, what="tenant")
 
@@ -422,11 +433,23 @@ class SessionStore(Protocol):
         """Delete every non-archived session idle for longer than ``max_idle_seconds``; return their ids."""
         ...
 
-    def append_messages(self, session_id: str, messages: Sequence[Message], *, tenant: str | None = None) -> int:
+    def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        tenant: str | None = None,
+        expected_count: int | None = None,
+    ) -> int:
         """Append to the transcript in one transaction; return how many were new.
 
         A message whose ``message_id`` is already stored is skipped (appends are idempotent). The
-        batch is all-or-nothing and keeps its order.
+        batch is all-or-nothing and keeps its order. With ``expected_count`` the append is a
+        compare-and-set on the transcript's length: it happens only if the transcript holds exactly
+        that many messages.
+
+        Raises:
+            VersionConflict: ``expected_count`` is not the transcript's length (``actual`` is); nothing was written.
         """
         ...
 
@@ -567,7 +590,12 @@ class AsyncSessionStore(Protocol):
     async def expire_idle(self, max_idle_seconds: float) -> list[str]: ...
 
     async def append_messages(
-        self, session_id: str, messages: Sequence[Message], *, tenant: str | None = None
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        tenant: str | None = None,
+        expected_count: int | None = None,
     ) -> int: ...
 
     async def load_messages(
@@ -667,8 +695,17 @@ class StoreOps(Protocol):
     def expire_idle(self, *, cutoff: float) -> Op[list[str]]: ...
 
     def append_messages(
-        self, session_id: str, items: Sequence[tuple[str, str]], *, now: float, tenant: str | None = None
-    ) -> Op[int]: ...
+        self,
+        session_id: str,
+        items: Sequence[tuple[str, str]],
+        *,
+        now: float,
+        tenant: str | None = None,
+        expected: int | None = None,
+    ) -> Op[int]:
+        """Append the new items; with ``expected``, only if the transcript has that many messages (else
+        raise `transcript_moved`, writing nothing)."""
+        ...
 
     def load_messages(
         self, session_id: str, *, start: int, limit: int | None, tenant: str | None = None
@@ -1433,11 +1470,20 @@ class BaseStore(_StoreCommon):
         return self._run(self._ops.expire_idle(cutoff=self._clock() - max_idle_seconds), write=True)
 
     # transcript
-    def append_messages(self, session_id: str, messages: Sequence[Message], *, tenant: str | None = None) -> int:
+    def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        tenant: str | None = None,
+        expected_count: int | None = None,
+    ) -> int:
         check_id(session_id)
         tenant = _check_tenant(tenant)
+        self._check_range("expected_count", expected_count, allow_none=True)
         items = self._encode_messages(messages)
-        return self._run(self._ops.append_messages(session_id, items, now=self._clock(), tenant=tenant), write=True)
+        op = self._ops.append_messages(session_id, items, now=self._clock(), tenant=tenant, expected=expected_count)
+        return self._run(op, write=True)
 
     def load_messages(
         self, session_id: str, *, start: int = 0, limit: int | None = None, tenant: str | None = None
@@ -1710,11 +1756,19 @@ class BaseAsyncStore(_StoreCommon):
             raise UsageError(f"`max_idle_seconds` must be >= 0, got {max_idle_seconds!r}.")
         return await self._run(self._ops.expire_idle(cutoff=self._clock() - max_idle_seconds), write=True)
 
-    async def append_messages(self, session_id: str, messages: Sequence[Message], *, tenant: str | None = None) -> int:
+    async def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        tenant: str | None = None,
+        expected_count: int | None = None,
+    ) -> int:
         check_id(session_id)
         tenant = _check_tenant(tenant)
+        self._check_range("expected_count", expected_count, allow_none=True)
         items = self._encode_messages(messages)
-        op = self._ops.append_messages(session_id, items, now=self._clock(), tenant=tenant)
+        op = self._ops.append_messages(session_id, items, now=self._clock(), tenant=tenant, expected=expected_count)
         return await self._run(op, write=True)
 
     async def load_messages(

@@ -22,6 +22,7 @@ from .base import (
     drive,
     not_found,
     session_info,
+    transcript_moved,
 )
 
 __all__ = ["AsyncMemoryStore", "MemoryStore"]
@@ -169,9 +170,19 @@ class MemoryOps:
             return _done(expired)
 
     def append_messages(
-        self, session_id: str, items: Sequence[tuple[str, str]], *, now: float, tenant: str | None = None
+        self,
+        session_id: str,
+        items: Sequence[tuple[str, str]],
+        *,
+        now: float,
+        tenant: str | None = None,
+        expected: int | None = None,
     ) -> Op[int]:
         with self._mutex:
+            if expected is not None:  # checked before the bump: a refused append leaves the session as it was
+                count = len(self._get(session_id, tenant).messages)
+                if count != expected:
+                    raise transcript_moved(session_id, expected, count)
             session = self._bump(session_id, now, tenant)
             added = 0
             for message_id, body in items:

@@ -309,10 +309,17 @@ class PostgresStore(_PostgresCommon, BaseStore):
             with conn.transaction():
                 return resume(op, command, lambda next_command: _execute(cursor, next_command))
 
-    def append_messages(self, session_id: str, messages: Sequence[Message], *, tenant: str | None = None) -> int:
+    def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        tenant: str | None = None,
+        expected_count: int | None = None,
+    ) -> int:
         for attempt in range(_DUPLICATE_RETRIES):
             try:
-                return super().append_messages(session_id, messages, tenant=tenant)
+                return super().append_messages(session_id, messages, tenant=tenant, expected_count=expected_count)
             except _DuplicateRace:
                 if attempt == _DUPLICATE_RETRIES - 1:
                     raise
@@ -446,10 +453,17 @@ class AsyncPostgresStore(_PostgresCommon, BaseAsyncStore):
             async with conn.transaction():
                 return await aresume(op, command, lambda next_command: _aexecute(cursor, next_command))
 
-    async def append_messages(self, session_id: str, messages: Sequence[Message], *, tenant: str | None = None) -> int:
+    async def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        tenant: str | None = None,
+        expected_count: int | None = None,
+    ) -> int:
         for attempt in range(_DUPLICATE_RETRIES):
             try:
-                return await super().append_messages(session_id, messages, tenant=tenant)
+                return await super().append_messages(session_id, messages, tenant=tenant, expected_count=expected_count)
             except _DuplicateRace:
                 if attempt == _DUPLICATE_RETRIES - 1:
                     raise

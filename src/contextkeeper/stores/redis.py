@@ -75,6 +75,7 @@ from .base import (
     not_found,
     session_info,
     stored_int,
+    transcript_moved,
 )
 
 __all__ = ["AsyncRedisStore", "RedisStore"]
@@ -166,11 +167,15 @@ local tenant = redis.call('HGET', KEYS[1], 'tenant')
 for i = 1, #KEYS do redis.call('DEL', KEYS[i]) end
 return {0, 1, tenant}
 """)
+# ARGV[5]: the transcript length the caller expects (-1: any); at another length nothing is written
+# and the reply is {0, -1, length}.
 _APPEND = _script("""
 local g = guard() if g ~= 0 then return {g} end
 local n = redis.call('LLEN', KEYS[3])
+local expected = tonumber(ARGV[5])
+if expected >= 0 and n ~= expected then return {0, -1, n} end
 local added = 0
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   if redis.call('HSETNX', KEYS[2], ARGV[i], n) == 1 then
     redis.call('RPUSH', KEYS[3], ARGV[i + 1])
     n = n + 1
@@ -571,11 +576,21 @@ class RedisOps:
 
     # transcript
     def append_messages(
-        self, session_id: str, items: Sequence[tuple[str, str]], *, now: float, tenant: str | None = None
+        self,
+        session_id: str,
+        items: Sequence[tuple[str, str]],
+        *,
+        now: float,
+        tenant: str | None = None,
+        expected: int | None = None,
     ) -> Op[int]:
         flat = [part for item in items for part in item]
-        reply = yield self._eval(_APPEND, session_id, *flat, now=now, tenant=tenant)
-        (added,) = self._ok(session_id, reply, tenant)
+        wanted = -1 if expected is None else expected
+        reply = yield self._eval(_APPEND, session_id, wanted, *flat, now=now, tenant=tenant)
+        added, *count = self._ok(session_id, reply, tenant)
+        if int(added) < 0:
+            assert expected is not None
+            raise transcript_moved(session_id, expected, int(count[0]))
         return int(added)
 
     def load_messages(
