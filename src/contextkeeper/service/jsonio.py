@@ -1,10 +1,13 @@
-"""JSON the proxy writes: orjson for the request it sends upstream, the standard library where they differ.
+"""JSON the proxy reads and writes: the fast parsers where they agree with the standard library.
 
-A re-sent history of 200 messages is tens of kilobytes written once per request: orjson writes it
-about twenty times faster than ``json.dumps``. (Reading is left to ``json.loads``: on text-heavy
-bodies orjson is barely faster, and it would turn an integer past 64 bits into a float.) A value
-orjson refuses, such as an integer past 64 bits or a lone surrogate, is written by the standard
-library; ``NaN``, which is not JSON, goes out as ``null``.
+A re-sent history of 200 messages is tens of kilobytes read and written once per request.
+Reading uses pydantic-core's parser (already installed with pydantic): about twice as fast as
+``json.loads`` on such bodies and, unlike orjson, it keeps an integer past 64 bits exact and reads
+``NaN`` and ``Infinity`` as the standard library does. A body it refuses (a lone surrogate, nesting
+past its depth limit, invalid JSON) is read again by ``json.loads``, so what is accepted and every
+error message are the standard library's. Writing uses orjson, about twenty times faster than
+``json.dumps``; a value it refuses, such as an integer past 64 bits or a lone surrogate, is written
+by the standard library; ``NaN``, which is not JSON, goes out as ``null``.
 """
 
 from __future__ import annotations
@@ -13,8 +16,21 @@ import json
 from typing import Any
 
 import orjson
+from pydantic_core import from_json
 
-__all__ = ["dumps"]
+__all__ = ["dumps", "loads"]
+
+
+def loads(raw: bytes) -> Any:
+    """The value of the JSON document ``raw``, as ``json.loads`` reads it.
+
+    Raises:
+        ValueError: ``raw`` is not JSON (``json.JSONDecodeError``, or ``UnicodeDecodeError``).
+    """
+    try:
+        return from_json(raw)
+    except ValueError:
+        return json.loads(raw)
 
 
 def dumps(value: Any) -> bytes:

@@ -56,7 +56,7 @@ SESSION_HEADER = "x-session-id"
 
 def _parse(raw: bytes) -> dict[str, Any]:
     try:
-        body = json.loads(raw)
+        body = jsonio.loads(raw)
     except ValueError as exc:
         raise ServiceError(
             400, f"The request body is not valid JSON ({exc}); send a chat-completions request.", code="invalid_json"
@@ -340,7 +340,7 @@ async def _complete(turn: _Turn) -> Response:
             raise answer
         return answer
     try:
-        data = json.loads(upstream.content)
+        data = jsonio.loads(upstream.content)
         message = data["choices"][0]["message"]
         if not isinstance(message, dict):
             raise TypeError("message is not an object")
