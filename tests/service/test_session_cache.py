@@ -58,3 +58,61 @@ def test_a_cached_session_notices_messages_another_writer_appended(
         "three",
         "third answer",
     ]
+
+
+@pytest.mark.parametrize("store", ["sqlite", "redis"])
+def test_a_retry_with_nothing_new_still_sees_what_another_writer_appended(
+    store: str,
+    request: pytest.FixtureRequest,
+    service_factory: Callable[[Settings], Running],
+    upstream: ScriptedOpenAIServer,
+) -> None:
+    url = request.getfixturevalue("sqlite_url" if store == "sqlite" else "redis_store_url")
+    service = service_factory(make_settings(url, upstream.base_url))
+    upstream.push("first answer", "answer again")
+    history = [SYSTEM, user("one")]
+    r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "c"})
+    assert r.status_code == 200, r.text
+    with open_store(url) as other:
+        other.append_messages(
+            "c", to_messages([user("two"), assistant("second answer")], format="openai"), tenant="default"
+        )
+    # the same request again (a client's retry): no message is new, so no append carries the check
+    r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "c"})
+    assert r.status_code == 200, r.text
+    assert [m["content"] for m in upstream.requests[-1]["messages"][1:]] == [
+        "one",
+        "first answer",
+        "two",
+        "second answer",
+    ]
+    assert _texts(url, "c") == [
+        "You are a careful agent.",
+        "one",
+        "first answer",
+        "two",
+        "second answer",
+        "answer again",
+    ]
+
+
+@pytest.mark.parametrize("store", ["sqlite", "redis"])
+def test_a_cached_session_another_writer_deleted_starts_again_from_the_clients_history(
+    store: str,
+    request: pytest.FixtureRequest,
+    service_factory: Callable[[Settings], Running],
+    upstream: ScriptedOpenAIServer,
+) -> None:
+    url = request.getfixturevalue("sqlite_url" if store == "sqlite" else "redis_store_url")
+    service = service_factory(make_settings(url, upstream.base_url))
+    upstream.push("first answer", "second answer")
+    history = [SYSTEM, user("one")]
+    r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "c"})
+    assert r.status_code == 200, r.text
+    with open_store(url) as other:
+        other.delete_session("c", tenant="default")
+    history += [assistant("first answer"), user("two")]
+    r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "c"})
+    assert r.status_code == 200, r.text
+    assert [m["content"] for m in upstream.requests[-1]["messages"][1:]] == ["one", "first answer", "two"]
+    assert _texts(url, "c") == ["You are a careful agent.", "one", "first answer", "two", "second answer"]

@@ -43,7 +43,7 @@ from .history import new_from
 from .limits import read_body
 from .replies import ChunkAssembler, SSEFramer, usage_of
 from .runtime import ServiceState, state_of
-from .sessions import Lease
+from .sessions import Lease, SessionMoved
 from .upstream import UpstreamBroken, UpstreamReply
 
 __all__ = ["chat_completions"]
@@ -106,24 +106,50 @@ class _Turn:
 
     # --- the session side ---------------------------------------------------------------------
     async def prepare(self) -> list[dict[str, Any]]:
-        """Append the new messages and return the view to send (the client's messages when unmanaged)."""
+        """Append the new messages and return the view to send (the client's messages when unmanaged).
+
+        The first append expects the transcript at the length this process knows: when another
+        replica appended meanwhile (or the session was deleted), nothing is written and the session
+        is read again from the store, and the client's history compared with that.
+        """
         lease = self.lease
         if lease is None:
             messages: list[dict[str, Any]] = self.body["messages"]
             return messages
         client = self.body["messages"]
-        lease.sync_keys()
-        start = new_from(client, lease.keys)
-        fresh = client[start:]
-        if fresh:
+        for attempt in range(_MOVED_ATTEMPTS):
+            self.added = 0
+            lease.sync_keys()
+            start = new_from(client, lease.keys)
+            fresh = client[start:]
+            if not fresh and not lease.checked:
+                # nothing to append to carry the check (a client's retry): ask the store, then compare again
+                await self.svc.pool.verify(lease, model=self.body["model"], tools=self.body.get("tools") or ())
+                continue
+            lease.expect(len(lease.session.engine.transcript))
             try:
-                parsed = to_messages(fresh, format="openai")
-            except MessageError as exc:
-                raise _invalid(start, exc) from None
-            self.added = await self._add(parsed, start)
-        prepared = await lease.session.prepare(format="openai")
-        self.view_tokens = prepared.status.used
-        return prepared.messages
+                if fresh:
+                    try:
+                        parsed = to_messages(fresh, format="openai")
+                    except MessageError as exc:
+                        raise _invalid(start, exc) from None
+                    self.added = await self._add(parsed, start)
+                prepared = await lease.session.prepare(format="openai")
+            except SessionMoved:
+                if attempt == _MOVED_ATTEMPTS - 1:
+                    raise ServiceError(
+                        503,
+                        f"Session {lease.session_id!r} kept changing in the store while this request was appended "
+                        "(other writers); retry.",
+                        code="session_busy",
+                    ) from None
+                await self.svc.pool.reload(lease, model=self.body["model"], tools=self.body.get("tools") or ())
+                continue
+            finally:
+                lease.expect(None)
+            self.view_tokens = prepared.status.used
+            return prepared.messages
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _add(self, messages: list[Message], start: int) -> int:
         """Add the new messages; a long history in rounds, letting other requests run in between.
@@ -225,6 +251,9 @@ class _Turn:
             logger.info("session %s last message (%s): %.500s", session, last.get("role"), last.get("content"))
 
 
+_MOVED_ATTEMPTS = 3
+"""Times a request reads its session again after another writer appended to it first."""
+
 _ADD_ROUND = 32
 """Messages added at once before a long history lets other requests run (about a millisecond of work)."""
 
@@ -271,8 +300,9 @@ async def chat_completions(request: Request) -> Response:
             )
         if session_id is not None:
             try:
+                # the freshness check rides on the first append (see _Turn.prepare)
                 turn.lease = await svc.pool.acquire(
-                    tenant, session_id, model=body["model"], tools=body.get("tools") or ()
+                    tenant, session_id, model=body["model"], tools=body.get("tools") or (), check=False
                 )
             except SessionNotFound:
                 raise ServiceError(404, f"No session {session_id!r}.", code="session_not_found") from None

@@ -2,8 +2,11 @@
 
 A request takes its session's lease: an asyncio lock (one request of a session at a time in this
 process) and a check that the store has no message this process has not seen (another replica
-served the session meanwhile), in which case the session is reopened from the store. A failed
-request drops the session from memory, so the next one starts from what the store holds.
+served the session meanwhile), in which case the session is reopened from the store. The proxy
+defers that check to its first append, made a compare-and-set on the transcript's length
+(`Lease.expect`), which saves a store round trip per request; other callers read the length at
+once. A failed request drops the session from memory, so the next one starts from what the store
+holds.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from typing import Any
 
 from ..adapters import from_messages
 from ..events import Event
-from ..exceptions import ConfigError, SessionNotFound
+from ..exceptions import ConfigError, SessionNotFound, VersionConflict
+from ..messages import Message
 from ..session import AsyncSession
 from ..settings import Settings
 from ..stores import AsyncSessionStore
@@ -26,7 +30,7 @@ from ..summarize import AsyncExtractiveSummarizer
 from ..tokens import TokenCounter, counter_for_model
 from .history import MessageKey, message_key
 
-__all__ = ["Lease", "SessionPool", "session_options"]
+__all__ = ["Lease", "SessionMoved", "SessionPool", "session_options"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +82,52 @@ def session_options(settings: Settings, model: str | None) -> dict[str, Any]:
     return options
 
 
+class SessionMoved(Exception):
+    """An append that expected the transcript at this process's length found it moved (another writer
+    appended) or gone (deleted, expired): nothing was written, and the session must be read again."""
+
+
+class _CheckedStore:
+    """The store as one open session sees it: the service can make the session's next append a
+    compare-and-set on the transcript's length (`expected`).
+
+    Everything else goes to the store unchanged.
+    """
+
+    def __init__(self, store: AsyncSessionStore) -> None:
+        self._store = store
+        self.expected: int | None = None
+        """The transcript length the next append expects (None: any); an append uses it up."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def append_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        tenant: str | None = None,
+        expected_count: int | None = None,
+    ) -> int:
+        expected, self.expected = self.expected, None
+        if expected is None or expected_count is not None:
+            return await self._store.append_messages(session_id, messages, tenant=tenant, expected_count=expected_count)
+        try:
+            return await self._store.append_messages(session_id, messages, tenant=tenant, expected_count=expected)
+        except (VersionConflict, SessionNotFound) as exc:
+            # Kept from the session, which would take a missing session for a lost store and go on in
+            # memory: the service reads the session again instead.
+            raise SessionMoved(str(exc)) from exc
+
+
+@dataclass(eq=False)
+class _Entry:
+    session: AsyncSession
+    keys: list[MessageKey]
+    store: _CheckedStore
+
+
 @dataclass(eq=False)
 class Lease:
     """A request's hold on its session."""
@@ -88,9 +138,20 @@ class Lease:
     keys: list[MessageKey]
     """The key of every transcript message (see `contextkeeper.service.history`)."""
     lock: asyncio.Lock
+    store: _CheckedStore
+    checked: bool
+    """The session is known to hold everything the store has (it was read or its length checked in this lease)."""
     released: bool = False
     failed: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def expect(self, count: int | None) -> None:
+        """Make the session's next append write only if the stored transcript has ``count`` messages;
+        else it raises `SessionMoved` (None: no condition)."""
+        self.store.expected = count
+
+    def _take(self, entry: _Entry) -> None:
+        self.session, self.keys, self.store = entry.session, entry.keys, entry.store
 
     def sync_keys(self) -> None:
         """Key the transcript messages added since the last call."""
@@ -117,7 +178,7 @@ class SessionPool:
         self.on_event = on_event
         self.watch = watch
         self.limit = limit
-        self._open: OrderedDict[tuple[str, str], tuple[AsyncSession, list[MessageKey]]] = OrderedDict()
+        self._open: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     def __len__(self) -> int:
@@ -131,8 +192,13 @@ class SessionPool:
         model: str | None = None,
         tools: Sequence[Mapping[str, Any]] = (),
         create: bool = True,
+        check: bool = True,
     ) -> Lease:
         """Lease the session (created when ``create`` and missing); `release` it when done.
+
+        Without ``check``, a session this process holds is leased without asking the store whether
+        another writer appended to it: the caller makes its first append conditional (`Lease.expect`)
+        or calls `verify` before it relies on the transcript.
 
         Raises:
             SessionNotFound: the session is missing (and ``create`` is False) or another tenant's.
@@ -144,43 +210,73 @@ class SessionPool:
             lock = self._locks[key] = asyncio.Lock()
         await lock.acquire()
         try:
-            session, keys = await self._current(key, model=model, tools=tools, create=create)
+            entry, checked = await self._current(key, model=model, tools=tools, create=create, check=check)
         except BaseException:
             lock.release()
             raise
-        return Lease(tenant=tenant, session_id=session_id, session=session, keys=keys, lock=lock)
+        return Lease(
+            tenant=tenant,
+            session_id=session_id,
+            session=entry.session,
+            keys=entry.keys,
+            lock=lock,
+            store=entry.store,
+            checked=checked,
+        )
+
+    async def verify(self, lease: Lease, *, model: str | None = None, tools: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Make the leased session hold what the store holds: check its length, read it again if it moved."""
+        if not lease.checked:
+            lease._take((await self._current((lease.tenant, lease.session_id), model=model, tools=tools))[0])
+            lease.checked = True
+
+    async def reload(self, lease: Lease, *, model: str | None = None, tools: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Drop the leased session from memory and read it again from the store (created again if deleted)."""
+        self._closed((lease.tenant, lease.session_id))
+        lease._take((await self._current((lease.tenant, lease.session_id), model=model, tools=tools))[0])
+        lease.checked = True
 
     async def _current(
-        self, key: tuple[str, str], *, model: str | None, tools: Sequence[Mapping[str, Any]], create: bool
-    ) -> tuple[AsyncSession, list[MessageKey]]:
+        self,
+        key: tuple[str, str],
+        *,
+        model: str | None,
+        tools: Sequence[Mapping[str, Any]],
+        create: bool = True,
+        check: bool = True,
+    ) -> tuple[_Entry, bool]:
         tenant, session_id = key
         cached = self._open.get(key)
         if cached is not None:
+            if not check:
+                self._open.move_to_end(key)
+                return cached, False
             # one read tells whether another replica wrote to the session since this process did
             try:
                 stored = await self.store.count_messages(session_id, tenant=tenant)
             except SessionNotFound:
                 stored = -1  # deleted meanwhile: created again below, or 404 for a read
-            if len(cached[0].engine.transcript) == stored:
+            if len(cached.session.engine.transcript) == stored:
                 self._open.move_to_end(key)
-                return cached
+                return cached, True
         if create:
             info = await self.store.create_session(session_id, tenant=tenant, model=model)
         else:
             info = await self.store.get_session(session_id, tenant=tenant)
         # new here, or another replica (or a failed request) changed it: read it again from the store
         options = session_options(self.settings, model or info.model)
-        session = await AsyncSession.open(session_id, store=self.store, tenant=tenant, tools=tools, **options)
+        store = _CheckedStore(self.store)
+        session = await AsyncSession.open(session_id, store=store, tenant=tenant, tools=tools, **options)
         session.subscribe(lambda event: self.on_event(tenant, session_id, event))
         if cached is not None:
             self._closed(key)
         if self.watch is not None:
             self.watch(tenant, session_id, session)
-        entry: tuple[AsyncSession, list[MessageKey]] = (session, [])
+        entry = _Entry(session=session, keys=[], store=store)
         self._open[key] = entry
         self._open.move_to_end(key)
         self._evict()
-        return entry
+        return entry, True
 
     def _evict(self) -> None:
         while len(self._open) > self.limit:
@@ -211,4 +307,4 @@ class SessionPool:
     def loaded(self, tenant: str, session_id: str) -> AsyncSession | None:
         """The open session, if this process has it (no store access)."""
         entry = self._open.get((tenant, session_id))
-        return None if entry is None else entry[0]
+        return None if entry is None else entry.session
