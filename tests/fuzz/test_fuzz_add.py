@@ -275,7 +275,7 @@ def _responses_round(cid: str, args: str, name: str, output: str) -> list[Any]:
 def _anthropic_round(cid: str, args: str, name: str, output: str) -> list[Any]:
     try:
         tool_input = json.loads(args) if args else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than Python's parser goes
         tool_input = {"raw": args}
     return [
         {"role": "assistant", "content": [{"type": "tool_use", "id": cid, "name": name, "input": tool_input}]},
