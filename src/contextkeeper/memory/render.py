@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Sequence
 from typing import Literal
 
@@ -26,9 +27,18 @@ def _header(record: MemoryRecord) -> str:
     return f"[{_when(record)}]"
 
 
+def _who(record: MemoryRecord) -> str:
+    return record.speaker or record.role or ""
+
+
+# A text that itself opens like a label ("Ann: ...", "Ann Lee: ...") would read as another speaker's
+# line without its own.
+_LOOKS_LABELLED = re.compile(r"^\w[\w.'-]*(?: \w[\w.'-]*)?:\s")
+
+
 def _line(hit: Hit, style: Style) -> str:
     record = hit.memory
-    who = f"{record.speaker}: " if record.speaker else (f"{record.role}: " if record.role else "")
+    who = f"{_who(record)}: " if _who(record) else ""
     if style == "compact":
         return f"{who}{record.text}"
     ids = ",".join(record.message_ids[:3]) or record.memory_id
@@ -44,18 +54,26 @@ def render_hits(hits: Sequence[Hit], *, style: Style = "compact") -> str:
     """The hits as text, in the order they were said.
 
     ``compact`` groups consecutive memories said at one time under a ``[date]`` header and
-    writes ``speaker: text`` lines (many short turns in few tokens); ``labelled`` writes one line
-    per memory with its time, source message ids and score.
+    writes ``speaker: text`` lines, naming the speaker once for a run of their lines under one
+    header, as a script does (many short turns in few tokens); ``labelled`` writes one line per
+    memory with its time, source message ids and score.
     """
     lines: list[str] = []
     header: str | None = None
+    speaker = ""
     for hit in _order(hits):
-        if style == "compact":
-            current = _header(hit.memory)
-            if current != header:
-                lines.append(current)
-                header = current
-        lines.append(_line(hit, style))
+        if style == "labelled":
+            lines.append(_line(hit, style))
+            continue
+        current = _header(hit.memory)
+        if current != header:
+            lines.append(current)
+            header, speaker = current, ""
+        record = hit.memory
+        same = bool(speaker) and _who(record) == speaker and not _LOOKS_LABELLED.match(record.text)
+        # A name costs two or three tokens a line: a context of short turns fits a few more without it.
+        lines.append(record.text if same else _line(hit, style))
+        speaker = _who(record)
     return "\n".join(lines)
 
 
