@@ -19,19 +19,32 @@ def _texts(store_url: str, session_id: str) -> list[str]:
         return [m.text for m in store.load_messages(session_id, tenant="default")]
 
 
-@pytest.mark.parametrize("store", ["sqlite", "redis"])
-def test_a_cached_session_notices_messages_another_writer_appended(
-    store: str,
+class _Turned:
+    """A service on SQLite or Redis and the history its session "c" is sent; `post` sends it."""
+
+    def __init__(self, url: str, service: Running, upstream: ScriptedOpenAIServer) -> None:
+        self.url, self.service, self.upstream = url, service, upstream
+        self.history = [SYSTEM, user("one")]
+
+    def post(self) -> None:
+        r = self.service.client.post("/v1/chat/completions", json=chat(*self.history), headers={"X-Session-Id": "c"})
+        assert r.status_code == 200, r.text
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def turned(
     request: pytest.FixtureRequest,
     service_factory: Callable[[Settings], Running],
     upstream: ScriptedOpenAIServer,
-) -> None:
-    url = request.getfixturevalue("sqlite_url" if store == "sqlite" else "redis_store_url")
-    service = service_factory(make_settings(url, upstream.base_url))
+) -> _Turned:
+    url = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "redis_store_url")
+    return _Turned(url, service_factory(make_settings(url, upstream.base_url)), upstream)
+
+
+def test_a_cached_session_notices_messages_another_writer_appended(turned: _Turned) -> None:
+    url, upstream, history = turned.url, turned.upstream, turned.history
     upstream.push("first answer", "third answer")
-    history = [SYSTEM, user("one")]
-    r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "c"})
-    assert r.status_code == 200, r.text
+    turned.post()
     history.append(assistant("first answer"))
     # another replica serves a turn of the session meanwhile: it writes to the store, not to this process
     with open_store(url) as other:
@@ -39,8 +52,7 @@ def test_a_cached_session_notices_messages_another_writer_appended(
             "c", to_messages([user("two"), assistant("second answer")], format="openai"), tenant="default"
         )
     history += [user("two"), assistant("second answer"), user("three")]
-    r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "c"})
-    assert r.status_code == 200, r.text
+    turned.post()
     # the view sent upstream has the other writer's turn, and nothing is stored twice
     assert [m["content"] for m in upstream.requests[-1]["messages"][1:]] == [
         "one",
@@ -60,26 +72,16 @@ def test_a_cached_session_notices_messages_another_writer_appended(
     ]
 
 
-@pytest.mark.parametrize("store", ["sqlite", "redis"])
-def test_a_retry_with_nothing_new_still_sees_what_another_writer_appended(
-    store: str,
-    request: pytest.FixtureRequest,
-    service_factory: Callable[[Settings], Running],
-    upstream: ScriptedOpenAIServer,
-) -> None:
-    url = request.getfixturevalue("sqlite_url" if store == "sqlite" else "redis_store_url")
-    service = service_factory(make_settings(url, upstream.base_url))
+def test_a_retry_with_nothing_new_still_sees_what_another_writer_appended(turned: _Turned) -> None:
+    url, upstream = turned.url, turned.upstream
     upstream.push("first answer", "answer again")
-    history = [SYSTEM, user("one")]
-    r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "c"})
-    assert r.status_code == 200, r.text
+    turned.post()
     with open_store(url) as other:
         other.append_messages(
             "c", to_messages([user("two"), assistant("second answer")], format="openai"), tenant="default"
         )
     # the same request again (a client's retry): no message is new, so no append carries the check
-    r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "c"})
-    assert r.status_code == 200, r.text
+    turned.post()
     assert [m["content"] for m in upstream.requests[-1]["messages"][1:]] == [
         "one",
         "first answer",
@@ -96,23 +98,13 @@ def test_a_retry_with_nothing_new_still_sees_what_another_writer_appended(
     ]
 
 
-@pytest.mark.parametrize("store", ["sqlite", "redis"])
-def test_a_cached_session_another_writer_deleted_starts_again_from_the_clients_history(
-    store: str,
-    request: pytest.FixtureRequest,
-    service_factory: Callable[[Settings], Running],
-    upstream: ScriptedOpenAIServer,
-) -> None:
-    url = request.getfixturevalue("sqlite_url" if store == "sqlite" else "redis_store_url")
-    service = service_factory(make_settings(url, upstream.base_url))
+def test_a_cached_session_another_writer_deleted_starts_again_from_the_clients_history(turned: _Turned) -> None:
+    url, upstream, history = turned.url, turned.upstream, turned.history
     upstream.push("first answer", "second answer")
-    history = [SYSTEM, user("one")]
-    r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "c"})
-    assert r.status_code == 200, r.text
+    turned.post()
     with open_store(url) as other:
         other.delete_session("c", tenant="default")
     history += [assistant("first answer"), user("two")]
-    r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "c"})
-    assert r.status_code == 200, r.text
+    turned.post()
     assert [m["content"] for m in upstream.requests[-1]["messages"][1:]] == ["one", "first answer", "two"]
     assert _texts(url, "c") == ["You are a careful agent.", "one", "first answer", "two", "second answer"]
