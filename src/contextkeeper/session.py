@@ -85,9 +85,7 @@ class PreparedView:
     @property
     def status(self) -> ViewStatus:
         """Accounting of the view as it was served (see `ViewStatus`)."""
-        status = self._status
-        if isinstance(status, StatusReading):
-            status = self._status = status.status()
+        status = self._status = _resolved(self._status)
         return status
 
     def __repr__(self) -> str:

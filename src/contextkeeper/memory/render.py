@@ -38,7 +38,8 @@ _LOOKS_LABELLED = re.compile(r"^\w[\w.'-]*(?: \w[\w.'-]*)?:\s")
 
 def _line(hit: Hit, style: Style) -> str:
     record = hit.memory
-    who = f"{_who(record)}: " if _who(record) else ""
+    speaker = _who(record)
+    who = f"{speaker}: " if speaker else ""
     if style == "compact":
         return f"{who}{record.text}"
     ids = ",".join(record.message_ids[:3]) or record.memory_id
