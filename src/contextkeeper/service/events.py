@@ -4,7 +4,8 @@ Every event of a session gets the next number of that session; the newest ``hist
 kept, so a client reconnecting with ``Last-Event-ID`` gets what it missed. `LocalHub` does this in
 process memory (one process, or SQLite); `RedisHub` keeps the numbers and the history in Redis and
 fans events out with Redis pub/sub, so an SSE client of one replica sees the events of a session
-served by another.
+served by another. Each session has its own channel, which a replica subscribes to only while one
+of its clients watches that session: a replica does not read back every event of every replica.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections import OrderedDict, defaultdict, deque
+from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import suppress
 from typing import Any, Protocol
@@ -46,6 +47,9 @@ class EventHub(Protocol):
     def unlisten(self, tenant: str, session_id: str, queue: asyncio.Queue[Numbered]) -> None:
         """Stop delivering to ``queue``."""
 
+    async def ready(self, tenant: str, session_id: str) -> None:
+        """Return once the session's events published from now on reach its listeners (after `listen`)."""
+
     async def since(self, tenant: str, session_id: str, after: int) -> list[Numbered]:
         """Kept events numbered above ``after``, oldest first."""
         ...
@@ -66,7 +70,10 @@ class _Listeners:
 
     def listen(self, tenant: str, session_id: str) -> asyncio.Queue[Numbered]:
         queue: asyncio.Queue[Numbered] = asyncio.Queue(maxsize=10_000)
-        self._queues[(tenant, session_id)].add(queue)
+        queues = self._queues[(tenant, session_id)]
+        queues.add(queue)
+        if len(queues) == 1:
+            self._watched(tenant, session_id, True)
         return queue
 
     def unlisten(self, tenant: str, session_id: str, queue: asyncio.Queue[Numbered]) -> None:
@@ -75,6 +82,10 @@ class _Listeners:
             queues.discard(queue)
             if not queues:
                 del self._queues[(tenant, session_id)]
+                self._watched(tenant, session_id, False)
+
+    def _watched(self, tenant: str, session_id: str, watched: bool) -> None:
+        """The session got its first listener (``watched``) or lost its last one."""
 
     def deliver(self, tenant: str, session_id: str, item: Numbered) -> None:
         for queue in list(self._queues.get((tenant, session_id), ())):
@@ -101,6 +112,9 @@ class LocalHub(_Listeners):
             # a session idle this long restarts its numbers; its clients resume from the start
             self._kept.popitem(last=False)
         self.deliver(tenant, session_id, item)
+
+    async def ready(self, tenant: str, session_id: str) -> None:
+        return None  # delivery is in process: a listener gets every event published after `listen`
 
     async def since(self, tenant: str, session_id: str, after: int) -> list[Numbered]:
         number, kept = self._kept.get((tenant, session_id), (0, deque()))
@@ -142,7 +156,13 @@ _PUBLISH_BATCH = 100
 
 
 class RedisHub(_Listeners):
-    """Events shared by every replica over one Redis: numbers and history in keys, delivery by pub/sub."""
+    """Events shared by every replica over one Redis: numbers and history in keys, delivery by pub/sub.
+
+    An event is published on its session's channel. One pub/sub connection per replica subscribes
+    to the channels of the sessions its clients watch (and to the hub's own channel, which keeps
+    the connection subscribed while none is watched); subscriptions follow `listen` and `unlisten`
+    in order, through one task.
+    """
 
     def __init__(self, url: str, *, prefix: str = "contextkeeper", history: int = 1000, ttl: int = 7 * 86400) -> None:
         super().__init__()
@@ -157,13 +177,46 @@ class RedisHub(_Listeners):
         self._tasks: list[asyncio.Task[None]] = []
         self._sha = hashlib.sha1(_PUBLISH.encode()).hexdigest()
         self._subscribed = asyncio.Event()
+        self._changes: asyncio.Queue[str] = asyncio.Queue()
+        """Channels whose subscription may have to change (watched or not any more)."""
+        self._wanted: set[str] = set()
+        """Channels of the sessions this replica's clients watch."""
+        self._due: Counter[str] = Counter()
+        """Subscribe commands sent on the current connection and not yet confirmed, by channel."""
+        self._live: dict[str, asyncio.Event] = {}
+        """Per watched channel: set once its last subscribe command is confirmed."""
+        self._pubsub: Any = None
+
+    def _base(self, tenant: str, session_id: str) -> str:
+        return f"{self.prefix}:ev:{len(tenant)}:{tenant}:{session_id}"
 
     def _keys(self, tenant: str, session_id: str) -> list[str]:
-        base = f"{self.prefix}:ev:{len(tenant)}:{tenant}:{session_id}"
+        base = self._base(tenant, session_id)
         return [f"{base}:n", f"{base}:log"]
+
+    def _session_channel(self, tenant: str, session_id: str) -> str:
+        return f"{self._base(tenant, session_id)}:live"
 
     def publish(self, tenant: str, session_id: str, record: dict[str, Any]) -> None:
         self._outbox.put_nowait((tenant, session_id, record))
+
+    def _watched(self, tenant: str, session_id: str, watched: bool) -> None:
+        channel = self._session_channel(tenant, session_id)
+        if watched:
+            self._wanted.add(channel)
+            live = self._live.get(channel)
+            if live is None or live.is_set():
+                self._live[channel] = asyncio.Event()
+        else:
+            self._wanted.discard(channel)
+            self._live.pop(channel, None)
+        self._changes.put_nowait(channel)
+
+    async def ready(self, tenant: str, session_id: str) -> None:
+        live = self._live.get(self._session_channel(tenant, session_id))
+        if live is not None:
+            with suppress(TimeoutError):  # Redis unreachable: live events resume when it is back
+                await asyncio.wait_for(live.wait(), timeout=5.0)
 
     async def _publisher(self) -> None:
         from redis.exceptions import NoScriptError
@@ -176,7 +229,7 @@ class RedisHub(_Listeners):
             calls = [
                 (
                     *self._keys(tenant, session_id),
-                    self.channel,
+                    self._session_channel(tenant, session_id),
                     json.dumps([tenant, session_id, record], separators=(",", ":"), default=str),
                     self.history,
                     self.ttl,
@@ -198,19 +251,47 @@ class RedisHub(_Listeners):
                 pipe.evalsha(self._sha, 2, *call)
             await pipe.execute()
 
+    async def _subscriptions(self) -> None:
+        """Subscribe to a channel when it becomes watched, unsubscribe when it is not any more."""
+        subscribed: set[bytes] = set()
+        connection: Any = None
+        while True:
+            channel = await self._changes.get()
+            await self._subscribed.wait()
+            pubsub = self._pubsub
+            if pubsub is not connection:  # a new connection subscribed to what was wanted then
+                connection, subscribed = pubsub, set(pubsub.channels)
+            want, have = channel in self._wanted, channel.encode() in subscribed
+            try:
+                if want and not have:
+                    self._due[channel] += 1
+                    await pubsub.subscribe(channel)
+                    subscribed.add(channel.encode())
+                elif have and not want:
+                    await pubsub.unsubscribe(channel)
+                    subscribed.discard(channel.encode())
+            except Exception:  # the connection broke: the subscriber subscribes again to what is wanted
+                logger.warning("Redis event subscription of %s failed", channel)
+
     async def _subscriber(self) -> None:
         while True:
             pubsub = self._redis.pubsub()
             try:
-                await pubsub.subscribe(self.channel)
+                self._subscribed.clear()
+                wanted = sorted(self._wanted)
+                self._due = Counter(wanted)
+                await pubsub.subscribe(self.channel, *wanted)
+                self._pubsub = pubsub
                 self._subscribed.set()
                 async for message in pubsub.listen():
-                    if message.get("type") != "message" or not self._queues:
-                        continue  # not an event, or no client of this replica listens to any session
-                    item = _parse(message["data"])
-                    if item is not None:
-                        tenant, session_id, numbered = item
-                        self.deliver(tenant, session_id, numbered)
+                    kind = message.get("type")
+                    if kind == "subscribe":
+                        self._confirmed(_text(message["channel"]))
+                    elif kind == "message":
+                        item = _parse(message["data"])
+                        if item is not None:
+                            tenant, session_id, numbered = item
+                            self.deliver(tenant, session_id, numbered)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -219,6 +300,16 @@ class RedisHub(_Listeners):
             finally:
                 with suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    def _confirmed(self, channel: str) -> None:
+        """Redis confirmed a subscribe command: the channel is live once its last one is."""
+        due = self._due.pop(channel, 0) - 1
+        if due > 0:
+            self._due[channel] = due
+        else:
+            live = self._live.get(channel)
+            if live is not None and channel in self._wanted:
+                live.set()
 
     async def since(self, tenant: str, session_id: str, after: int) -> list[Numbered]:
         raw = await self._redis.lrange(self._keys(tenant, session_id)[1], 0, -1)
@@ -235,7 +326,11 @@ class RedisHub(_Listeners):
     async def start(self) -> None:
         with suppress(Exception):  # an unreachable Redis is reported by /readyz; the publisher loads it later
             await self._redis.script_load(_PUBLISH)
-        self._tasks = [asyncio.create_task(self._publisher()), asyncio.create_task(self._subscriber())]
+        self._tasks = [
+            asyncio.create_task(self._publisher()),
+            asyncio.create_task(self._subscriber()),
+            asyncio.create_task(self._subscriptions()),
+        ]
         with suppress(TimeoutError):
             await asyncio.wait_for(self._subscribed.wait(), timeout=5.0)
 
@@ -256,6 +351,10 @@ class RedisHub(_Listeners):
 
     async def ping(self) -> None:
         await self._redis.ping()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _parse(data: bytes | str) -> tuple[str, str, Numbered] | None:
@@ -294,6 +393,7 @@ async def sse_stream(
     queue = hub.listen(tenant, session_id)  # before reading the history: nothing falls in between
     try:
         yield b"retry: 2000\n\n"
+        await hub.ready(tenant, session_id)  # live delivery runs before the history is read: no gap between
         sent = last_event_id
         for number, record in await hub.since(tenant, session_id, last_event_id):
             yield encode_event(number, record)
