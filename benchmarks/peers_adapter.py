@@ -75,7 +75,9 @@ class ContextKeeperPeer:
             # the view only appended this round: extend the mapped list instead of re-mapping it
             self._out.extend(view[len(self._out) :])
             return list(self._out)
-        synth = self._synth
+        # what compaction wrote and the view still shows keeps its dict (the same object each
+        # turn); what left the view is dropped, so the adapter holds no more than the view does
+        synth, kept = self._synth, {}
         out: list[Any] = []
         for m in view:
             if m.snapshot_id is None and not m.source_ids:
@@ -83,7 +85,8 @@ class ContextKeeperPeer:
                 continue
             d = synth.get(m.message_id)
             if d is None:
-                d = synth[m.message_id] = _to_canonical(m)
+                d = _to_canonical(m)
+            kept[m.message_id] = d
             out.append(d)
-        self._out, self._generation = out, generation
+        self._synth, self._out, self._generation = kept, out, generation
         return list(out)

@@ -103,6 +103,10 @@ class ToolCall:
 Part = Annotated[TextPart | ImagePart | ThinkingPart | ToolCall, Field(discriminator="kind")]
 
 
+MEMO_KEYS = ("_tool_calls", "_content_hash", "_ck_count")
+"""Attributes a `Message` computes once and keeps (see `Message.__post_init__`)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Message:
     """One message of a conversation, in any role."""
@@ -129,6 +133,14 @@ class Message:
     """For messages compaction wrote (summary, preview): the transcript ids they stand for."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Provider-specific fields kept for lossless conversion back; JSON-serializable."""
+
+    def __post_init__(self) -> None:
+        # The values computed on first use (tool calls, content hash, a token count) get their
+        # keys now, in one order for every message: an instance dict that gains keys in another
+        # order than its class's other instances stops sharing their key table and takes about
+        # 400 bytes more, which a long session pays for every message it keeps.
+        for key in MEMO_KEYS:
+            object.__setattr__(self, key, None)
 
     # --- constructors ---------------------------------------------------------------------
     @classmethod

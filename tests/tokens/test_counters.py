@@ -106,6 +106,37 @@ def test_encoding_in_cache_dir_under_tiktoken_name_is_used(tmp_path):
     assert load_encoding("cl100k_base", cache_dir=tmp_path).name == "cl100k_base"
 
 
+def test_an_encoding_tiktoken_already_built_is_shared_not_built_twice(tmp_path, monkeypatch):
+    from tiktoken import registry
+
+    import contextkeeper.tokens.tiktoken as ck_tiktoken
+
+    # tiktoken builds cl100k_base from its cache (the bundled file under tiktoken's cache name)
+    shutil.copyfile(bundled_cl100k_file(), tmp_path / hashlib.sha1(CL100K_URL.encode()).hexdigest())
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(registry, "ENCODINGS", {})
+    monkeypatch.setattr(ck_tiktoken, "_loaded", {})
+    theirs = tiktoken.get_encoding("cl100k_base")
+    ours = load_encoding("cl100k_base", cache_dir=tmp_path / "empty")
+    assert ours is theirs
+    text = "shared tables"
+    assert get_counter("tiktoken:cl100k_base").count_text(text) == len(theirs.encode_ordinary(text))
+
+
+def test_an_encoding_registered_under_the_name_with_another_definition_is_not_shared(monkeypatch):
+    from tiktoken import registry
+
+    import contextkeeper.tokens.tiktoken as ck_tiktoken
+
+    ranks = {bytes([b]): b for b in range(256)}
+    other = tiktoken.Encoding(name="cl100k_base", pat_str=r"\S+|\s+", mergeable_ranks=ranks, special_tokens={})
+    monkeypatch.setattr(registry, "ENCODINGS", {"cl100k_base": other})
+    monkeypatch.setattr(ck_tiktoken, "_loaded", {})
+    enc = load_encoding("cl100k_base")
+    assert enc is not other
+    assert len(enc.encode_ordinary("hello world")) == 2  # the real cl100k_base, not one byte a token
+
+
 def test_tiktoken_file_spec_recognises_a_known_encoding_by_checksum(cl100k, tmp_path):
     copy = tmp_path / "whatever.bpe"
     shutil.copyfile(bundled_cl100k_file(), copy)
