@@ -6,6 +6,7 @@ from typing import Any
 
 from hypothesis import given, strategies as st
 
+from contextkeeper.adapters import from_messages, to_messages
 from contextkeeper.service.history import message_key, new_from
 
 texts = st.sampled_from(["ok", "continue", "run the tests", "done", "I read the file", ""])
@@ -64,3 +65,19 @@ def test_a_client_that_rewrote_its_history_adds_only_its_unknown_tail() -> None:
     client = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "edited reply"},
               {"role": "user", "content": "two"}]  # fmt: skip
     assert new_from(client, _keys(stored)) == 1
+
+
+extras = st.fixed_dictionaries({}, optional={"refusal": st.none(), "annotations": st.just([]), "name": st.just("bob")})
+parts = st.builds(
+    lambda a, b: {"role": "user", "content": [{"type": "text", "text": a}, {"type": "text", "text": b}]}, texts, texts
+)
+results = st.builds(lambda n, t: {"role": "tool", "tool_call_id": f"call_{n}", "content": t}, st.integers(0, 5), texts)
+instructions = st.builds(lambda r, t: {"role": r, "content": t}, st.sampled_from(["system", "developer"]), texts)
+sources = st.builds(lambda m, e: {**m, **e}, st.one_of(users, replies, calls, parts, results, instructions), extras)
+
+
+@given(sources)
+def test_a_message_read_and_rendered_back_keeps_the_key_of_its_source(source: dict[str, Any]) -> None:
+    # what lets the service key the messages it adds from the client's dicts without rendering them
+    (rendered,) = from_messages(to_messages([source], format="openai"), format="openai")
+    assert message_key(rendered) == message_key(source)

@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from contextkeeper.adapters import to_messages
+from contextkeeper.adapters import from_messages, to_messages
+from contextkeeper.service.history import message_key
 from contextkeeper.settings import Settings
 from contextkeeper.stores import open_store
 from contextkeeper.testing import ScriptedOpenAIServer
@@ -108,3 +109,16 @@ def test_a_cached_session_another_writer_deleted_starts_again_from_the_clients_h
     turned.post()
     assert [m["content"] for m in upstream.requests[-1]["messages"][1:]] == ["one", "first answer", "two"]
     assert _texts(url, "c") == ["You are a careful agent.", "one", "first answer", "two", "second answer"]
+
+
+def test_the_keys_of_a_cached_session_are_those_of_its_transcript_rendered_back(turned: _Turned) -> None:
+    # keyed from the client's dicts and the upstream's reply as they are added, not by rendering
+    history, upstream = turned.history, turned.upstream
+    upstream.push("first answer", "second answer")
+    turned.post()
+    history += [assistant("first answer"), user("two"), {"role": "user", "content": [{"type": "text", "text": "x"}]}]
+    turned.post()
+    entry = turned.service.app.state.service.pool._open[("default", "c")]
+    rendered = from_messages(entry.session.engine.transcript, format="openai")
+    assert entry.keys == [message_key(m) for m in rendered]
+    assert len(entry.keys) == 6

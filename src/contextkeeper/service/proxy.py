@@ -133,7 +133,9 @@ class _Turn:
                         parsed = to_messages(fresh, format="openai")
                     except MessageError as exc:
                         raise _invalid(start, exc) from None
+                    before = len(lease.session.engine.transcript)
                     self.added = await self._add(parsed, start)
+                    lease.keyed(fresh, before=before)
                 prepared = await lease.session.prepare(format="openai")
             except SessionMoved:
                 if attempt == _MOVED_ATTEMPTS - 1:
@@ -197,7 +199,11 @@ class _Turn:
             return
         session = lease.session
         session.on_turn_end(usage)
-        session.add(to_messages([dict(message)], format="openai"))
+        reply = [dict(message)]
+        lease.sync_keys()
+        before = len(session.engine.transcript)
+        session.add(to_messages(reply, format="openai"))
+        lease.keyed(reply, before=before)
         await session.flush()
         lease.sync_keys()
 

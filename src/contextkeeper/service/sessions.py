@@ -160,6 +160,16 @@ class Lease:
             fresh = from_messages(transcript[len(self.keys) :], format="openai")
             self.keys.extend(message_key(m) for m in fresh)
 
+    def keyed(self, sources: Sequence[Mapping[str, Any]], *, before: int) -> None:
+        """Key the messages just added from the OpenAI dicts ``sources`` when the transcript grew from
+        ``before`` by exactly them (else `sync_keys` keys them later).
+
+        The adapter renders a message back to the dict it was read from, so the key of the source is
+        the key of its rendering, without rendering it.
+        """
+        if len(self.keys) == before and len(self.session.engine.transcript) == before + len(sources):
+            self.keys.extend(message_key(m) for m in sources)
+
 
 class SessionPool:
     """Open sessions of this process, least recently used dropped past ``limit``."""
