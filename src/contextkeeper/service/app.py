@@ -71,9 +71,7 @@ class _Observe:
         finally:
             svc: ServiceState | None = getattr(scope["app"].state, "service", None)
             if svc is not None:
-                route = _route_name(scope["path"])
-                svc.metrics.requests.labels(route, str(status)).inc()
-                svc.metrics.latency.labels(route).observe(time.perf_counter() - started)
+                svc.metrics.answered(_route_name(scope["path"]), status, time.perf_counter() - started)
 
 
 class _ProxyRoute:

@@ -11,6 +11,7 @@ registry, so two apps in one process (tests, benchmarks) never share counters.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -82,6 +83,22 @@ class ServiceMetrics:
         )
         self.max_sessions = max_sessions
         self._gauged: OrderedDict[str, None] = OrderedDict()
+        # Children of fixed labels, looked up once: `labels()` validates and locks on every call.
+        self.tokens_in = self.tokens.labels("input")
+        self.tokens_out = self.tokens.labels("output")
+        self._answered: dict[tuple[str, int], tuple[Any, Any]] = {}
+        """(route, status) -> its request counter and its route's latency histogram (a few routes and statuses)."""
+
+    def answered(self, route: str, status: int, seconds: float) -> None:
+        """Count one answered request and observe its duration."""
+        children = self._answered.get((route, status))
+        if children is None:
+            children = self._answered[(route, status)] = (
+                self.requests.labels(route, str(status)),
+                self.latency.labels(route),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     def observe_event(self, tenant: str, session_id: str, event: Event) -> None:
         """Count one session event."""

@@ -192,8 +192,8 @@ class _Turn:
         """Append the upstream's reply and its usage; write what is new to the store."""
         metrics = self.svc.metrics
         if usage.reported:
-            metrics.tokens.labels("input").inc(usage.input_tokens)
-            metrics.tokens.labels("output").inc(usage.output_tokens)
+            metrics.tokens_in.inc(usage.input_tokens)
+            metrics.tokens_out.inc(usage.output_tokens)
         lease = self.lease
         if lease is None:
             return
