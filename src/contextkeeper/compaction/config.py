@@ -258,8 +258,11 @@ class CompactionConfig:
     """Identifiers kept verbatim in a cleared output's stand-in."""
     scan_chars: int = 600
     """Characters of an output scanned for identifiers and key lines when it is cleared (cost bound)."""
-    compaction_budget_ms: float = 8.0
-    """Time a compaction turn may take (estimated from the last ones); beyond it the turns before it prepare ahead."""
+    compaction_budget_ms: float = 4.0
+    """Time a compaction turn may take (estimated from the last ones); beyond it the turns before it prepare ahead.
+
+    Well under the 10 ms that makes a turn stand out against a model call: the estimate is a
+    moving average, and a machine that runs slower for a while must not push compactions past it."""
     prepare_slice_ms: float = 5.0
     """Most time a turn spends preparing ahead: whole slices, on as few turns before a compaction as it takes."""
     min_clear_tokens: int = 120

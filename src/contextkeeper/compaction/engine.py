@@ -245,13 +245,14 @@ class ContextEngine:
         book = self.book
         if book.dirty:
             return None
-        effective = self.budget.effective
+        budget = self.budget
+        effective = budget.effective
         high = self.config.high_water * effective
         if book.view_tokens > max(high, self.counters.gate_floor * effective):
             return None
         self.counters.turn += 1
         self.ahead.track(book, self.config, high)
-        return self._turn_result(None)
+        return self._turn_result(None, budget)
 
     def reactive_flow(self) -> Generator[SummaryRequest, SummaryReply, tuple[list[Message], StatusReading]]:
         """Emergency compaction after a provider context-length error (see `reactive`)."""
@@ -267,9 +268,9 @@ class ContextEngine:
             keep_rounds=max(1, config.keep_recent_rounds - steps),
         )
 
-    def _turn_result(self, layer: str | None) -> tuple[list[Message], StatusReading]:
+    def _turn_result(self, layer: str | None, budget: Budget | None = None) -> tuple[list[Message], StatusReading]:
         self.ahead.turn_done(self.book)
-        reading = self.read_status(layer)
+        reading = self.read_status(layer, budget)
         if self.events.status_listening:
             errors = self.events.subscriber_errors
             self.events.emit(self._status_event(reading.status()))
@@ -281,11 +282,14 @@ class ContextEngine:
         """Accounting of the current view (constant time: totals are kept as messages arrive)."""
         return self.read_status(layer).status()
 
-    def read_status(self, layer: str | None = None) -> StatusReading:
-        """What `status` is computed from, read now (a few attribute loads; see `StatusReading`)."""
+    def read_status(self, layer: str | None = None, budget: Budget | None = None) -> StatusReading:
+        """What `status` is computed from, read now (a few attribute loads; see `StatusReading`).
+
+        ``budget``: the budget this turn already read (`budget` asks the session each time).
+        """
         book, counters, config = self.book, self.counters, self.config
         return StatusReading(
-            budget=self.budget,
+            budget=budget or self.budget,
             # the running totals, not the cached list: right even before the first prepare
             used=book.rendered_total(),
             layer=layer,
@@ -293,7 +297,7 @@ class ContextEngine:
             context=book.context_tokens,
             tool_results=book.tool_total,
             turn=counters.turn,
-            compactions=dict(counters.compactions),
+            compactions=counters.compactions,  # replaced, never changed in place: this turn's stays
             transcript_messages=len(book.transcript),
             view_messages=len(book.view),
             breaker=self.breaker.state,
@@ -464,7 +468,9 @@ class ContextEngine:
         )
 
     def _count(self, layer: str) -> None:
-        self.counters.compactions[layer] = self.counters.compactions.get(layer, 0) + 1
+        # a new mapping, not an update in place: readings of earlier turns hold the old one
+        compactions = self.counters.compactions
+        self.counters.compactions = {**compactions, layer: compactions.get(layer, 0) + 1}
 
     def _budget_error(self, effective: int, *, system: int | None = None, what: str = "") -> BudgetExceeded:
         """The protected part of the view does not fit ``effective``.

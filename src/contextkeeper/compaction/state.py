@@ -46,7 +46,8 @@ class Counters:
 
     turn: int = 0
     compactions: dict[str, int] = field(default_factory=dict)
-    """Layer runs so far in this session, by layer."""
+    """Layer runs so far in this session, by layer; replaced on every run, never changed in place
+    (a `StatusReading` holds the mapping of its turn)."""
     deepen: float = 0.0
     """How much lower than ``low_water`` compactions cut after thrashing."""
     breaker_failures: int = 0

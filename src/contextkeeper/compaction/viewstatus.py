@@ -159,7 +159,7 @@ class StatusReading:
                     "tool_results": self.tool_results,
                 },
                 turn=self.turn,
-                compactions=self.compactions,
+                compactions=dict(self.compactions),  # the caller's copy: the engine's own stays unchanged
                 transcript_messages=self.transcript_messages,
                 view_messages=self.view_messages,
                 breaker=self.breaker,
