@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from _token_samples import ZH, samples
+from hypothesis import given, strategies as st
 
 from contextkeeper.exceptions import ConfigError, MessageError
 from contextkeeper.tokens import HeuristicCounter, TokenCounter, counter_for_model, get_counter
@@ -225,6 +226,31 @@ def test_count_text_of_non_string_raises_message_error(spec, value):
 def test_hf_count_text_of_non_string_raises_message_error(tokenizer_json):
     with pytest.raises(MessageError):
         get_counter(f"hf:{tokenizer_json}").count_text(123)  # type: ignore[arg-type]
+
+
+@given(st.lists(st.text() | st.sampled_from(["<|endoftext|>", "<|fim_prefix|>", " ", "\n", "中文"])).map("".join))
+def test_cl100k_counts_what_encode_ordinary_lists(text):
+    # counted from tiktoken's buffer of ids, never from the list: the two must agree on any text
+    counter = get_counter("tiktoken:cl100k_base")
+    assert counter.count_text(text) == len(counter.encoding.encode_ordinary(text))  # type: ignore[attr-defined]
+
+
+def test_cl100k_counts_every_sample_and_special_token_text_as_encode_ordinary(cl100k):
+    enc = cl100k.encoding  # type: ignore[attr-defined]
+    texts = [t for kind in samples().values() for t in kind]
+    texts += ["<|endoftext|><|fim_prefix|><|fim_middle|><|fim_suffix|><|endofprompt|>", "x\udcff y", "\ud800"]
+    for text in texts:
+        assert cl100k.count_text(text) == len(enc.encode_ordinary(text)), text[:40]
+
+
+def test_an_encoding_without_tiktokens_buffer_is_counted_from_its_list():
+    class Listing:
+        name = "listing"
+
+        def encode_ordinary(self, text: str) -> list[int]:
+            return [ord(c) for c in text]
+
+    assert TiktokenCounter(Listing()).count_text("four") == 4
 
 
 def test_counters_never_fail_on_lone_surrogates(cl100k):
