@@ -246,6 +246,9 @@ class RedisHub(_Listeners):
                 logger.warning("could not publish %d events to Redis", len(batch))
 
     async def _send(self, calls: list[tuple[Any, ...]]) -> None:
+        if len(calls) == 1:  # a request's one status event: a pipeline would only add its own bookkeeping
+            await self._redis.evalsha(self._sha, 2, *calls[0])
+            return
         async with self._redis.pipeline(transaction=False) as pipe:
             for call in calls:
                 pipe.evalsha(self._sha, 2, *call)
