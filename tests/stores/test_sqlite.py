@@ -255,3 +255,16 @@ async def test_async_calls_from_many_tasks_interleave_safely(tmp_path: Path, inl
             for worker in range(4):
                 tasks.start_soon(work, worker)
         assert await store.count_messages("s") == 80
+
+
+@pytest.mark.anyio
+async def test_inline_writes_leave_the_lock_wait_off_and_every_other_call_waits_again(tmp_path: Path) -> None:
+    # the pragma is sent only when the wait changes: not around every inline write
+    async with AsyncSqliteStore.connect(tmp_path / "ck.db", busy_timeout=2.5) as store:
+        await store.create_session("s")
+        conn = store._sync._conn
+        for number in range(3):
+            await store.append_messages("s", [Message.user("x", message_id=f"m{number}")])
+            assert conn.execute("PRAGMA busy_timeout").fetchone() == (0,)
+        assert await store.count_messages("s") == 3  # a read runs as `_run` does: waiting again
+        assert conn.execute("PRAGMA busy_timeout").fetchone() == (2500,)
