@@ -60,8 +60,9 @@ class Running:
         self.thread.join(timeout=15)
 
 
-def start_service(settings: Settings) -> Running:
-    app = create_app(settings)
+def start_service(settings: Settings, **app_options: Any) -> Running:
+    """The service of ``settings`` on a free port (``app_options`` go to `create_app`, e.g. ``store=``)."""
+    app = create_app(settings, **app_options)
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", access_log=False)
     server = uvicorn.Server(config)
