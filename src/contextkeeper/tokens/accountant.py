@@ -292,7 +292,10 @@ class TokenAccountant:
         Raises:
             MessageError: a part whose text is not a string, or an unknown part type.
         """
-        memo = getattr(message, "__dict__", _NO_DICT).get("_ck_count")
+        if message.__class__ is Message:  # the common object: its memo key is always there
+            memo = message.__dict__.get("_ck_count")
+        else:
+            memo = getattr(message, "__dict__", _NO_DICT).get("_ck_count")
         if memo is not None and memo[0] == self._memo_key:
             return int(memo[1])
         if not shared and isinstance(message, Message):
@@ -323,7 +326,13 @@ class TokenAccountant:
         framing = self.framing
         count = self._count
         n = framing.per_message
-        for j, part in enumerate(message.parts):
+        parts = message.parts
+        # most messages: one text part, and a name only where it is not counted (a tool result's)
+        if len(parts) == 1 and parts[0].__class__ is TextPart and (not message.name or message.role == "tool"):
+            text = parts[0].text
+            if text.__class__ is str:
+                return n + count(text)
+        for j, part in enumerate(parts):
             if isinstance(part, TextPart):
                 text = part.text
                 if text.__class__ is not str:
