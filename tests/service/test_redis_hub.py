@@ -98,3 +98,21 @@ def test_watching_again_right_after_leaving_is_ready_only_once_subscribed_again(
             await hub.stop()
 
     asyncio.run(scenario())
+
+
+def test_watching_again_right_after_the_last_client_left_is_ready_at_once(redis_store_url: str) -> None:
+    async def scenario() -> None:
+        hub = open_hub(redis_store_url, history=10)
+        await hub.start()
+        try:
+            first = hub.listen("t", "s")
+            await hub.ready("t", "s")
+            hub.unlisten("t", "s", first)
+            queue = hub.listen("t", "s")  # before the unsubscribe went out: the subscription stays
+            await asyncio.wait_for(hub.ready("t", "s"), timeout=1)
+            hub.publish("t", "s", {"kind": "test", "i": 3})
+            assert await _collect(queue, 1) == [3]
+        finally:
+            await hub.stop()
+
+    asyncio.run(scenario())

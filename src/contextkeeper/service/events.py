@@ -265,6 +265,11 @@ class RedisHub(_Listeners):
             if pubsub is not connection:  # a new connection subscribed to what was wanted then
                 connection, subscribed = pubsub, set(pubsub.channels)
             want, have = channel in self._wanted, channel.encode() in subscribed
+            if want and have and not self._due.get(channel):
+                # watched again before its unsubscribe went out: still subscribed, and confirmed
+                live = self._live.get(channel)
+                if live is not None:
+                    live.set()
             try:
                 if want and not have:
                     self._due[channel] += 1
