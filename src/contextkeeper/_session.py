@@ -648,7 +648,7 @@ class _BaseSession:
         if _positive_int(reported):
             # the provider counts the tool schemas too: compare like with like (the counter's tokens)
             recalled = self.memory.tokens if self.memory is not None else 0
-            estimated = self.engine.status().used_raw + recalled + self.budget.tool_schemas
+            estimated = self.engine.used() + recalled + self.budget.tool_schemas
             self.accountant.calibration.record(estimated, reported)
         if step:
             self.engine.ledger.note(step, status=status)
@@ -669,7 +669,7 @@ class _BaseSession:
             The reply as appended (``invalid_tool_calls`` lists the calls answered that way).
         """
         kept, messages = repair_reply(response)
-        self._largest_answered = max(self._largest_answered, self.engine.status().used_raw)
+        self._largest_answered = max(self._largest_answered, self.engine.used())
         self.on_turn_end(kept.usage)
         self.add(messages)
         if kept.invalid_tool_calls:
@@ -686,12 +686,12 @@ class _BaseSession:
     def _record_pressure(self) -> None:
         try:
             self.monitor.budget = self.budget  # counts and limits in the counter's tokens, like the engine's
-            report = self.monitor.record_turn(self.engine.status().used_raw)
+            report = self.monitor.record_turn(self.engine.used())
         except Exception:  # a monitoring bug must never stop the agent
             self.engine.hook_errors += 1
             logger.exception("pressure monitor failed for session %s", self.session_id)
             return
-        if getattr(report, "spike", False):
+        if report.spike:
             self.events.emit(Alert(session_id=self.session_id, alert="spike", detail=f"turn cost spike: {report}"))
 
     def _recalled(self, result: Served) -> Served:

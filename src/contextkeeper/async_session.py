@@ -304,7 +304,7 @@ class AsyncSession(_BaseSession):
         view = (await self.prepare(format="internal")).view
         limit = self._reply_limit(max_tokens)
         for attempt in range(self.config.reactive_retries + 1):
-            sent = self.engine.status().used_raw
+            sent = self.engine.used()
             try:
                 response = await model.request(
                     view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
@@ -333,7 +333,7 @@ class AsyncSession(_BaseSession):
         view = (await self.prepare(format="internal")).view
         limit = self._reply_limit(max_tokens)
         for attempt in range(self.config.reactive_retries + 1):
-            sent = self.engine.status().used_raw
+            sent = self.engine.used()
             started = False
             overflow: ContextOverflowError
             try:
@@ -390,7 +390,7 @@ class AsyncSession(_BaseSession):
         """Prepare, await ``call(view)``; on ContextOverflowError compact (reactive layer) and retry as configured."""
         view = await self.prepare(format=format)
         for attempt in range(self.config.reactive_retries + 1):
-            sent = self.engine.status().used_raw
+            sent = self.engine.used()
             try:
                 return await call(view.messages)
             except ContextOverflowError as exc:

@@ -280,7 +280,7 @@ class Session(_BaseSession):
         view = self.prepare(format="internal").view
         limit = self._reply_limit(max_tokens)
         for attempt in range(self.config.reactive_retries + 1):
-            sent = self.engine.status().used_raw
+            sent = self.engine.used()
             try:
                 response = model.request(view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature)
                 break
@@ -315,7 +315,7 @@ class Session(_BaseSession):
         view = self.prepare(format="internal").view
         limit = self._reply_limit(max_tokens)
         for attempt in range(self.config.reactive_retries + 1):
-            sent = self.engine.status().used_raw
+            sent = self.engine.used()
             started = False
             overflow: ContextOverflowError
             try:
@@ -375,7 +375,7 @@ class Session(_BaseSession):
         """
         view = self.prepare(format=format)
         for attempt in range(self.config.reactive_retries + 1):
-            sent = self.engine.status().used_raw
+            sent = self.engine.used()
             try:
                 return call(view.messages)
             except ContextOverflowError as exc:

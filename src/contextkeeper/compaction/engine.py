@@ -278,6 +278,10 @@ class ContextEngine:
                 reading.report_subscriber_errors(self.events.subscriber_errors)
         return list(self.book.view), reading
 
+    def used(self) -> int:
+        """Tokens of the view now, as the counter counts them (`ViewStatus.used_raw`), without a status."""
+        return self.book.rendered_total()
+
     def status(self, layer: str | None = None) -> ViewStatus:
         """Accounting of the current view (constant time: totals are kept as messages arrive)."""
         return self.read_status(layer).status()

@@ -212,11 +212,11 @@ class HealthMonitor:
         reuse: float | None = None
         fidelity: float | None = None
         if session is not None:
-            status = session.engine.status()
-            used = status.used_raw
-            budget = round(used / status.ratio) if status.ratio else budget
-            tool_share = status.breakdown.get("tool_results", 0) / used if used else 0.0
-            self._breaker = status.breaker
+            reading = session.engine.read_status()  # the figures, without building a whole status
+            used, effective = reading.used, reading.budget.effective
+            budget = effective if used and effective else budget
+            tool_share = reading.tool_results / used if used else 0.0
+            self._breaker = reading.breaker
             # every failed summary, not only those that opened the breaker
             self._summarizer_failures = max(self._summarizer_failures, session.engine.breaker.total_failures)
             reuse, fidelity = self._view_checks(session, used, compacted=self._turn_before is not None)
