@@ -145,3 +145,23 @@ def test_ids_and_names_are_checked_like_text(changes: dict[str, Any], field: str
     with pytest.raises(MessageError) as info:
         check_message(Message(role="user", parts=(TextPart(text="hi"),), **changes), index=0)
     assert info.value.field == field
+
+
+def test_messages_keep_their_attribute_keys_in_one_order_whatever_they_compute_first() -> None:
+    # A long session keeps thousands of messages: instances whose attribute dicts gain keys in one
+    # order share one key table; an instance that gains them in another order gets a dict of its own.
+    from contextkeeper.tokens import get_counter
+    from contextkeeper.tokens.accountant import TokenAccountant
+
+    accountant = TokenAccountant(get_counter("heuristic"))
+    call = Message(role="assistant", parts=(ToolCall(call_id="c1", name="read", arguments="{}"),))
+    result = Message.tool_result("c1", "file contents", name="read")
+    user = Message.user("hello")
+    accountant.count_message(result, shared=False)  # the count first
+    _ = result.content_hash
+    _ = call.content_hash  # the hash first
+    _ = call.tool_calls
+    accountant.count_message(call, shared=False)
+    _ = user.tool_calls  # the tool calls first
+    accountant.count_message(user)
+    assert list(result.__dict__) == list(call.__dict__) == list(user.__dict__) == list(Message.user("x").__dict__)
