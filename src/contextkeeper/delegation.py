@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .budget import Budget
 from .compaction.config import CompactionConfig
 from .exceptions import ConfigError
-from .messages import Message
+from .messages import INSTRUCTION_ROLES, Message
 from .summarize.extractive import condense
 from .tokens import TokenCounter
 from .tokens.accountant import TokenAccountant
@@ -108,7 +108,7 @@ def _context_messages(context: str | Sequence[Message] | None) -> list[Message]:
     if isinstance(context, str):
         return [Message.user("Context for the sub-task:\n" + context)] if context.strip() else []
     # the parent's own instructions are context here, not the sub-agent's instructions
-    return [Message.user(m.text, message_id=m.message_id) if m.role in ("system", "developer") else m for m in context]
+    return [Message.user(m.text, message_id=m.message_id) if m.role in INSTRUCTION_ROLES else m for m in context]
 
 
 def session_options(

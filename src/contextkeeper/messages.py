@@ -37,6 +37,8 @@ __all__ = [
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset(get_args(Role))
+INSTRUCTION_ROLES: frozenset[str] = frozenset({"system", "developer"})
+"""Roles whose messages are instructions: they open a ``"system"`` round and are never compacted."""
 
 
 def new_message_id() -> str:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from .messages import Message
+from .messages import INSTRUCTION_ROLES, Message
 from .toolpairs import _pair
 
 __all__ = ["Round", "RoundKind", "group_rounds", "is_reply", "opening_kind"]
@@ -71,7 +71,7 @@ class Round:
 
 def opening_kind(m: Message) -> RoundKind:
     """The kind of the round that ``m`` begins (a lone user message becomes an exchange by `is_reply`)."""
-    if m.role in ("system", "developer"):
+    if m.role in INSTRUCTION_ROLES:
         return "system"
     if m.role == "assistant" and m.tool_calls:
         return "tool-call"
@@ -120,7 +120,7 @@ def group_rounds(messages: Sequence[Message]) -> list[Round]:
                     pending.extend(cid for cid in calls[a] if cid not in done)
             rounds.append(Round(i, last + 1, "tool-call", tuple(call_ids), tuple(pending)))
             i = last + 1
-        elif role in ("system", "developer"):
+        elif role in INSTRUCTION_ROLES:
             rounds.append(Round(i, i + 1, "system"))
             i += 1
         elif role == "user" and i + 1 < n and (i + 1) not in calls and is_reply(messages[i + 1]):

@@ -46,7 +46,7 @@ from typing import Literal
 
 from .adapters._common import has_opaque_content
 from .exceptions import MessageError, ToolPairError
-from .messages import Message, TextPart, ToolCall
+from .messages import INSTRUCTION_ROLES, Message, TextPart, ToolCall
 
 __all__ = [
     "ABANDONED_RESULT_TEXT",
@@ -191,7 +191,7 @@ def validate(
     problems: list[Problem] = []
     if require_user_first:
         for i, m in enumerate(messages):
-            if m.role in ("system", "developer"):
+            if m.role in INSTRUCTION_ROLES:
                 continue
             if m.role != "user":
                 problems.append(
@@ -352,8 +352,8 @@ def repair(
         seq = [m for m in seq if not _is_empty(m)]
     if require_user_first:
         start = next((i for i, m in enumerate(seq) if m.role == "user"), len(seq))
-        if any(m.role not in ("system", "developer") for m in seq[:start]):
-            seq = [m for m in seq[:start] if m.role in ("system", "developer")] + list(seq[start:])
+        if any(m.role not in INSTRUCTION_ROLES for m in seq[:start]):
+            seq = [m for m in seq[:start] if m.role in INSTRUCTION_ROLES] + list(seq[start:])
     pairing = _pair(seq)
     out: list[Message] = []
     for i, m in enumerate(seq):

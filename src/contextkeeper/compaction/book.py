@@ -27,7 +27,7 @@ from ..events import EventBus, SnapshotWritten
 from ..keyinfo import is_error_line, key_lines, salient_facts
 from ..ledger import Ledger
 from ..ledger_entries import LedgerEntry, entry_for_round, request_facts
-from ..messages import Message
+from ..messages import INSTRUCTION_ROLES, Message
 from ..notes import Notes
 from ..rounds import is_reply, opening_kind
 from ..snapshots import LazySnapshotStore, SnapshotStore, encode_snapshot, make_snapshot_id
@@ -148,7 +148,7 @@ class RoundBook:
         index = len(self.transcript)
         # only instructions recur (the same system prompt in many sessions): the rest is counted
         # without hashing it for the shared cache
-        n = self.accountant.count_message(m, shared=m.role in ("system", "developer"))
+        n = self.accountant.count_message(m, shared=m.role in INSTRUCTION_ROLES)
         self.transcript.append(m)
         self.counts.append(n)
         self._ids[m.message_id] = index

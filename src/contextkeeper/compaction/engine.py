@@ -30,9 +30,8 @@ from ..budget import Budget, PressureState
 from ..events import Alert, CompactionFinished, CompactionStarted, ContextStatus, EventBus, Trigger
 from ..exceptions import BudgetExceeded, MessageError
 from ..ledger import Ledger
-from ..messages import Message
+from ..messages import INSTRUCTION_ROLES, Message
 from ..notes import Notes
-from ..rounds import opening_kind
 from ..snapshots import SnapshotStore
 from ..tokens.accountant import TokenAccountant
 from ..workingset import WorkingSet
@@ -173,7 +172,7 @@ class ContextEngine:
         """
         self.ahead.turn_begins()
         fresh = self.book.check(messages)
-        instructions = [m for m in fresh if opening_kind(m) == "system"]
+        instructions = [m for m in fresh if m.role in INSTRUCTION_ROLES]
         if instructions:
             count = self.accountant.count_message
             needed = self.book.system_total + sum(count(m) for m in instructions)

@@ -88,8 +88,9 @@ def fresh_messages(
                 )
             answered_now.add(cid)
         else:
-            given_up |= waiting  # any other message abandons the calls still waiting
-            waiting = set()
+            if waiting:  # any other message abandons the calls still waiting
+                given_up |= waiting
+                waiting = set()
             for call in m.tool_calls:
                 cid = call.call_id
                 if cid in waiting:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ..messages import Message
+from ..messages import INSTRUCTION_ROLES, Message
 from .records import MemoryRecord
 
 __all__ = [
@@ -141,7 +141,7 @@ def memories_from_messages(
     records: list[MemoryRecord] = []
     for source in sources:
         message = source.message
-        if message.role in ("system", "developer"):
+        if message.role in INSTRUCTION_ROLES:
             continue
         text = _text_of(message)
         if not text:

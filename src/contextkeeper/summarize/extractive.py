@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from ..compaction.summarizer import SummaryRequest
 from ..keyinfo import extract_identifiers, fact_rank, key_lines, salient_facts
 from ..ledger_entries import describe_call, request_facts
-from ..messages import Message
+from ..messages import INSTRUCTION_ROLES, Message
 from ..tokens import TokenCounter, get_counter
 from ._sections import Sections, clip, compose, parse_summary
 
@@ -219,7 +219,7 @@ class _BaseExtractive:
 
     def _build(self, request: SummaryRequest) -> Sections:
         prev = parse_summary(request.previous) if request.previous else Sections()
-        messages = [m for m in request.messages if m.role not in ("system", "developer")]
+        messages = [m for m in request.messages if m.role not in INSTRUCTION_ROLES]
         out = Sections(
             task=list(prev.task),
             steps=list(prev.steps),
