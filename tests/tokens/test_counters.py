@@ -138,6 +138,19 @@ def test_an_encoding_registered_under_the_name_with_another_definition_is_not_sh
     assert len(enc.encode_ordinary("hello world")) == 2  # the real cl100k_base, not one byte a token
 
 
+def test_an_object_registered_under_the_name_that_is_not_a_tiktoken_encoding_is_not_shared(monkeypatch):
+    from tiktoken import registry
+
+    import contextkeeper.tokens.tiktoken as ck_tiktoken
+
+    class NamedOnly:
+        name = "cl100k_base"
+
+    monkeypatch.setattr(registry, "ENCODINGS", {"cl100k_base": NamedOnly()})
+    monkeypatch.setattr(ck_tiktoken, "_loaded", {})
+    assert len(load_encoding("cl100k_base").encode_ordinary("hello world")) == 2
+
+
 def test_tiktoken_file_spec_recognises_a_known_encoding_by_checksum(cl100k, tmp_path):
     copy = tmp_path / "whatever.bpe"
     shutil.copyfile(bundled_cl100k_file(), copy)

@@ -224,16 +224,14 @@ def _built_by_tiktoken(spec: _EncodingSpec) -> Any | None:
         from tiktoken import registry
 
         enc = registry.ENCODINGS.get(spec.name)  # tiktoken's cache of the encodings it built
-    except (ImportError, AttributeError):  # no tiktoken, or one that keeps no such cache
+        same = enc is not None and (
+            enc.name == spec.name
+            and enc._pat_str == spec.pat_str
+            and enc._special_tokens == dict(spec.special_tokens)
+            and (spec.explicit_n_vocab is None or enc.n_vocab == spec.explicit_n_vocab)
+        )
+    except (ImportError, AttributeError):  # no tiktoken, or one that keeps other attributes: build our own
         return None
-    if enc is None:
-        return None
-    same = (
-        enc.name == spec.name
-        and enc._pat_str == spec.pat_str
-        and enc._special_tokens == dict(spec.special_tokens)
-        and (spec.explicit_n_vocab is None or enc.n_vocab == spec.explicit_n_vocab)
-    )
     return enc if same else None
 
 
