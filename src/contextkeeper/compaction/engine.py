@@ -292,7 +292,7 @@ class ContextEngine:
         """
         book, counters, config = self.book, self.counters, self.config
         return StatusReading(
-            budget=budget or self.budget,
+            budget=self.budget if budget is None else budget,
             # the running totals, not the cached list: right even before the first prepare
             used=book.rendered_total(),
             layer=layer,
