@@ -366,7 +366,7 @@ def _text(value: bytes | str) -> str:
 
 
 def _parse(data: bytes | str) -> tuple[str, str, Numbered] | None:
-    text = data.decode() if isinstance(data, bytes) else data
+    text = _text(data)
     number, _, payload = text.partition(" ")
     try:
         tenant, session_id, record = json.loads(payload)
