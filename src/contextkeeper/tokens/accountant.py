@@ -292,10 +292,7 @@ class TokenAccountant:
         Raises:
             MessageError: a part whose text is not a string, or an unknown part type.
         """
-        if message.__class__ is Message:  # the common object: its memo key is always there
-            memo = message.__dict__.get("_ck_count")
-        else:
-            memo = getattr(message, "__dict__", _NO_DICT).get("_ck_count")
+        memo = getattr(message, "__dict__", _NO_DICT).get("_ck_count")
         if memo is not None and memo[0] == self._memo_key:
             return int(memo[1])
         if not shared and isinstance(message, Message):
