@@ -368,7 +368,8 @@ def check_message(message: Message, *, index: int | None = None) -> Message:
 
 def _is_common(message: Message) -> bool:
     """The common message, checked without the general walk (which finds and names any problem):
-    ASCII text and tool calls in a known role, with none of the optional fields set."""
+    text without lone surrogates and ASCII tool calls in a known role, with none of the optional
+    fields set."""
     role, mid, tcid, name = message.role, message.message_id, message.tool_call_id, message.name
     if not (
         role in ROLES
@@ -389,10 +390,19 @@ def _is_common(message: Message) -> bool:
     for part in message.parts:
         if type(part) is TextPart:
             text = part.text
-            if not (text.__class__ is str and text.isascii()):
+            if not (text.__class__ is str and (text.isascii() or _utf8_encodable(text))):
                 return False
         elif type(part) is not ToolCall or role != "assistant" or not _is_common_call(part):
             return False
+    return True
+
+
+def _utf8_encodable(text: str) -> bool:
+    """No lone surrogate: the text encodes to UTF-8 (a C pass; a tokenizer has usually cached the encoding)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
     return True
 
 

@@ -146,71 +146,87 @@ class RoundBook:
 
     def _append(self, m: Message) -> None:
         index = len(self.transcript)
+        role = m.role
         # only instructions recur (the same system prompt in many sessions): the rest is counted
         # without hashing it for the shared cache
-        n = self.accountant.count_message(m, shared=m.role in INSTRUCTION_ROLES)
+        n = self.accountant.count_message(m, shared=role in INSTRUCTION_ROLES)
         self.transcript.append(m)
         self.counts.append(n)
         self._ids[m.message_id] = index
-        if m.role == "assistant":
-            self.last_assistant_index = index
-            self.replies += 1
-        if m.role != "tool" and self._open_calls:
-            self._abandon_open_calls()
-        last = self.rounds[-1] if self.rounds else None
-        if m.role == "tool":
-            cid = m.tool_call_id or ""
-            r = self._open_calls.pop(cid, None) or self._take_late_result(cid)
-            r.add_index(index)
-            if r.state == "full" and r.shown is None:  # the common case: the result adds to the running totals
-                r.tokens += n
-                r.tool_tokens += n
-                self.rounds_total += n
-                self.tool_total += n
-            else:
-                self._detach(r)
-                r.tokens += n
-                r.tool_tokens += n
-                if r.shown is not None:  # a late result for a shortened round is shown in full
-                    r.shown.append(m)
-                    r.shown_tokens += n
-                    r.shown_tool_tokens += n
-                self._attach(r)
-            r.pending = tuple(c for c in r.pending if c != cid)
-            self._answered.add(cid)
-            if r is not last or r.state != "full":
-                self.dirty = True  # a late result must be rendered next to its call
-        elif last is not None and last is self.last_user_round and last.kind == "message" and is_reply(m):
-            self._detach(last)
-            last.kind = "exchange"
-            last.add_index(index)
-            last.tokens += n
-            if last.shown is not None:
-                last.shown.append(m)
-                last.shown_tokens += n
-            self._attach(last)
-            if last.state == "evicted":
-                self.dirty = True
+        if role == "tool":
+            r = self._append_result(m, index, n)
         else:
-            r = BookRound(index, index + 1, opening_kind(m), ordinal=len(self.rounds), tokens=n)
-            if r.kind == "tool-call":
-                r.call_ids = r.pending = tuple(dict.fromkeys(c.call_id for c in m.tool_calls))
-                for cid in r.call_ids:
-                    self._open_calls[cid] = r
-                    self._answered.discard(cid)
-                    self._abandoned.pop(cid, None)  # the id belongs to the newer call now
-            elif r.kind == "system":
-                self.system_rounds.append(r)
-            elif m.role == "user":
-                self.last_user_round = r
-            self.rounds.append(r)
-            self._attach(r)
+            if role == "assistant":
+                self.last_assistant_index = index
+                self.replies += 1
+            if self._open_calls:
+                self._abandon_open_calls()
+            last = self.rounds[-1] if self.rounds else None
+            if last is not None and last is self.last_user_round and last.kind == "message" and is_reply(m):
+                self._detach(last)
+                last.kind = "exchange"
+                last.add_index(index)
+                last.tokens += n
+                if last.shown is not None:
+                    last.shown.append(m)
+                    last.shown_tokens += n
+                self._attach(last)
+                if last.state == "evicted":
+                    self.dirty = True
+                r = last
+            else:
+                r = self._open_round(m, index, n)
         if m.pinned:
-            owner = self.rounds[-1] if m.role != "tool" else r
-            owner.pinned = True
+            r.pinned = True
         if not self.dirty:
             self.view.append(m)
             self.view_tokens += n
+
+    def _open_round(self, m: Message, index: int, n: int) -> BookRound:
+        """A new round that ``m`` begins: full, shown, and without tool tokens yet."""
+        kind = opening_kind(m)
+        r = BookRound(index, index + 1, kind, ordinal=len(self.rounds), tokens=n)
+        if kind == "tool-call":
+            r.call_ids = r.pending = tuple(dict.fromkeys(c.call_id for c in m.tool_calls))
+            for cid in r.call_ids:
+                self._open_calls[cid] = r
+                self._answered.discard(cid)
+                self._abandoned.pop(cid, None)  # the id belongs to the newer call now
+        elif kind == "system":
+            self.system_rounds.append(r)
+            self.system_total += n
+        elif m.role == "user":
+            self.last_user_round = r
+        self.rounds.append(r)
+        self.rounds_total += n  # what `_attach` adds for a round in this state
+        return r
+
+    def _append_result(self, m: Message, index: int, n: int) -> BookRound:
+        """A tool result joins the round of its call (a late one replaces its stand-in there)."""
+        cid = m.tool_call_id or ""
+        r = self._open_calls.pop(cid, None) or self._take_late_result(cid)
+        r.add_index(index)
+        if r.state == "full" and r.shown is None:  # the common case: the result adds to the running totals
+            r.tokens += n
+            r.tool_tokens += n
+            self.rounds_total += n
+            self.tool_total += n
+        else:
+            self._detach(r)
+            r.tokens += n
+            r.tool_tokens += n
+            if r.shown is not None:  # a late result for a shortened round is shown in full
+                r.shown.append(m)
+                r.shown_tokens += n
+                r.shown_tool_tokens += n
+            self._attach(r)
+        pending = r.pending
+        # results mostly come in the order of their calls (and a round's call ids are distinct)
+        r.pending = pending[1:] if pending and pending[0] == cid else tuple(c for c in pending if c != cid)
+        self._answered.add(cid)
+        if r is not self.rounds[-1] or r.state != "full":
+            self.dirty = True  # a late result must be rendered next to its call
+        return r
 
     def _abandon_open_calls(self) -> None:
         """A message other than a tool result arrived: every call still waiting is abandoned.
