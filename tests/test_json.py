@@ -53,6 +53,36 @@ def test_hostile_texts_are_bad_json_not_python_errors(text: str | bytes, problem
         _json.loads(text)
 
 
+def _accepted_by_loads(text: str, limit: int) -> bool:
+    try:
+        _json.loads(text, max_depth=limit)
+    except _json.BadJSON:
+        return False
+    return True
+
+
+# texts near JSON: valid documents, their prefixes and suffixes, JSON whitespace and other spaces
+# around them (a form feed or a BOM is not JSON whitespace), and two documents in a row
+near_json = st.builds(
+    lambda value, cut, pad, second: (pad[0] + json.dumps(value) + pad[1] + second)[cut:],
+    json_values,
+    st.integers(min_value=-2, max_value=2).map(lambda k: max(k, 0)),
+    st.tuples(*(st.sampled_from(["", " ", "\n\t", "\x0c", "\ufeff", "\u00a0", "\r\n "]),) * 2),
+    st.sampled_from(["", "1", "{}", "]", "x", '""']),
+)
+
+
+@given(near_json | st.text(max_size=20), st.integers(min_value=1, max_value=6))
+def test_is_json_accepts_exactly_what_loads_accepts(text: str, limit: int) -> None:
+    assert _json.is_json(text, max_depth=limit) == _accepted_by_loads(text, limit)
+
+
+@pytest.mark.parametrize("text", ["[" * 5000 + "]" * 5000, "1" * 5000, "", "   ", "\ufeff{}", "{} x"])
+def test_is_json_refuses_what_loads_refuses(text: str) -> None:
+    assert not _json.is_json(text)
+    assert not _accepted_by_loads(text, _json.MAX_DEPTH)
+
+
 def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
     text = json.dumps({"code": "[" * 500 + "{" * 500})
     assert _json.loads(text) == {"code": "[" * 500 + "{" * 500}

@@ -27,6 +27,7 @@ __all__ = [
     "MAX_TOOL_ARGUMENT_CHARS",
     "BadJSON",
     "has_lone_surrogate",
+    "is_json",
     "lone_surrogate_path",
     "loads",
     "may_decode_to_surrogate",
@@ -113,6 +114,28 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH, max_chars: int | Non
         raise BadJSON(f"is not valid JSON ({exc.msg} at char {exc.pos})") from None
     except (ValueError, RecursionError) as exc:  # an integer of more than 4,300 digits, say
         raise BadJSON(f"cannot be read ({exc})") from None
+
+
+_SCAN_ONCE = json.JSONDecoder().scan_once
+"""Reads one JSON value at a position (the C scanner, which `json.loads` also runs)."""
+_JSON_SPACE = " \t\n\r"
+
+
+def is_json(text: str, *, max_depth: int = MAX_DEPTH) -> bool:
+    """True when `loads` would accept ``text`` (one JSON value, at most ``max_depth`` levels deep).
+
+    The check for text that is almost always fine (tool-call arguments as a model wrote them): it
+    runs the C scanner directly, without the Python layers of `json.loads` or the error messages
+    `loads` writes when it is not.
+    """
+    if too_deep(text, max_depth):
+        return False
+    start = len(text) - len(text.lstrip(_JSON_SPACE))
+    try:
+        _, end = _SCAN_ONCE(text, start)
+    except (StopIteration, ValueError, RecursionError):
+        return False
+    return end == len(text) or not text[end:].strip(_JSON_SPACE)
 
 
 def has_lone_surrogate(text: str) -> bool:

@@ -59,6 +59,9 @@ OutputFormat = Format | Literal["internal"]
 
 logger = logging.getLogger("contextkeeper.session")
 
+_ONLY_MESSAGES = frozenset({Message})
+"""The types of a batch of `Message` objects only (compared in C, without a loop in Python)."""
+
 Served = tuple[list[Message], ViewStatus | StatusReading]
 """A served view and its status (a `StatusReading` until something needs the `ViewStatus`)."""
 
@@ -470,7 +473,7 @@ class _BaseSession:
             ToolPairError: a result for an unknown call, or a second result for a call.
         """
         messages: list[Message]
-        if items.__class__ is list and all(m.__class__ is Message for m in items):
+        if items.__class__ is list and set(map(type, items)) == _ONLY_MESSAGES:
             messages = items  # the common call, without the generic checks below (engine.check copies)
         else:
             if isinstance(items, Message | Mapping) or not isinstance(items, Sequence):

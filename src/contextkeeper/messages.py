@@ -420,11 +420,7 @@ def _is_common_call(call: ToolCall) -> bool:
         return False
     if not arguments:
         return True
-    try:
-        _json.loads(arguments)
-    except _json.BadJSON:
-        return False
-    return not _json.may_decode_to_surrogate(arguments)
+    return _json.is_json(arguments) and not _json.may_decode_to_surrogate(arguments)
 
 
 def _check_bookkeeping(message: Message, *, index: int | None, where: str) -> None:

@@ -91,6 +91,9 @@ def fresh_messages(
             if waiting:  # any other message abandons the calls still waiting
                 given_up |= waiting
                 waiting = set()
+            if m.role != "assistant":  # only assistant messages make calls (`check_message`)
+                fresh.append(m)
+                continue
             for call in m.tool_calls:
                 cid = call.call_id
                 if cid in waiting:
