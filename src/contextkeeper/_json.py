@@ -15,6 +15,7 @@ derives (so derived state stays saveable whatever the input held).
 from __future__ import annotations
 
 import json
+import json.scanner
 import math
 import re
 from collections.abc import Mapping
@@ -116,7 +117,7 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH, max_chars: int | Non
         raise BadJSON(f"cannot be read ({exc})") from None
 
 
-_SCAN_ONCE = json.JSONDecoder().scan_once
+_SCAN_ONCE = json.scanner.make_scanner(json.JSONDecoder())
 """Reads one JSON value at a position (the C scanner, which `json.loads` also runs)."""
 _JSON_SPACE = " \t\n\r"
 
