@@ -18,8 +18,8 @@ import json
 import json.scanner
 import math
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 from ._brief import brief
 
@@ -117,7 +117,8 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH, max_chars: int | Non
         raise BadJSON(f"cannot be read ({exc})") from None
 
 
-_SCAN_ONCE = json.scanner.make_scanner(json.JSONDecoder())
+# typeshed types make_scanner's argument as the scanner class itself; it takes a decoder
+_SCAN_ONCE: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))
 """Reads one JSON value at a position (the C scanner, which `json.loads` also runs)."""
 _JSON_SPACE = " \t\n\r"
 
