@@ -73,8 +73,9 @@ class ContextKeeperPeer:
         generation = self.session.engine.view_generation
         if generation == self._generation:
             # the view only appended this round: extend the mapped list instead of re-mapping it
+            # (returned as is: the harness reads a turn's list before it asks for the next)
             self._out.extend(view[len(self._out) :])
-            return list(self._out)
+            return self._out
         # what compaction wrote and the view still shows keeps its dict (the same object each
         # turn); what left the view is dropped, so the adapter holds no more than the view does
         synth, kept = self._synth, {}
@@ -89,4 +90,4 @@ class ContextKeeperPeer:
             kept[m.message_id] = d
             out.append(d)
         self._synth, self._out, self._generation = kept, out, generation
-        return list(out)
+        return out
