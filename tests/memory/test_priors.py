@@ -73,3 +73,19 @@ def test_a_memory_is_found_by_the_date_it_was_said(backend: MemoryBackend, clock
     )
     hits = memory.recall("What did Ann do in July?", limit=1)
     assert hits[0].memory.text == "I went to a painting class."
+
+
+def test_a_name_that_addresses_a_speaker_does_not_match_a_query_about_them(
+    backend: MemoryBackend, clock: Clock
+) -> None:
+    memory = LongTermMemory(backend, clock=clock, neighbours=0, group_weight=0, speaker_weight=0)
+    memory.add_many(
+        [
+            _turn("Thanks, Ann! Have fun.", "Bob", 0),
+            _turn("On weekends I swim with the kids, and then we bake bread together at home.", "Ann", 1),
+        ]
+    )
+    # "Ann" in Bob's thanks is whom he speaks to: a query about Ann finds what she said
+    hits = memory.recall("What does Ann do?", limit=2)
+    assert hits[0].memory.memory_id == "t1"
+    assert "t0" not in {h.memory.memory_id for h in hits if h.source != "dense"}

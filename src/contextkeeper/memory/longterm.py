@@ -100,6 +100,8 @@ class LongTermMemory:
         self._matrix_ids: list[str] = []
         self._vectors: dict[str, list[float]] | None = None
         self._pending: list[MemoryRecord] = []
+        self._speakers: set[str] = set()
+        self._name_tokens: set[str] = set()
         self._mode: RetrievalMode = "hybrid" if embedder is not None else "keyword"
         self._reason: str | None = None if embedder is not None else "no embedder configured"
 
@@ -130,7 +132,8 @@ class LongTermMemory:
                 changes["importance"] = self.importance(record.text, role=record.role)
             prepared.append(dataclasses.replace(record, **changes))  # type: ignore[arg-type]
         with self._lock:
-            self.backend.put(prepared, tokens=[tokenize(self._index_text(r)) for r in prepared])
+            self._learn_speakers(prepared)
+            self.backend.put(prepared, tokens=[self._index_tokens(r) for r in prepared])
             for record in prepared:
                 self._supersede(record)
             self._embed([*self._pending, *prepared])
@@ -146,13 +149,23 @@ class LongTermMemory:
             older += self.backend.get(self.tenant, list(record.supersedes))
         marked = [dataclasses.replace(r, superseded_by=record.memory_id) for r in older if r.superseded_by is None]
         if marked:
-            self.backend.put(marked, tokens=[tokenize(self._index_text(r)) for r in marked])
+            self.backend.put(marked, tokens=[self._index_tokens(r) for r in marked])
 
-    @staticmethod
-    def _index_text(record: MemoryRecord) -> str:
-        # Who said it and when are searched with the words: "What did Ann do in May 2023?"
+    def _learn_speakers(self, records: Sequence[MemoryRecord]) -> None:
+        # A tool's name is a word of its outputs ("search", "bash"), not someone they address.
+        for record in records:
+            if record.speaker and record.role != "tool" and record.speaker not in self._speakers:
+                self._speakers.add(record.speaker)
+                self._name_tokens.update(tokenize(record.speaker))
+
+    def _index_tokens(self, record: MemoryRecord) -> list[str]:
+        # Who said it and when are searched with the words: "What did Ann do in May 2023?" A speaker's
+        # name within the words mostly addresses them ("Thanks, Ann!", in the turn or its neighbours'
+        # context): searched, Bob's short replies to Ann would match "What does Ann do?" better than
+        # her own turns. Who a memory is about is the speaker's field and the speaker prior's job.
         meta = record.metadata
-        return f"{record.speaker or ''} {record.text} {meta.get('keywords', '')} {meta.get('date', '')}"
+        words = [t for t in tokenize(f"{record.text} {meta.get('keywords', '')}") if t not in self._name_tokens]
+        return [*tokenize(record.speaker or ""), *words, *tokenize(meta.get("date", ""))]
 
     def _embed(self, records: Sequence[MemoryRecord]) -> None:
         if self.embedder is None or not records:
@@ -223,6 +236,7 @@ class LongTermMemory:
             keyword_ids = {i for i, _ in keyword}
             dense_ids = set(dense or ())
             records = self.backend.get(self.tenant, list(fused))
+            self._learn_speakers(records)  # a memory opened on a stored tenant re-indexes touched hits alike
             fused = relevance_priors(
                 records, fused, query, speaker_weight=self.speaker_weight, question_weight=self.question_weight
             )
@@ -236,7 +250,7 @@ class LongTermMemory:
             if touch and hits:
                 self.backend.put(
                     [dataclasses.replace(h.memory, last_access=now) for h in hits],
-                    tokens=[tokenize(self._index_text(h.memory)) for h in hits],
+                    tokens=[self._index_tokens(h.memory) for h in hits],
                 )
         return hits
 
