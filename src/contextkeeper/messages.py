@@ -398,7 +398,8 @@ def _is_common(message: Message) -> bool:
 
 
 def _utf8_encodable(text: str) -> bool:
-    """No lone surrogate: the text encodes to UTF-8 (a C pass; a tokenizer has usually cached the encoding)."""
+    """No lone surrogate: the text encodes to UTF-8 (one pass in C, a copy when the string already
+    holds its UTF-8 form, as it does once a tokenizer has read it)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
