@@ -244,7 +244,7 @@ def _book_with_pending_rounds(pending: int) -> tuple[Session, CompactionConfig]:
     ahead.cursor = 0
     for r in book.rounds:
         r.prepared = False
-    assert ahead.pending_rounds(book, config) >= pending
+    assert ahead.pending_rounds(book) >= pending
     return s, config
 
 
@@ -258,8 +258,9 @@ def test_a_compaction_whose_fixed_part_fills_its_budget_is_prepared_in_whole_sli
     ahead, book = s.engine.ahead, s.engine.book
     ahead.prep_cost = 0.0001  # 0.1 ms a round
     ahead.compaction_fixed_ms = 10.0
-    ahead.turn_tokens = 1e9  # the compaction is due on the next turn
-    ahead.track(book, config, high=book.view_tokens + 1)
+    ahead.recent_growth.extend([1] * 41)
+    ahead.last_rounds_total = 0  # the turn grew by the whole book: a long turn
+    ahead.track(book, config)
     assert any(r.prepared for r in book.rounds) is expected
 
 
@@ -273,11 +274,11 @@ def test_rounds_a_compaction_evicted_do_not_count_as_pending() -> None:
         s.prepare(format="internal")
     ahead, book = s.engine.ahead, s.engine.book
     assert book.n_evicted > 10
-    newest = ahead.newest_clearable(book, config)
+    newest = ahead.newest_preparable(book)
     still_open = [
         r for r in book.rounds[: newest + 1] if r.state != "evicted" and r.kind != "system" and not r.prepared
     ]
-    pending = ahead.pending_rounds(book, config)
+    pending = ahead.pending_rounds(book)
     # every open round counts; of the evicted ones, at most those behind an open one (the cursor
     # moves past a done prefix only)
     assert len(still_open) <= pending < (newest + 1) / 3
@@ -329,11 +330,40 @@ def test_a_turn_is_long_only_against_enough_recent_turns() -> None:
     ahead = PrepareAhead()
     assert not ahead._is_long(10_000), "with no history no turn is long"
     ahead.recent_growth.extend([100] * 20 + [5000] * 13)
-    assert ahead._is_long(101)  # more than the median of recent turns (100)
+    assert ahead._is_long(101)  # more than 60% of recent turns (100)
     assert not ahead._is_long(100)
     ahead.recent_growth.extend([5000] * 10)  # now most recent turns were large
     assert not ahead._is_long(4000)
     assert ahead._is_long(5001)
+
+
+def test_a_turn_is_long_against_the_longer_tail_of_recent_turns() -> None:
+    from contextkeeper.compaction.ahead import PrepareAhead
+
+    ahead = PrepareAhead()
+    ahead.recent_growth.extend(range(100, 141))  # 41 turns of 100..140 tokens
+    assert not ahead._is_long(121), "above the median but not above 60% of recent turns"
+    assert ahead._is_long(125)
+
+
+def test_turns_that_all_grow_alike_are_long_so_they_still_prepare() -> None:
+    from contextkeeper.compaction.ahead import PrepareAhead
+
+    ahead = PrepareAhead()
+    ahead.recent_growth.extend([300] * 41)
+    assert ahead._is_long(300)
+    assert not ahead._is_long(299)
+
+
+def test_a_short_turn_stays_plain_even_when_the_compaction_is_due() -> None:
+    # preparing on a short turn just before a compaction used to put fast turns among the slow ones
+    s, config = _book_with_pending_rounds(60)
+    ahead, book = s.engine.ahead, s.engine.book
+    ahead.prep_cost = 0.001
+    ahead.compaction_fixed_ms = 10.0
+    ahead.recent_growth.extend([10**9] * 41)  # every recent turn was larger than this one
+    ahead.track(book, config)
+    assert not any(r.prepared for r in book.rounds)
 
 
 def test_facts_of_evicted_outputs_are_not_kept() -> None:

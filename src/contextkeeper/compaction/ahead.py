@@ -1,18 +1,21 @@
-"""Preparing ahead: build stand-ins, snapshots and ledger entries on the quiet turns before a compaction.
+"""Preparing ahead: build stand-ins, snapshots and ledger entries on long turns before a compaction.
 
 The next compaction's time is estimated from the rounds not yet prepared (at the measured cost
-per round) plus what the last compactions spent besides them (rendering the ledger, evicting,
-rebuilding the view). What exceeds ``compaction_budget_ms`` is prepared on turns before it, each
-taking at most ``prepare_slice_ms``: on long turns (ones that brought more tokens than most recent
-turns, so counting them already took longer than a typical turn) as soon as such work is pending,
-and on any turn once the compaction is only a few turns away. Short turns, the common case, stay
-plain. The view itself does not change (the cached prefix stays valid); the compaction then only
-swaps in what is ready.
+per round) plus what the last compactions spent besides them (rendering the context block,
+evicting, rebuilding the view). What exceeds ``compaction_budget_ms`` is prepared on long turns
+before it (turns that brought more tokens than most recent turns, so counting them already took
+longer than a typical turn), each taking at most ``prepare_slice_ms``. Short turns, the common
+case, stay plain: a turn made slower only where turns are already slow leaves the median turn as
+it was. Every round but the newest (which may still grow) can be prepared: a compaction clears
+large outputs the agent already answered to however recent, and reads the working set up to the
+newest message. The view itself does not change (the cached prefix stays valid); the compaction
+then only swaps in what is ready.
 
 Why it stays (trim benchmark, N=5,000, an in-process loop timed by wall clock, 2026-12-03): without
 it a compaction turn clears and evicts every round since the last one, and p99 is 11-12.5 ms at a
-32k window and 20-24 ms at 128k against a 10 ms target; with it p99 is 8-10 ms. The price is a
-slower turn now and then before a compaction; whole slices keep those turns few.
+32k window and 20-24 ms at 128k against a 10 ms target; with it p99 is 8-10 ms. Preparing on any
+turn as the compaction neared instead of on long turns only put one turn in eight of the faster
+half among the slow ones, which alone raised the median turn by 10-15%.
 """
 
 from __future__ import annotations
@@ -26,8 +29,11 @@ from .config import CompactionConfig
 
 __all__ = ["PrepareAhead"]
 
-_RECENT_TURNS = 33
-"""Turns whose growth tells a long turn from a short one (odd: the middle one is the median)."""
+_RECENT_TURNS = 41
+"""Turns whose growth tells a long turn from a short one."""
+_LONG_RANK = 0.6
+"""A long turn grew more than this share of recent turns (above their median: a turn misjudged as
+long against a few recent turns is then still rarely a short one overall)."""
 
 
 class PrepareAhead:
@@ -47,14 +53,14 @@ class PrepareAhead:
         self.turn_started: float | None = None
         """When the current turn's messages began to arrive (`perf_counter`); None between turns."""
 
-    def newest_clearable(self, book: RoundBook, config: CompactionConfig) -> int:
-        """Ordinal of the newest round old enough to be cleared."""
-        return len(book.rounds) - 1 - config.clear_after_rounds
+    def newest_preparable(self, book: RoundBook) -> int:
+        """Ordinal of the newest round that can be prepared: all but the newest, which may still grow."""
+        return len(book.rounds) - 2
 
-    def pending_rounds(self, book: RoundBook, config: CompactionConfig) -> int:
-        """Rounds old enough to be cleared that are not prepared yet."""
+    def pending_rounds(self, book: RoundBook) -> int:
+        """Rounds that can be prepared and are not prepared yet."""
         self._skip_done(book)
-        return max(0, self.newest_clearable(book, config) - self.cursor)
+        return max(0, self.newest_preparable(book) + 1 - self.cursor)
 
     def _skip_done(self, book: RoundBook) -> None:
         """Move the cursor past rounds a compaction already evicted (or that need nothing).
@@ -82,47 +88,41 @@ class PrepareAhead:
         self.last_rounds_total = book.rounds_total
         self.turn_started = None
 
-    def track(self, book: RoundBook, config: CompactionConfig, high: float) -> None:
-        """A turn only appended: learn the growth and prepare if a slow compaction is near."""
+    def track(self, book: RoundBook, config: CompactionConfig) -> None:
+        """A turn only appended: learn the growth; a long turn prepares what the compaction would not fit."""
         grown = book.rounds_total - self.last_rounds_total
         if grown > 0:
             self.turn_tokens = 0.8 * self.turn_tokens + 0.2 * grown if self.turn_tokens else float(grown)
-        self._maybe_prepare(book, config, high, grown=grown)
+        self._maybe_prepare(book, config, grown=grown)
         if grown > 0:  # after the decision: a turn is long against the turns before it
             self.recent_growth.append(grown)
 
     def _is_long(self, grown: int) -> bool:
-        """The turn added more tokens than most recent turns (its own counting already took longer)."""
+        """The turn added more tokens than most recent turns (its own counting already took longer).
+
+        When recent turns all grew alike, a turn as long as the longest of them counts: otherwise
+        a workload of even turns would never prepare.
+        """
         recent = self.recent_growth
         if grown <= 0 or len(recent) < _RECENT_TURNS // 2:
             return False
-        return grown > sorted(recent)[len(recent) // 2]
+        ranked = sorted(recent)
+        bar = ranked[int(len(ranked) * _LONG_RANK)]
+        return grown > bar or grown == bar == ranked[-1]
 
-    def _turns_left(self, book: RoundBook, high: float) -> float:
-        """Turns until the view passes high water at the recent growth rate."""
-        if self.turn_tokens <= 0:
-            return float("inf")
-        return (high - book.view_tokens) / self.turn_tokens
-
-    def _maybe_prepare(self, book: RoundBook, config: CompactionConfig, high: float, *, grown: int) -> None:
-        newest_clearable = self.newest_clearable(book, config)
-        pending_ms = self.pending_rounds(book, config) * self.prep_cost * 1000
+    def _maybe_prepare(self, book: RoundBook, config: CompactionConfig, *, grown: int) -> None:
+        if not self._is_long(grown):
+            return
+        pending_ms = self.pending_rounds(book) * self.prep_cost * 1000
         slice_ms = config.prepare_slice_ms
         # What the compaction may still prepare itself: the rest of its budget, and never less than
         # half a slice (when its fixed part alone fills the budget, preparing one round per turn
         # would only make more turns slow)
         excess = pending_ms - max(config.compaction_budget_ms - self.compaction_fixed_ms, slice_ms / 2)
-        if excess <= 0:
-            return
-        # On a long turn whenever work is pending; otherwise as late and on as few turns as
-        # possible, in whole slices (every turn that prepares is a slower turn, and a short turn
-        # should stay a plain one), with two turns and a half of slack because turns come in
-        # uneven sizes.
-        if self._turns_left(book, high) > excess / slice_ms + 2.5 and not self._is_long(grown):
-            return
-        self._prepare(book, config, slice_ms, newest_clearable)
+        if excess > 0:
+            self._prepare(book, config, slice_ms, self.newest_preparable(book))
 
-    def _prepare(self, book: RoundBook, config: CompactionConfig, slice_ms: float, newest_clearable: int) -> None:
+    def _prepare(self, book: RoundBook, config: CompactionConfig, slice_ms: float, newest: int) -> None:
         started = time.perf_counter()
         deadline = started + slice_ms / 1000
         if self.turn_started is not None:
@@ -130,7 +130,7 @@ class PrepareAhead:
             deadline = min(deadline, self.turn_started + config.compaction_budget_ms / 1000)
         done = 0
         i = self.cursor
-        while i < len(book.rounds) and i <= newest_clearable:
+        while i < len(book.rounds) and i <= newest:
             r = book.rounds[i]
             i += 1
             if r.prepared or r.state == "evicted" or r.kind == "system" or r.pending:

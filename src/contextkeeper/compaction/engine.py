@@ -226,14 +226,14 @@ class ContextEngine:
                 self._check_thrashing()
                 plan = self._plan()
             started = time.perf_counter()
-            unprepared = self.ahead.pending_rounds(book, config)
+            unprepared = self.ahead.pending_rounds(book)
             layer = yield from self._compact(plan, target=int(plan.low_water * effective))
             self.counters.gate_floor = self._closed_gate() if book.view_tokens > high else 0.0
             if not self.summary_layer.enabled:  # a summarizer's own time is not the compaction's
                 self.ahead.compacted(started, unprepared)
             self.counters.last_compaction_reply = book.replies
         else:
-            self.ahead.track(book, config, high)
+            self.ahead.track(book, config)
         return self._turn_result(layer)
 
     def prepare_appended(self) -> tuple[list[Message], StatusReading] | None:
@@ -250,7 +250,7 @@ class ContextEngine:
         if book.view_tokens > max(high, self.counters.gate_floor * effective):
             return None
         self.counters.turn += 1
-        self.ahead.track(book, self.config, high)
+        self.ahead.track(book, self.config)
         return self._turn_result(None, budget)
 
     def reactive_flow(self) -> Generator[SummaryRequest, SummaryReply, tuple[list[Message], StatusReading]]:
