@@ -286,7 +286,7 @@ class Ledger:
     def warm(self, entry: LedgerEntry) -> None:
         """Work out ahead what rendering ``entry`` needs (its facts by rank, sizes of its facts and line).
 
-        Compaction prepares entries on quiet turns; warming them there keeps the render of the
+        Compaction prepares entries on long turns before it; warming them there keeps the render of the
         compaction itself short.
         """
         self._ranked_facts(entry)

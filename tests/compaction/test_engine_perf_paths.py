@@ -4,12 +4,13 @@ do not depend on whether rounds were prepared ahead of a compaction."""
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from contextkeeper.compaction.ahead import PrepareAhead
 from contextkeeper.compaction.config import CompactionConfig
 from contextkeeper.messages import Message
 from contextkeeper.session import Session
@@ -248,17 +249,18 @@ def _book_with_pending_rounds(pending: int) -> tuple[Session, CompactionConfig]:
     return s, config
 
 
-@pytest.mark.parametrize(("pending", "expected"), [(5, False), (60, True)])
-def test_a_compaction_whose_fixed_part_fills_its_budget_is_prepared_in_whole_slices(
-    pending: int, expected: bool
+@pytest.mark.parametrize(("pending", "fixed_ms", "expected"), [(5, 1.0, False), (60, 1.0, True), (5, 10.0, True)])
+def test_a_long_turn_prepares_what_the_compaction_budget_leaves_over(
+    pending: int, fixed_ms: float, expected: bool
 ) -> None:
-    # The fixed part (render, eviction) alone is over the 3 ms budget: preparing is worth a slow
-    # turn only when the pending rounds would add more than half a slice to the compaction.
+    # The budget is 3 ms. With a 1 ms fixed part (render, eviction) the compaction may prepare
+    # 2 ms of rounds itself (5 rounds at 0.1 ms fit, 60 do not); with a fixed part over the
+    # budget, any pending round is prepared on a long turn.
     s, config = _book_with_pending_rounds(pending)
     ahead, book = s.engine.ahead, s.engine.book
     ahead.prep_cost = 0.0001  # 0.1 ms a round
-    ahead.compaction_fixed_ms = 10.0
-    ahead.recent_growth.extend([1] * 41)
+    ahead.compaction_fixed_ms = fixed_ms
+    _remember(ahead, [1] * 41)
     ahead.last_rounds_total = 0  # the turn grew by the whole book: a long turn
     ahead.track(book, config)
     assert any(r.prepared for r in book.rounds) is expected
@@ -285,6 +287,11 @@ def test_rounds_a_compaction_evicted_do_not_count_as_pending() -> None:
 
 
 # --- preparing ahead: on long turns, not on short ones ---------------------------------------
+
+
+def _remember(ahead: PrepareAhead, growth: Iterable[int]) -> None:
+    for grown in growth:
+        ahead._remember(grown)
 
 
 def _prepared(s: Session) -> int:
@@ -325,32 +332,26 @@ def test_a_long_turn_prepares_pending_rounds_and_a_short_one_does_not() -> None:
 
 
 def test_a_turn_is_long_only_against_enough_recent_turns() -> None:
-    from contextkeeper.compaction.ahead import PrepareAhead
-
     ahead = PrepareAhead()
     assert not ahead._is_long(10_000), "with no history no turn is long"
-    ahead.recent_growth.extend([100] * 20 + [5000] * 13)
+    _remember(ahead, [100] * 20 + [5000] * 13)
     assert ahead._is_long(101)  # more than 60% of recent turns (100)
     assert not ahead._is_long(100)
-    ahead.recent_growth.extend([5000] * 10)  # now most recent turns were large
+    _remember(ahead, [5000] * 10)  # now most recent turns were large
     assert not ahead._is_long(4000)
     assert ahead._is_long(5001)
 
 
 def test_a_turn_is_long_against_the_longer_tail_of_recent_turns() -> None:
-    from contextkeeper.compaction.ahead import PrepareAhead
-
     ahead = PrepareAhead()
-    ahead.recent_growth.extend(range(100, 141))  # 41 turns of 100..140 tokens
+    _remember(ahead, range(100, 141))  # 41 turns of 100..140 tokens
     assert not ahead._is_long(121), "above the median but not above 60% of recent turns"
     assert ahead._is_long(125)
 
 
 def test_turns_that_all_grow_alike_are_long_so_they_still_prepare() -> None:
-    from contextkeeper.compaction.ahead import PrepareAhead
-
     ahead = PrepareAhead()
-    ahead.recent_growth.extend([300] * 41)
+    _remember(ahead, [300] * 41)
     assert ahead._is_long(300)
     assert not ahead._is_long(299)
 
@@ -361,7 +362,7 @@ def test_a_short_turn_stays_plain_even_when_the_compaction_is_due() -> None:
     ahead, book = s.engine.ahead, s.engine.book
     ahead.prep_cost = 0.001
     ahead.compaction_fixed_ms = 10.0
-    ahead.recent_growth.extend([10**9] * 41)  # every recent turn was larger than this one
+    _remember(ahead, [10**9] * 41)  # every recent turn was larger than this one
     ahead.track(book, config)
     assert not any(r.prepared for r in book.rounds)
 
@@ -380,8 +381,6 @@ def test_facts_of_evicted_outputs_are_not_kept() -> None:
 
 
 def test_a_slice_ends_in_time_for_the_whole_turn_to_stay_in_budget() -> None:
-    from contextkeeper.compaction.ahead import PrepareAhead
-
     ahead = PrepareAhead()
     ahead.turn_begins()
     first = ahead.turn_started

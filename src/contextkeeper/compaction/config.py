@@ -259,12 +259,12 @@ class CompactionConfig:
     scan_chars: int = 600
     """Characters of an output scanned for identifiers and key lines when it is cleared (cost bound)."""
     compaction_budget_ms: float = 4.0
-    """Time a compaction turn may take (estimated from the last ones); beyond it the turns before it prepare ahead.
+    """Time a compaction turn may take (estimated from the last ones); beyond it long turns before it prepare ahead.
 
     Well under the 10 ms that makes a turn stand out against a model call: the estimate is a
     moving average, and a machine that runs slower for a while must not push compactions past it."""
     prepare_slice_ms: float = 5.0
-    """Most time a turn spends preparing ahead: whole slices, on as few turns before a compaction as it takes."""
+    """Most time a long turn (more new tokens than 60% of recent turns) spends preparing ahead."""
     min_clear_tokens: int = 120
     """Outputs smaller than this are not worth clearing."""
     preview_head_chars: int = 600
