@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT.parent / "shared" / "bench" / "peers_bench.py"
+
+
+@pytest.mark.skipif(not BENCH.exists(), reason="../shared/bench/peers_bench.py is not beside the checkout")
+def test_trim_paired_steps_both_peers_on_every_turn_and_reports_their_ratio(tmp_path: Path) -> None:
+    pytest.importorskip("tiktoken")
+    out = tmp_path / "paired.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.trim_paired", "--sizes", "400", "--window", "6000", "--runs", "2",
+         "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    pairs = json.loads(out.read_text())["pairs"]
+    assert [(p["size"], p["window"], p["run"]) for p in pairs] == [(400, 6000, 1), (400, 6000, 2)]
+    for p in pairs:
+        assert p["turns"] > 90  # about four messages a round
+        assert p["incorrect_turns"] == 0  # a 6,000-token window forces compactions: views stay correct
+        assert p["p50_ratio"] == round(p["contextkeeper_p50_ms"] / p["floor_p50_ms"], 3)
+        assert 0 < p["floor_p50_ms"] <= p["floor_p99_ms"]
+    assert "| 400 | 6000 | 1 |" in proc.stdout
