@@ -42,6 +42,8 @@ bench-trim: $(STAMP)
 	PYTHONPATH=. $(PY) ../shared/bench/peers_bench.py --adapter benchmarks.peers_adapter:ContextKeeperPeer \
 	    --peers floor,floor-hysteresis,contextkeeper --sizes 1000,5000 --window 128000,32000 \
 	    --no-tokenizer-floor --json bench-out/trim.json
+	PYTHONPATH=. $(PY) -m benchmarks.trim_paired --sizes 5000 --window 128000,32000 --runs 3 \
+	    --json bench-out/trim-paired.json
 
 bench-probes: $(STAMP)
 	mkdir -p bench-out

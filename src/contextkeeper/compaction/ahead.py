@@ -5,19 +5,19 @@ per round) plus what the last compactions spent besides them (rendering the cont
 evicting, rebuilding the view). What exceeds ``compaction_budget_ms`` is prepared on long turns
 before it (turns that brought more tokens than 60% of the last 200 turns, so counting them
 already took longer than a typical turn), each taking at most ``prepare_slice_ms``; when the
-fixed part alone fills the budget, everything pending is. Short turns, the common
-case, stay plain: a turn made slower only where turns are already slow leaves the median turn as
-it was. Every round but the newest (which may still grow) can be prepared: a compaction clears
-large outputs the agent already answered to however recent, and reads the working set up to the
-newest message. The view itself does not change (the cached prefix stays valid); the compaction
+fixed part alone fills the budget, everything pending is. Short turns, the common case, stay
+plain: a turn made slower only where turns are already slow leaves the median turn as it was.
+Every round but the newest (which may still grow) can be prepared: a compaction clears large
+outputs the agent already answered to however recent, and reads the working set up to the newest
+message. The view itself does not change (the cached prefix stays valid); the compaction
 then only swaps in what is ready.
 
 Why it stays (trim benchmark, N=5,000, an in-process loop timed by wall clock, 2026-12-03): without
 it a compaction turn clears and evicts every round since the last one, and p99 is 11-12.5 ms at a
 32k window and 20-24 ms at 128k against a 10 ms target; with it p99 is 8-10 ms. Preparing on any
-turn as the compaction neared, instead of on long turns only, put one turn in eight of the faster
-half among the slow ones, which alone raised the median turn by 10-15% (stepped beside the
-floor in one process: 1.37-1.56x its median before, 1.10-1.24x after).
+turn as the compaction neared, instead of on long turns only, put one turn in eight to fifteen of
+the faster half among the slow ones, which alone raised the median turn by 7-10%
+(`benchmarks.trim_paired`, 128k: 1.41-1.56x the floor's median before, 1.28-1.38x after).
 """
 
 from __future__ import annotations
