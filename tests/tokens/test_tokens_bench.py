@@ -1,25 +1,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT.parent / "shared" / "bench" / "peers_bench.py"
+from _bench_runs import needs_harness, run_benchmark
 
 
-@pytest.mark.skipif(not BENCH.exists(), reason="../shared/bench/peers_bench.py is not beside the checkout")
+@needs_harness
 def test_tokens_bench_runs_and_reports_every_table(tmp_path):
-    pytest.importorskip("tiktoken")
     out = tmp_path / "tokens.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.tokens_bench", "--size", "300", "--rounds", "20", "--reps", "1",
-         "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    proc = run_benchmark("tokens_bench", "--size", "300", "--rounds", "20", "--reps", "1", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "1. Incremental accounting" in proc.stdout and "3. Heuristic counter vs cl100k" in proc.stdout
     res = json.loads(out.read_text())

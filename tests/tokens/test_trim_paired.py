@@ -1,25 +1,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT.parent / "shared" / "bench" / "peers_bench.py"
+from _bench_runs import needs_harness, run_benchmark
 
 
-@pytest.mark.skipif(not BENCH.exists(), reason="../shared/bench/peers_bench.py is not beside the checkout")
+@needs_harness
 def test_trim_paired_steps_both_peers_on_every_turn_and_reports_their_ratio(tmp_path: Path) -> None:
-    pytest.importorskip("tiktoken")
     out = tmp_path / "paired.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.trim_paired", "--sizes", "400", "--window", "6000", "--runs", "2",
-         "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    proc = run_benchmark("trim_paired", "--sizes", "400", "--window", "6000", "--runs", "2", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     pairs = json.loads(out.read_text())["pairs"]
     assert [(p["size"], p["window"], p["run"]) for p in pairs] == [(400, 6000, 1), (400, 6000, 2)]
