@@ -54,8 +54,9 @@ class PrepareAhead:
         """Recent growth of the view per turn (moving average), to see a compaction coming."""
         self.last_rounds_total = 0
         self.recent_growth: deque[int] = deque(maxlen=_RECENT_TURNS)
-        self._ranked_growth: list[int] = []
         """Tokens each of the last turns added to the view."""
+        self._ranked_growth: list[int] = []
+        """The same, in ascending order (the rank a long turn is measured against)."""
         self.turn_started: float | None = None
         """When the current turn's messages began to arrive (`perf_counter`); None between turns."""
 
