@@ -2,10 +2,9 @@ from __future__ import annotations
 
 import json
 
-from _bench_runs import needs_harness, run_benchmark
+from _bench_runs import run_benchmark
 
 
-@needs_harness
 def test_tokens_bench_runs_and_reports_every_table(tmp_path):
     out = tmp_path / "tokens.json"
     proc = run_benchmark("tokens_bench", "--size", "300", "--rounds", "20", "--reps", "1", "--json", str(out))

@@ -3,10 +3,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from _bench_runs import needs_harness, run_benchmark
+from _bench_runs import run_benchmark
 
 
-@needs_harness
 def test_trim_paired_steps_both_peers_on_every_turn_and_reports_their_ratio(tmp_path: Path) -> None:
     out = tmp_path / "paired.json"
     proc = run_benchmark("trim_paired", "--sizes", "400", "--window", "6000", "--runs", "2", "--json", str(out))
