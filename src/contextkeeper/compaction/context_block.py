@@ -105,7 +105,8 @@ def render(book: RoundBook, config: CompactionConfig, *, target: int | None = No
     if not book.n_evicted and book.summary is None and not book.ledger.notes_added and not len(book.notes):
         book.context, book.context_tokens = None, 0
         return
-    count_message = book.accountant.count_message
+    # the block comes back at every compaction with most lines unchanged: each line is counted once
+    count_message, count_rendered = book.accountant.count_message, book.accountant.count_rendered
     room = context_room(book, config, target)
     span = book.evicted_span()
     head = CONTEXT_HEADER + ('; read_context("#<step>") shows any step in full.' if span else ".")
@@ -134,7 +135,7 @@ def render(book: RoundBook, config: CompactionConfig, *, target: int | None = No
             exclude="\n".join(parts[1:]),  # facts the sections show are not listed twice
         )
         msg = block("\n".join([*parts, ledger_text] if ledger_text else parts))
-        tokens = count_message(msg)
+        tokens = count_rendered(msg)
         if ledger_text:
             book.ledger.calibrate(book.ledger.estimate(ledger_text), tokens - fixed)
         if tokens <= room or not ledger_text:
@@ -142,12 +143,12 @@ def render(book: RoundBook, config: CompactionConfig, *, target: int | None = No
         ledger_room -= tokens - room + 8
     if tokens > room and len(parts) > 1:  # no room for the ledger: keep the sections, drop the ledger
         msg = block("\n".join(parts))
-        tokens = count_message(msg)
+        tokens = count_rendered(msg)
     if tokens > room and config.require_user_first:
         # No room for sections or ledger: a bare header still gives the view the user turn that
         # Anthropic and Gemini require before the first kept assistant message.
         msg = block(head)
-        tokens = count_message(msg)
+        tokens = count_rendered(msg)
     if tokens > room:
         book.context, book.context_tokens = None, 0
         return

@@ -20,6 +20,8 @@ from ..messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
 from ._images import image_size
 from .base import TokenCounter, require_text
 from .calibration import Calibration
+from .lines import LineCounts
+from .tiktoken import TiktokenCounter
 
 __all__ = [
     "ANTHROPIC_FRAMING",
@@ -273,6 +275,10 @@ class TokenAccountant:
         self._framing_name = framing.name
         self._memo_key = (counter.name, framing.name)
         self._count = counter.count_text
+        self._lines = LineCounts(
+            counter.count_text,
+            additive=isinstance(counter, TiktokenCounter) and counter.pieces_end_at_line_breaks,
+        )
 
     def count_text(self, text: str) -> int:
         """Tokens of a bare text (no framing, not cached)."""
@@ -316,6 +322,26 @@ class TokenAccountant:
         if cached is not None:
             return cached
         n = self._count_uncached(message)
+        self.cache.put(key, n)
+        return n
+
+    def count_rendered(self, message: Message) -> int:
+        """`count_message` for a message rendered again and again with most lines unchanged (the context block).
+
+        The same count, found by counting each distinct line once (`contextkeeper.tokens.lines`)
+        where the counter allows it; otherwise as `count_message`.
+        """
+        parts = message.parts
+        if not (len(parts) == 1 and parts[0].__class__ is TextPart and not message.name):
+            return self.count_message(message)
+        text = parts[0].text
+        if text.__class__ is not str:
+            return self.count_message(message)  # names the field that is not text
+        key = (self._counter_name, self._framing_name, message.content_hash)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        n = self.framing.per_message + self._lines.count(text)
         self.cache.put(key, n)
         return n
 

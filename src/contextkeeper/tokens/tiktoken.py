@@ -329,7 +329,7 @@ def _id_buffer(encoding: Any) -> Callable[[str, frozenset[str]], Any] | None:
 class TiktokenCounter:
     """Counts tokens with a `tiktoken.Encoding` (ordinary text: special tokens are not parsed)."""
 
-    __slots__ = ("_encode", "_name", "_to_buffer", "encoding")
+    __slots__ = ("_encode", "_name", "_to_buffer", "encoding", "pieces_end_at_line_breaks")
 
     def __init__(self, encoding: Any, *, name: str | None = None) -> None:
         """Wrap an existing `tiktoken.Encoding`.
@@ -343,6 +343,9 @@ class TiktokenCounter:
         # Bound once: the hot path is one attribute load and one call.
         self._encode: Callable[[str], list[int]] = encoding.encode_ordinary
         self._to_buffer = _id_buffer(encoding)
+        self.pieces_end_at_line_breaks: bool = getattr(encoding, "_pat_str", None) == _CL100K_PAT
+        """A text cut after a line break (before a character that is neither whitespace nor ``/``)
+        counts as the sum of its parts: true for cl100k_base's pattern (see `contextkeeper.tokens.lines`)."""
 
     @classmethod
     def from_encoding_name(cls, name: str, *, cache_dir: str | os.PathLike[str] | None = None) -> TiktokenCounter:
