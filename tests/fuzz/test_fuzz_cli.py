@@ -17,7 +17,7 @@ from hypothesis import example, given, strategies as st
 from typer.testing import CliRunner
 
 from contextkeeper import toolpairs
-from contextkeeper.adapters import anthropic as anthropic_adapter, to_messages
+from contextkeeper.adapters import Format, anthropic as anthropic_adapter, to_messages
 from contextkeeper.cli import app
 
 from ._harness import Failed, fuzz_settings, probe
@@ -93,17 +93,19 @@ def _check_view(entry: str, result: Any) -> None:
         doc = json.loads(result.stdout)
     except ValueError:  # JSONL in, JSONL out
         doc = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
-    responses = isinstance(doc, dict) and "messages" not in doc and "input" in doc
+    fmt: Format | None = None
     if isinstance(doc, dict):
         items = doc.get("messages", doc.get("input"))
         system = doc.get("system")
+        if "messages" not in doc and "input" in doc:
+            fmt = "responses"  # a Responses request, as the CLI read it (not found by its items' shape)
     else:
         items, system = doc, None
     try:
         if system is not None:
             view = anthropic_adapter.to_messages(items, system=system)
-        else:  # a body with `input` is a Responses request, as the CLI read it (not found by its items' shape)
-            view = to_messages(items, format="responses" if responses else None)
+        else:
+            view = to_messages(items, format=fmt)
     except Exception as exc:
         raise Failed(f"{entry}: the written view cannot be read back: {exc!r}") from exc
     problems = toolpairs.validate(view)

@@ -11,7 +11,7 @@ import json
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, assert_never
 
@@ -302,9 +302,21 @@ class TokenAccountant:
         if memo is not None and memo[0] == self._memo_key:
             return int(memo[1])
         if not shared and isinstance(message, Message):
-            n = self._count_uncached(message)
+            n = self._count_uncached(message, self._count)
             object.__setattr__(message, "_ck_count", (self._memo_key, n))
             return n
+        return self._count_shared(message, self._count)
+
+    def count_rendered(self, message: Message) -> int:
+        """`count_message` for a message rendered again and again with most lines unchanged (the context block).
+
+        The same count, found by counting each distinct line once (`contextkeeper.tokens.lines`)
+        where the counter allows it.
+        """
+        return self._count_shared(message, self._lines.count)
+
+    def _count_shared(self, message: Message, count: Callable[[str], int]) -> int:
+        """The message's count from the shared cache, else counted with ``count`` and stored there."""
         try:
             digest = message.content_hash
         except (AttributeError, TypeError):
@@ -315,39 +327,18 @@ class TokenAccountant:
                     field="message",
                 ) from None
             # A part with a non-string field cannot be hashed; counting it names the field.
-            self._count_uncached(message)
+            self._count_uncached(message, count)
             raise
         key = (self._counter_name, self._framing_name, digest)
         cached = self.cache.get(key)
         if cached is not None:
             return cached
-        n = self._count_uncached(message)
+        n = self._count_uncached(message, count)
         self.cache.put(key, n)
         return n
 
-    def count_rendered(self, message: Message) -> int:
-        """`count_message` for a message rendered again and again with most lines unchanged (the context block).
-
-        The same count, found by counting each distinct line once (`contextkeeper.tokens.lines`)
-        where the counter allows it; otherwise as `count_message`.
-        """
-        parts = message.parts
-        if not (len(parts) == 1 and parts[0].__class__ is TextPart and not message.name):
-            return self.count_message(message)
-        text = parts[0].text
-        if text.__class__ is not str:
-            return self.count_message(message)  # names the field that is not text
-        key = (self._counter_name, self._framing_name, message.content_hash)
-        cached = self.cache.get(key)
-        if cached is not None:
-            return cached
-        n = self.framing.per_message + self._lines.count(text)
-        self.cache.put(key, n)
-        return n
-
-    def _count_uncached(self, message: Message) -> int:
+    def _count_uncached(self, message: Message, count: Callable[[str], int]) -> int:
         framing = self.framing
-        count = self._count
         n = framing.per_message
         parts = message.parts
         # most messages: one text part, and a name only where it is not counted (a tool result's)
