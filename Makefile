@@ -40,7 +40,8 @@ bench-trim: $(STAMP)
 	$(PY) -m pip install --quiet 'langchain-core==1.8.3' psutil
 	mkdir -p bench-out
 	PYTHONPATH=. $(PY) ../shared/bench/peers_bench.py --adapter benchmarks.peers_adapter:ContextKeeperPeer \
-	    --peers floor,floor-hysteresis,contextkeeper --sizes 1000,5000 --window 128000,32000 \
+	    --adapter benchmarks.peers_adapter:ContextKeeperTiktokenPeer \
+	    --peers floor,floor-hysteresis,contextkeeper,contextkeeper-tiktoken --sizes 1000,5000 --window 128000,32000 \
 	    --no-tokenizer-floor --json bench-out/trim.json
 	PYTHONPATH=. $(PY) -m benchmarks.trim_paired --sizes 5000 --window 128000,32000 --runs 3 \
 	    --json bench-out/trim-paired.json

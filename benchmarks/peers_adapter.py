@@ -2,10 +2,13 @@
 
     PYTHONPATH=. .venv/bin/python ../shared/bench/peers_bench.py \\
         --adapter benchmarks.peers_adapter:ContextKeeperPeer \\
-        --peers floor,floor-hysteresis,contextkeeper --sizes 1000,5000 --window 128000,32000 --json OUT
+        --adapter benchmarks.peers_adapter:ContextKeeperTiktokenPeer \\
+        --peers floor,floor-hysteresis,contextkeeper,contextkeeper-tiktoken --sizes 1000,5000 \\
+        --window 128000,32000 --json OUT
 
-The peer drives the public API with the default pipeline for the window: cl100k counting with
-OpenAI framing, no reserved output, no tool schemas, no LLM. Messages are converted to
+The peer drives the public API with the default pipeline for the window: cl100k counting (with
+GitHub's BPE engine when ``bpe-openai`` is installed; `ContextKeeperTiktokenPeer` counts with
+tiktoken, as the floor does) with OpenAI framing, no reserved output, no tool schemas, no LLM. Messages are converted to
 contextkeeper `Message` objects before timing (as the harness converts for every peer); what
 compaction synthesizes (stand-ins, the context block) goes back as canonical dicts.
 """
@@ -17,7 +20,8 @@ from typing import Any
 
 from contextkeeper import Message, TextPart, ToolCall
 from contextkeeper.session import Session
-from contextkeeper.tokens import get_counter
+from contextkeeper.tokens import TokenCounter, get_counter
+from contextkeeper.tokens.tiktoken import TiktokenCounter, load_encoding
 
 
 def _to_message(m: dict[str, Any]) -> Message:
@@ -60,12 +64,16 @@ class ContextKeeperPeer:
             "bench",
             window=window,
             reserved_output=0,
-            counter=get_counter("tiktoken:cl100k_base"),
+            counter=self.counter(),
             format="openai",
         )
         self._synth: dict[str, dict[str, Any]] = {}
         self._out: list[Any] = []
         self._generation = -1
+
+    def counter(self) -> TokenCounter:
+        """cl100k_base as the default pipeline counts it (GitHub's BPE engine when ``bpe-openai`` is installed)."""
+        return get_counter("tiktoken:cl100k_base")
 
     def step(self, native_round: list[Any]) -> list[Any]:
         self.session.add(native_round)
@@ -91,3 +99,13 @@ class ContextKeeperPeer:
             out.append(d)
         self._synth, self._out, self._generation = kept, out, generation
         return out
+
+
+class ContextKeeperTiktokenPeer(ContextKeeperPeer):
+    """The same session counting with tiktoken alone: the floor's own tokenizer, like for like."""
+
+    name = "contextkeeper-tiktoken"
+    description = "contextkeeper Session, default pipeline, counting with tiktoken (as the floor does)"
+
+    def counter(self) -> TokenCounter:
+        return TiktokenCounter(load_encoding("cl100k_base"), engine="tiktoken")

@@ -33,9 +33,10 @@ from typing import Any
 
 from . import report
 
-TRIM_PEERS = "floor,floor-hysteresis,langchain-tiktoken,autogen-token,llama-buffer,contextkeeper"
-TRIM_LARGE_PEERS = "floor,floor-hysteresis,contextkeeper"
-ADAPTER = "benchmarks.peers_adapter:ContextKeeperPeer"
+TRIM_PEERS = "floor,floor-hysteresis,langchain-tiktoken,autogen-token,llama-buffer,contextkeeper,contextkeeper-tiktoken"
+TRIM_LARGE_PEERS = "floor,floor-hysteresis,contextkeeper,contextkeeper-tiktoken"
+ADAPTERS = ("benchmarks.peers_adapter:ContextKeeperPeer", "benchmarks.peers_adapter:ContextKeeperTiktokenPeer")
+"""contextkeeper as the default install counts (GitHub's BPE engine), and counting with tiktoken as the floor does."""
 
 
 def _load() -> list[float]:
@@ -87,7 +88,8 @@ def run_trim(harness: Path, work: Path, root: Path, budget_s: float) -> dict[str
     plan = [("n1000", TRIM_PEERS, "1000"), ("n5000", TRIM_LARGE_PEERS, "5000")]
     for tag, peers, sizes in plan:
         out = work / f"trim-{tag}.json"
-        args = [sys.executable, str(harness), "--adapter", ADAPTER, "--peers", peers, "--sizes", sizes]
+        args = [sys.executable, str(harness), *(a for adapter in ADAPTERS for a in ("--adapter", adapter))]
+        args += ["--peers", peers, "--sizes", sizes]
         args += ["--window", "128000,32000", "--budget-s", str(budget_s), "--no-tokenizer-floor", "--json", str(out)]
         code, _ = _run(f"trim {tag}", args, timeout=3600, root=root)
         data = _read(out, f"peers_bench {tag}", code)

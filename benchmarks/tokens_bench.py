@@ -34,6 +34,7 @@ from typing import Any
 
 from contextkeeper.messages import Message, TextPart, ToolCall
 from contextkeeper.tokens import HeuristicCounter, TokenAccountant, TokenCounter, get_counter
+from contextkeeper.tokens.tiktoken import TiktokenCounter
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BENCH = "../shared/bench/peers_bench.py"
@@ -196,7 +197,11 @@ def bench_throughput(
     encode = enc.encode_ordinary
     run("bare tiktoken cl100k encode_ordinary", lambda: sum(len(encode(t)) for t in texts))
     cl100k = get_counter("tiktoken:cl100k_base")
-    run("TiktokenCounter cl100k .count_text", lambda: sum(map(cl100k.count_text, texts)))
+    engine = cl100k.engine if isinstance(cl100k, TiktokenCounter) else "tiktoken"
+    run(f"TiktokenCounter cl100k .count_text ({engine})", lambda: sum(map(cl100k.count_text, texts)))
+    if engine != "tiktoken":
+        plain = TiktokenCounter(enc, engine="tiktoken")
+        run("TiktokenCounter cl100k .count_text (tiktoken)", lambda: sum(map(plain.count_text, texts)))
 
     def accountant_cold_prebuilt(msgs_holder: list[list[Message]]) -> Callable[[], int]:
         def fn() -> int:

@@ -141,14 +141,14 @@ def _workload(seed: int, turns: int, *, big: int = 1200) -> list[list[Message]]:
 
 
 def _run(
-    turns: list[list[Message]], window: int, budget_ms: float, **config: object
+    turns: list[list[Message]], window: int, after_rounds: int, **config: object
 ) -> tuple[list[list[tuple[str, str]]], list[int], list[str | None]]:
     """Feed ``turns`` to a session, preparing after each; per turn: the view, the rounds prepared, the layer."""
     s = Session(
         "ses_ahead",  # the same id: snapshot ids are part of the stand-ins' text
         window=window,
         counter=COUNTER,
-        config=CompactionConfig(compaction_budget_ms=budget_ms, **config),  # type: ignore[arg-type]
+        config=CompactionConfig(prepare_after_rounds=after_rounds, **config),  # type: ignore[arg-type]
     )
     views: list[list[tuple[str, str]]] = []
     prepared: list[int] = []
@@ -176,11 +176,11 @@ SCENARIOS = [
 @pytest.mark.parametrize(("seed", "window", "config"), SCENARIOS)
 def test_preparing_ahead_leaves_every_view_as_it_would_be(seed: int, window: int, config: dict[str, object]) -> None:
     turns = _workload(seed, 60)
-    eager_views, eager_prepared, eager_layers = _run(turns, window, 0.01, prepare_slice_ms=0.05, **config)
-    lazy_views, lazy_prepared, lazy_layers = _run(turns, window, 1e9, **config)
+    eager_views, eager_prepared, eager_layers = _run(turns, window, 0, prepare_slice_ms=0.05, **config)
+    lazy_views, lazy_prepared, lazy_layers = _run(turns, window, 10**9, **config)
     assert sum(layer is not None for layer in lazy_layers) >= 2, "the workload must compact more than once"
-    # a huge budget leaves all the work to the compaction; a tiny one (with tiny slices, so that even
-    # a few pending rounds are worth a slice) prepares on the turns before
+    # a huge threshold leaves all the work to the compaction; none (with tiny slices, so that a
+    # long turn prepares a round or two) prepares on the turns before
     assert lazy_prepared == [0] * len(turns)
     ahead = [
         t
@@ -201,13 +201,13 @@ def test_preparing_ahead_leaves_every_view_as_it_would_be(seed: int, window: int
     policy=st.sampled_from(["fifo", "hybrid", "lru"]),
     clear_after=st.integers(1, 4),
 )
-def test_views_do_not_depend_on_the_compaction_budget(
+def test_views_do_not_depend_on_what_was_prepared_ahead(
     seed: int, window: int, big: int, policy: str, clear_after: int
 ) -> None:
     turns = _workload(seed, 40, big=big)
     config = {"keep_recent_rounds": 1, "clear_after_rounds": clear_after, "eviction_policy": policy}
-    eager_views, _, eager_layers = _run(turns, window, 0.01, prepare_slice_ms=0.05, **config)
-    lazy_views, lazy_prepared, lazy_layers = _run(turns, window, 1e9, **config)
+    eager_views, _, eager_layers = _run(turns, window, 0, prepare_slice_ms=0.05, **config)
+    lazy_views, lazy_prepared, lazy_layers = _run(turns, window, 10**9, **config)
     assert not any(lazy_prepared)
     assert eager_layers == lazy_layers
     assert eager_views == lazy_views
@@ -233,9 +233,9 @@ def test_identifiers_inside_shown_key_lines_are_not_repeated_as_ids() -> None:
     assert [f for f in ids if f in shown] == [], stand_in.text
 
 
-def _book_with_pending_rounds(pending: int) -> tuple[Session, CompactionConfig]:
+def _book_with_pending_rounds(pending: int, *, after_rounds: int) -> tuple[Session, CompactionConfig]:
     """A session whose book has ``pending`` rounds old enough to clear and none prepared."""
-    config = CompactionConfig(compaction_budget_ms=3.0, prepare_slice_ms=3.0, clear_after_rounds=2)
+    config = CompactionConfig(prepare_after_rounds=after_rounds, prepare_slice_ms=1000.0, clear_after_rounds=2)
     s = Session("ses_slices", window=1_000_000, counter=COUNTER, config=config)
     turns = _workload(5, pending + config.clear_after_rounds + 2)
     for t in turns:
@@ -249,27 +249,36 @@ def _book_with_pending_rounds(pending: int) -> tuple[Session, CompactionConfig]:
     return s, config
 
 
-@pytest.mark.parametrize(("pending", "fixed_ms", "expected"), [(5, 1.0, False), (60, 1.0, True), (5, 10.0, True)])
-def test_a_long_turn_prepares_what_the_compaction_budget_leaves_over(
-    pending: int, fixed_ms: float, expected: bool
+@pytest.mark.parametrize(("pending", "after_rounds", "expected"), [(5, 16, False), (30, 16, True), (5, 0, True)])
+def test_a_long_turn_prepares_once_more_rounds_wait_than_a_compaction_does_itself(
+    pending: int, after_rounds: int, expected: bool
 ) -> None:
-    # The budget is 3 ms. With a 1 ms fixed part (render, eviction) the compaction may prepare
-    # 2 ms of rounds itself (5 rounds at 0.1 ms fit, 60 do not); with a fixed part over the
-    # budget, any pending round is prepared on a long turn.
-    s, config = _book_with_pending_rounds(pending)
+    s, config = _book_with_pending_rounds(pending, after_rounds=after_rounds)
     ahead, book = s.engine.ahead, s.engine.book
-    ahead.prep_cost = 0.0001  # 0.1 ms a round
-    ahead.compaction_fixed_ms = fixed_ms
+    waiting = ahead.pending_rounds(book)
     _remember(ahead, [1] * 41)
     ahead.last_rounds_total = 0  # the turn grew by the whole book: a long turn
     ahead.track(book, config)
-    assert any(r.prepared for r in book.rounds) is expected
+    if expected:  # every round that waited is prepared (the slice is long enough)
+        assert ahead.pending_rounds(book) == 0 < waiting
+    else:
+        assert not any(r.prepared for r in book.rounds)
+
+
+def test_a_slice_stops_after_the_round_that_used_it_up() -> None:
+    s, _ = _book_with_pending_rounds(30, after_rounds=0)
+    config = CompactionConfig(prepare_after_rounds=0, prepare_slice_ms=1e-6, clear_after_rounds=2)
+    ahead, book = s.engine.ahead, s.engine.book
+    _remember(ahead, [1] * 41)
+    ahead.last_rounds_total = 0
+    ahead.track(book, config)
+    assert sum(r.prepared for r in book.rounds) == 1, "each slice prepares at least one round"
 
 
 def test_rounds_a_compaction_evicted_do_not_count_as_pending() -> None:
     # pending rounds decide whether quiet turns prepare: rounds the compaction already evicted
     # must not make later turns prepare for nothing
-    config = CompactionConfig(compaction_budget_ms=1e9, keep_recent_rounds=1, clear_after_rounds=2)
+    config = CompactionConfig(prepare_after_rounds=10**9, keep_recent_rounds=1, clear_after_rounds=2)
     s = Session("ses_pending", window=3000, counter=COUNTER, config=config)
     for t in _workload(7, 80):
         s.add(t)
@@ -301,26 +310,23 @@ def _prepared(s: Session) -> int:
 SHORT = make_text(300, seed=1)
 
 
-def _after_short_turns(session_id: str, *, compaction_budget_ms: float, prepare_slice_ms: float) -> Session:
+def _after_short_turns(session_id: str) -> Session:
     """A session far from full (no compaction near) after 40 short turns, with pending rounds.
 
-    Every pending round is made worth preparing (as if a round took a second), so only the
-    turn decides whether it prepares.
+    Any pending round is worth preparing (``prepare_after_rounds=0``), so only the turn decides
+    whether it prepares.
     """
-    config = CompactionConfig(
-        clear_after_rounds=1, compaction_budget_ms=compaction_budget_ms, prepare_slice_ms=prepare_slice_ms
-    )
+    config = CompactionConfig(clear_after_rounds=1, prepare_after_rounds=0, prepare_slice_ms=50.0)
     s = Session(session_id, window=200_000, counter=COUNTER, config=config)
     s.add(Message.system("You reconcile accounts."))
     for i in range(40):  # enough short turns to know what a typical turn adds
         s.add(tool_round(f"s{i}", SHORT, q=f"q{i}"))
         s.prepare(format="internal")
-    s.engine.ahead.prep_cost = 1.0
     return s
 
 
 def test_a_long_turn_prepares_pending_rounds_and_a_short_one_does_not() -> None:
-    s = _after_short_turns("ses_long_turns", compaction_budget_ms=0.0, prepare_slice_ms=50.0)
+    s = _after_short_turns("ses_long_turns")
     short = SHORT
     before = _prepared(s)
     s.add(tool_round("short", short, q="again"))
@@ -358,13 +364,20 @@ def test_turns_that_all_grow_alike_are_long_so_they_still_prepare() -> None:
 
 def test_a_short_turn_stays_plain_even_when_the_compaction_is_due() -> None:
     # preparing on a short turn just before a compaction used to put fast turns among the slow ones
-    s, config = _book_with_pending_rounds(60)
+    s, config = _book_with_pending_rounds(60, after_rounds=0)
     ahead, book = s.engine.ahead, s.engine.book
-    ahead.prep_cost = 0.001
-    ahead.compaction_fixed_ms = 10.0
     _remember(ahead, [10**9] * 41)  # every recent turn was larger than this one
     ahead.track(book, config)
     assert not any(r.prepared for r in book.rounds)
+
+
+def test_the_same_session_prepares_on_the_same_turns() -> None:
+    # rounds are counted, not milliseconds: two runs of one session prepare on the same turns
+    turns = _workload(11, 90)
+    config = {"keep_recent_rounds": 1, "clear_after_rounds": 2, "prepare_slice_ms": 1000.0}
+    runs = [_run(turns, 4000, 4, **config)[1] for _ in range(2)]
+    assert runs[0] == runs[1]
+    assert any(b > a for a, b in zip(runs[0], runs[0][1:], strict=False)), "the workload must prepare ahead"
 
 
 def test_facts_of_evicted_outputs_are_not_kept() -> None:
@@ -378,27 +391,3 @@ def test_facts_of_evicted_outputs_are_not_kept() -> None:
     live = {i for r in book.rounds if r.state != "evicted" for i in r.indices}
     assert sum(r.state == "evicted" for r in book.rounds) > 50
     assert set(book._msg_facts) <= live and set(book._msg_key_lines) <= live
-
-
-def test_a_slice_ends_in_time_for_the_whole_turn_to_stay_in_budget() -> None:
-    ahead = PrepareAhead()
-    ahead.turn_begins()
-    first = ahead.turn_started
-    ahead.turn_begins()  # more messages of the same turn: the turn began with the first ones
-    assert first is not None and ahead.turn_started == first
-    s = Session("ses_turn_clock", window=200_000, counter=COUNTER)
-    s.add(Message.system("You reconcile accounts."))
-    assert s.engine.ahead.turn_started is not None, "adding messages starts the turn's clock"
-    s.prepare(format="internal")
-    assert s.engine.ahead.turn_started is None, "a served view ends the turn"
-
-
-def test_a_turn_that_already_used_its_budget_prepares_one_round_at_most() -> None:
-    import time
-
-    s = _after_short_turns("ses_late_turn", compaction_budget_ms=8.0, prepare_slice_ms=1000.0)
-    before = _prepared(s)
-    s.add(tool_round("long", make_text(6000, seed=2), q="big"))
-    s.engine.ahead.turn_started = time.perf_counter() - 1.0  # counting this turn took a second
-    s.prepare(format="internal")
-    assert _prepared(s) == before + 1, "past the turn's budget a slice stops after its first round"

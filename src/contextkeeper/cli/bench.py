@@ -265,7 +265,7 @@ def trim(
     ),
     peers: Annotated[
         str, typer.Option(help="Peers to run beside contextkeeper.")
-    ] = "floor,floor-hysteresis,contextkeeper",
+    ] = "floor,floor-hysteresis,contextkeeper,contextkeeper-tiktoken",
     sizes: Annotated[str, typer.Option(help="Session sizes (messages).")] = "1000,5000",
     window: Annotated[str, typer.Option(help="Context windows.")] = "128000,32000",
     json_out: JsonPath = None,
@@ -278,6 +278,7 @@ def trim(
     if not script.is_file():
         raise CLIError(f"{harness}: peers_bench.py not found; pass --harness PATH.", exit_code=2)
     args = [sys.executable, str(script), "--adapter", "benchmarks.peers_adapter:ContextKeeperPeer"]
+    args += ["--adapter", "benchmarks.peers_adapter:ContextKeeperTiktokenPeer"]
     args += ["--peers", peers, "--sizes", sizes, "--window", window, "--no-tokenizer-floor"]
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,23 +1,24 @@
 """Preparing ahead: build stand-ins, snapshots and ledger entries on long turns before a compaction.
 
-The next compaction's time is estimated from the rounds not yet prepared (at the measured cost
-per round) plus what the last compactions spent besides them (rendering the context block,
-evicting, rebuilding the view). What exceeds ``compaction_budget_ms`` is prepared on long turns
-before it (turns that brought more tokens than 60% of the last 200 turns, so counting them
-already took longer than a typical turn), each taking at most ``prepare_slice_ms``; when the
-fixed part alone fills the budget, everything pending is. Short turns, the common case, stay
-plain: a turn made slower only where turns are already slow leaves the median turn as it was.
-Every round but the newest (which may still grow) can be prepared: a compaction clears large
-outputs the agent already answered to however recent, and reads the working set up to the newest
-message. The view itself does not change (the cached prefix stays valid); the compaction
-then only swaps in what is ready.
+A compaction prepares at most ``prepare_after_rounds`` rounds itself (clears them, writes their
+snapshots, makes their ledger entries); once more rounds wait, the next long turn (it brought
+more tokens than 60% of the last 200 turns, so counting them already took longer than a typical
+turn) prepares every one that waits, within ``prepare_slice_ms``. Short turns, the common case,
+stay plain: a turn made slower only where turns are already slow leaves the median turn as it
+was. Every round but the newest (which may still grow) can be prepared: a compaction clears
+large outputs the agent already answered to however recent, and reads the working set up to the
+newest message. The view itself does not change (the cached prefix stays valid); the
+compaction then only swaps in what is ready.
 
-Why it stays (trim benchmark, N=5,000, an in-process loop timed by wall clock, 2026-12-03): without
-it a compaction turn clears and evicts every round since the last one, and p99 is 11-12.5 ms at a
-32k window and 20-24 ms at 128k against a 10 ms target; with it p99 is 8-10 ms. Preparing on any
-turn as the compaction neared, instead of on long turns only, put one turn in eight to fifteen of
-the faster half among the slow ones, which alone raised the median turn by 7-10%
-(`benchmarks.trim_paired`, 128k: 1.41-1.56x the floor's median before, 1.28-1.38x after).
+The decision counts rounds, not milliseconds: the same session prepares on the same turns on any
+machine, and the share of turns that prepare stays the same however long the session runs (a
+moving average of measured costs let it creep up as the ledger and working set filled).
+
+Why it stays (trim benchmark, N=5,000, an in-process loop timed by wall clock): without it a
+compaction turn clears and evicts every round since the last one, and p99 is 11-12.5 ms at a
+32k window and 20-24 ms at 128k against a 10 ms target; with it p99 is 5-8 ms. Preparing on any
+turn as the compaction neared, instead of on long turns only, put one turn in eight to fifteen
+among the slow ones, which alone raised the median turn by 7-10%.
 """
 
 from __future__ import annotations
@@ -42,14 +43,10 @@ long against a few recent turns is then still rarely a short one overall)."""
 
 
 class PrepareAhead:
-    """Moving averages of compaction costs and view growth, and the cursor of rounds prepared."""
+    """Which turns prepare ahead (recent growth, ranked) and the cursor of rounds prepared."""
 
     def __init__(self) -> None:
         self.cursor = 0
-        self.prep_cost = 0.0001
-        """Measured seconds to prepare one round (moving average), to size the slices."""
-        self.compaction_fixed_ms = 1.0
-        """Measured time of a compaction besides preparing rounds (moving average)."""
         self.turn_tokens = 0.0
         """Recent growth of the view per turn (moving average), to see a compaction coming."""
         self.last_rounds_total = 0
@@ -57,8 +54,6 @@ class PrepareAhead:
         """Tokens each of the last turns added to the view."""
         self._ranked_growth: list[int] = []
         """The same, in ascending order (the rank a long turn is measured against)."""
-        self.turn_started: float | None = None
-        """When the current turn's messages began to arrive (`perf_counter`); None between turns."""
 
     def newest_preparable(self, book: RoundBook) -> int:
         """Ordinal of the newest round that can be prepared: all but the newest, which may still grow."""
@@ -80,20 +75,9 @@ class PrepareAhead:
             i += 1
         self.cursor = i
 
-    def compacted(self, started: float, unprepared: int) -> None:
-        """Learn what a compaction cost besides the rounds nobody prepared (render, eviction...)."""
-        fixed = (time.perf_counter() - started) * 1000 - unprepared * self.prep_cost * 1000
-        self.compaction_fixed_ms = 0.7 * self.compaction_fixed_ms + 0.3 * max(0.0, fixed)
-
-    def turn_begins(self) -> None:
-        """The turn's first messages arrive: a slice ends in time for the whole turn to stay in budget."""
-        if self.turn_started is None:
-            self.turn_started = time.perf_counter()
-
     def turn_done(self, book: RoundBook) -> None:
         """A turn was served: remember the view's size for the growth rate."""
         self.last_rounds_total = book.rounds_total
-        self.turn_started = None
 
     def track(self, book: RoundBook, config: CompactionConfig) -> None:
         """A turn only appended: learn the growth; a long turn prepares what the compaction would not fit."""
@@ -125,24 +109,13 @@ class PrepareAhead:
         return grown > bar or grown == bar == ranked[-1]
 
     def _maybe_prepare(self, book: RoundBook, config: CompactionConfig, *, grown: int) -> None:
-        if not self._is_long(grown):
-            return
-        pending_ms = self.pending_rounds(book) * self.prep_cost * 1000
-        slice_ms = config.prepare_slice_ms
-        # What the compaction may still prepare itself: the rest of its budget. When its fixed part
-        # alone fills the budget, everything pending is prepared: only long turns do it, and every
-        # round left to the compaction makes the slowest turns slower.
-        excess = pending_ms - max(config.compaction_budget_ms - self.compaction_fixed_ms, 0.0)
-        if excess > 0:
-            self._prepare(book, config, slice_ms, self.newest_preparable(book))
+        if self._is_long(grown) and self.pending_rounds(book) > config.prepare_after_rounds:
+            self._prepare(book, config)
 
-    def _prepare(self, book: RoundBook, config: CompactionConfig, slice_ms: float, newest: int) -> None:
-        started = time.perf_counter()
-        deadline = started + slice_ms / 1000
-        if self.turn_started is not None:
-            # counting a long turn's messages already took part of the turn's budget
-            deadline = min(deadline, self.turn_started + config.compaction_budget_ms / 1000)
-        done = 0
+    def _prepare(self, book: RoundBook, config: CompactionConfig) -> None:
+        """Prepare every round that waits, oldest first, until ``prepare_slice_ms`` has passed."""
+        deadline = time.perf_counter() + config.prepare_slice_ms / 1000
+        newest = self.newest_preparable(book)
         i = self.cursor
         while i < len(book.rounds) and i <= newest:
             r = book.rounds[i]
@@ -160,10 +133,6 @@ class PrepareAhead:
             if r.entry is not None:
                 book.ledger.warm(r.entry)  # so the compaction's render finds its sizes known
             r.prepared = True
-            done += 1
             if time.perf_counter() >= deadline:
                 break
         self.cursor = i
-        if done:
-            per_round = (time.perf_counter() - started) / done
-            self.prep_cost = 0.7 * self.prep_cost + 0.3 * per_round

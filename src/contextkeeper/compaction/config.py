@@ -129,13 +129,13 @@ _INT_FIELDS: dict[str, tuple[int, int]] = {
     "reactive_retries": (0, 10),
     "thrash_window_turns": (1, _MAX_INT),
     "thrash_repeats": (1, _MAX_INT),
+    "prepare_after_rounds": (0, _MAX_INT),
 }
 """Integer options and their inclusive range."""
 
 _FLOAT_FIELDS: dict[str, tuple[float, float, bool, bool]] = {
     "high_water": (0.0, 1.0, True, False),
     "low_water": (0.0, 1.0, True, True),
-    "compaction_budget_ms": (0.0, 1e12, False, False),
     "prepare_slice_ms": (0.0, 1e12, True, False),
     "merge_similarity": (0.0, 1.0, True, False),
     "ledger_share": (0.0, 0.9, True, False),
@@ -258,11 +258,12 @@ class CompactionConfig:
     """Identifiers kept verbatim in a cleared output's stand-in."""
     scan_chars: int = 600
     """Characters of an output scanned for identifiers and key lines when it is cleared (cost bound)."""
-    compaction_budget_ms: float = 4.0
-    """Time a compaction turn may take (estimated from the last ones); beyond it long turns before it prepare ahead.
+    prepare_after_rounds: int = 16
+    """Rounds a compaction prepares itself (stand-ins, snapshots, ledger entries); once more wait,
+    the next long turn prepares them ahead (see `contextkeeper.compaction.ahead`).
 
-    Well under the 10 ms that makes a turn stand out against a model call: the estimate is a
-    moving average, and a machine that runs slower for a while must not push compactions past it."""
+    Each round takes about 0.1-0.3 ms to prepare, so a compaction turn stays well under the 10 ms
+    that makes a turn stand out against a model call."""
     prepare_slice_ms: float = 5.0
     """Most time a long turn (more new tokens than 60% of recent turns) spends preparing ahead."""
     min_clear_tokens: int = 120

@@ -170,7 +170,6 @@ class ContextEngine:
             BudgetExceeded: system and developer messages (never compacted) that alone would pass
                 the budget: no view could ever be served, so they are refused before anything is added.
         """
-        self.ahead.turn_begins()
         fresh = self.book.check(messages)
         instructions = [m for m in fresh if m.role in INSTRUCTION_ROLES]
         if instructions:
@@ -225,12 +224,8 @@ class ContextEngine:
             if plan is None:
                 self._check_thrashing()
                 plan = self._plan()
-            started = time.perf_counter()
-            unprepared = self.ahead.pending_rounds(book)
             layer = yield from self._compact(plan, target=int(plan.low_water * effective))
             self.counters.gate_floor = self._closed_gate() if book.view_tokens > high else 0.0
-            if not self.summary_layer.enabled:  # a summarizer's own time is not the compaction's
-                self.ahead.compacted(started, unprepared)
             self.counters.last_compaction_reply = book.replies
         else:
             self.ahead.track(book, config)
