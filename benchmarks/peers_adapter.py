@@ -8,9 +8,10 @@
 
 The peer drives the public API with the default pipeline for the window: cl100k counting (with
 GitHub's BPE engine when ``bpe-openai`` is installed; `ContextKeeperTiktokenPeer` counts with
-tiktoken, as the floor does) with OpenAI framing, no reserved output, no tool schemas, no LLM. Messages are converted to
-contextkeeper `Message` objects before timing (as the harness converts for every peer); what
-compaction synthesizes (stand-ins, the context block) goes back as canonical dicts.
+tiktoken, as the floor does) with OpenAI framing, no reserved output, no tool schemas, no LLM.
+Messages are converted to contextkeeper `Message` objects before timing (as the harness converts
+for every peer); what compaction synthesizes (stand-ins, the context block) goes back as
+canonical dicts.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""GitHub's BPE engine (from the ``bpe-openai`` package): the same counts as tiktoken, about twice as fast.
+"""GitHub's BPE engine (from the ``bpe-openai`` package): the same counts as tiktoken, 2-3 times as fast.
 
 Counting the text that arrives is most of what a turn costs. tiktoken splits text with a
 backtracking regex before it merges byte pairs; the ``bpe`` crate from github/rust-gems splits
