@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
+import pytest
+from hypothesis import example, given, settings, strategies as st
 
 from contextkeeper import shellrefs
 from contextkeeper.shellrefs import shell_references
@@ -137,8 +138,23 @@ _OUTPUTS = st.lists(
 
 @given(_OUTPUTS)
 @settings(max_examples=400)
+@example("exit code<returncode>-9</returncode>")  # the window cut the tag the full scan finds first
 def test_exit_code_is_the_first_report_the_full_pattern_finds(text: str) -> None:
     assert shellrefs.exit_code(text) == _exit_code_by_full_scan(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ("exit code -9", -9),
+        ("Process exited with code: -15", -15),
+        ("returncode=-2", -2),
+        ("exit status 3", 3),
+        ("<returncode>-9</returncode>", -9),
+    ],
+)
+def test_a_negative_exit_code_keeps_its_sign(text: str, code: int) -> None:
+    assert shellrefs.exit_code(text) == code
 
 
 @given(_OUTPUTS)

@@ -49,7 +49,7 @@ _PATH_WRITE_RE = re.compile(r"""Path\(\s*['"]([^'"\n]+)['"]\s*\)\s*\.write_(?:te
 _DIFF_RE = re.compile(r"^(?:\+\+\+|---) (?:[ab]/)?(\S+)|^diff --git a/(\S+) b/", re.MULTILINE)
 _SEGMENT_SPLIT = re.compile(r"&&|\|\||;|\n|(?<![|>])\|(?!\|)")
 EXIT_RE = re.compile(
-    r"(?:exit(?:ed with)? code|returncode|return code|exit status)\W{0,3}(-?\d+)|<returncode>(-?\d+)</returncode>",
+    r"(?:exit(?:ed with)? code|returncode|return code|exit status)\W{0,3}?(-?\d+)|<returncode>(-?\d+)</returncode>",
     re.IGNORECASE,
 )
 _EXIT_HINTS = ("ode", "ODE", "tatus", "TATUS")  # in every way EXIT_RE's reports are spelled
