@@ -11,8 +11,9 @@ newest message. The view itself does not change (the cached prefix stays valid);
 compaction then only swaps in what is ready.
 
 The decision counts rounds, not milliseconds: the same session prepares on the same turns on any
-machine, and the share of turns that prepare stays the same however long the session runs (a
-moving average of measured costs let it creep up as the ledger and working set filled).
+machine, and the share of turns that prepare stays the same however long the session runs
+(deciding by a moving average of measured costs lets it creep up as the ledger and working set
+fill).
 
 Why it stays (trim benchmark, N=5,000, an in-process loop timed by wall clock): without it a
 compaction turn clears and evicts every round since the last one, and p99 is 11-12.5 ms at a
