@@ -307,7 +307,7 @@ class RedisHub(_Listeners):
                 await asyncio.sleep(1.0)
             finally:
                 with suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis 8.2 on
 
     def _confirmed(self, channel: str) -> None:
         """Redis confirmed a subscribe command: the channel is live once its last one is."""
