@@ -421,19 +421,15 @@ class TiktokenCounter:
         """Tokens of ``text`` (as ``encode_ordinary``: special-token strings count as plain text)."""
         if text.__class__ is not str:
             require_text(text)
-        engine_count = self._engine_count
-        if engine_count is not None:
-            try:
+        engine_count, to_buffer = self._engine_count, self._to_buffer
+        try:
+            if engine_count is not None:
                 return engine_count(text)
-            except UnicodeEncodeError:  # a lone surrogate: encode_ordinary repairs it as tiktoken does
-                return len(self._encode(text))
-        to_buffer = self._to_buffer
-        if to_buffer is not None:
-            try:
+            if to_buffer is not None:
                 ids = memoryview(to_buffer(text, _NO_SPECIAL))
-            except UnicodeEncodeError:  # a lone surrogate: encode_ordinary repairs it as tiktoken does
-                return len(self._encode(text))
-            return ids.nbytes // ids.itemsize
+                return ids.nbytes // ids.itemsize
+        except UnicodeEncodeError:  # a lone surrogate: encode_ordinary repairs it as tiktoken does
+            pass
         return len(self._encode(text))
 
     def __repr__(self) -> str:
