@@ -13,8 +13,15 @@ returned (mapping the view to canonical messages, checking pairs, the system mes
 window), as it does between the turns of a cell. Both peers see the same machine at the same
 moment, so the ratio of their medians holds still where a single cell's does not.
 
-Reported per window: each peer's p50 and p99, the ratio of the p50s, and whether every turn of
-contextkeeper's was correct by the harness's checks. Not a timed test: compare ratios within a run.
+Reported per window: each peer's p50 and p99, the ratio of the p50s, each peer's growth exponent
+(the harness's fit of log latency against log history), and whether every turn of contextkeeper's
+was correct by the harness's checks. A third, timed step on every turn is a control that does the
+same work each time (tokenizing one fixed text): its exponent would be zero on a machine of steady
+speed, so what the fit reads for it is the machine drifting during the run. The fit leans on the
+first turns past twice the window (at N=50,000 a tenth of the turns spans half of the log-history
+range, a second or two of wall time), so a few seconds of a faster or slower machine move every peer's
+exponent together; a peer's exponent minus the control's is what its own work adds.
+Not a timed test: compare within a run.
 """
 
 from __future__ import annotations
@@ -66,6 +73,29 @@ class _Driver:
         self.incorrect += not (check["pairs_ok"] and check["system_kept"] and check["fits"])
 
 
+class _Control:
+    """A turn that does the same work every time: tokenizing one fixed text.
+
+    Its growth exponent is zero on a machine that holds its speed; what the fit reads for it is the
+    machine speeding up or slowing down during the run, and the peers stepped beside it saw the same.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.latencies: list[float] = []
+
+    def turn(self, enc: Any) -> None:
+        started = time.perf_counter_ns()
+        enc.encode_ordinary(self.text)
+        self.latencies.append((time.perf_counter_ns() - started) / 1e6)
+
+
+def _growth(harness: Any, history: list[int], latencies: list[float], window: int) -> float | None:
+    """The harness's own fit: latency against history, on the turns past twice the window."""
+    exponent = harness._fit_exponent(history, latencies, 2.0 * window)
+    return None if exponent is None else round(exponent, 3)
+
+
 def run_pair(harness: Any, size: int, window: int, seed: int) -> dict[str, Any]:
     """One conversation of ``size`` messages through both peers at ``window`` tokens."""
     enc = harness.get_encoding()
@@ -73,13 +103,23 @@ def run_pair(harness: Any, size: int, window: int, seed: int) -> dict[str, Any]:
     tokens = [harness.message_tokens(enc, m) for m in canon]
     floor = _Driver(harness, harness.FloorPeer(), canon, rounds)
     ours = _Driver(harness, ContextKeeperPeer(), canon, rounds)
+    # about a plain turn's work: the first user message, a few hundred tokens
+    control = _Control(canon[rounds[1][0]]["content"])
     floor.setup(window, enc)
     ours.setup(window, enc)
     gc.collect()
+    history: list[int] = []  # tokens of the whole conversation after each timed round: the fit's x
+    total = sum(tokens[rounds[0][0] : rounds[0][1]])
     for r in range(1, len(rounds)):
+        total += sum(tokens[rounds[r][0] : rounds[r][1]])
+        history.append(total)
         for driver in (floor, ours) if r % 2 else (ours, floor):
             driver.turn(r, window, enc, tokens)
+        control.turn(enc)
     f50, o50 = _quantile(floor.latencies, 0.5), _quantile(ours.latencies, 0.5)
+    floor_growth = _growth(harness, history, floor.latencies, window)
+    ours_growth = _growth(harness, history, ours.latencies, window)
+    control_growth = _growth(harness, history, control.latencies, window)
     return {
         "size": size,
         "window": window,
@@ -90,6 +130,9 @@ def run_pair(harness: Any, size: int, window: int, seed: int) -> dict[str, Any]:
         "contextkeeper_p50_ms": round(o50, 4),
         "contextkeeper_p99_ms": round(_quantile(ours.latencies, 0.99), 3),
         "p50_ratio": round(o50 / f50, 3),
+        "floor_growth_exponent": floor_growth,
+        "contextkeeper_growth_exponent": ours_growth,
+        "control_growth_exponent": control_growth,
         "incorrect_turns": ours.incorrect,
     }
 
@@ -99,26 +142,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="5000", help="comma-separated conversation sizes (messages)")
     parser.add_argument("--window", default="128000,32000", help="comma-separated windows (tokens)")
     parser.add_argument("--runs", type=int, default=3, help="runs of each size and window")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="conversation seed of the first run")
+    parser.add_argument(
+        "--vary-seed", action="store_true", help="run k uses seed + k - 1: other conversations of the same workload"
+    )
     parser.add_argument("--bench-script", default=DEFAULT_BENCH, help="path of peers_bench.py")
     parser.add_argument("--json", dest="json_out", help="write the results here")
     args = parser.parse_args(argv)
     harness = load_harness(args.bench_script)
     results = []
     print(
-        "| N | window | run | floor p50 ms | contextkeeper p50 ms | p50 ratio | floor p99 ms "
-        "| contextkeeper p99 ms | incorrect |"
+        "| N | window | run | seed | floor p50 ms | contextkeeper p50 ms | p50 ratio | floor p99 ms "
+        "| contextkeeper p99 ms | floor growth | contextkeeper growth | control growth | incorrect |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for size in (int(s) for s in args.sizes.split(",")):
         for window in (int(w) for w in args.window.split(",")):
             for run in range(1, args.runs + 1):
-                res = run_pair(harness, size, window, args.seed)
+                res = run_pair(harness, size, window, args.seed + (run - 1 if args.vary_seed else 0))
                 res["run"] = run
                 results.append(res)
                 print(
-                    f"| {size} | {window} | {run} | {res['floor_p50_ms']} | {res['contextkeeper_p50_ms']} | "
-                    f"{res['p50_ratio']} | {res['floor_p99_ms']} | {res['contextkeeper_p99_ms']} | "
+                    f"| {size} | {window} | {run} | {res['seed']} | {res['floor_p50_ms']} | "
+                    f"{res['contextkeeper_p50_ms']} | {res['p50_ratio']} | {res['floor_p99_ms']} | "
+                    f"{res['contextkeeper_p99_ms']} | "
+                    f"{res['floor_growth_exponent']} | {res['contextkeeper_growth_exponent']} | "
+                    f"{res['control_growth_exponent']} | "
                     f"{res['incorrect_turns']} |",
                     flush=True,
                 )

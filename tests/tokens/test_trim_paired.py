@@ -10,14 +10,20 @@ from _bench_runs import run_benchmark
 
 def test_trim_paired_steps_both_peers_on_every_turn_and_reports_their_ratio(tmp_path: Path) -> None:
     out = tmp_path / "paired.json"
-    proc = run_benchmark("trim_paired", "--sizes", "400", "--window", "6000", "--runs", "2", "--json", str(out))
+    args = "--sizes 400 --window 6000 --runs 2 --seed 7 --vary-seed --json".split()
+    proc = run_benchmark("trim_paired", *args, str(out))
     assert proc.returncode == 0, proc.stderr
     pairs = json.loads(out.read_text())["pairs"]
-    assert [(p["size"], p["window"], p["run"]) for p in pairs] == [(400, 6000, 1), (400, 6000, 2)]
+    assert [(p["size"], p["window"], p["run"], p["seed"]) for p in pairs] == [(400, 6000, 1, 7), (400, 6000, 2, 8)]
+    assert pairs[0]["turns"] != pairs[1]["turns"]  # two seeds, two conversations
     for p in pairs:
         assert p["turns"] > 90  # about four messages a round
         assert p["incorrect_turns"] == 0  # a 6,000-token window forces compactions: views stay correct
         # the ratio of the unrounded medians, against the ratio of the rounded ones in the report
         assert p["p50_ratio"] == pytest.approx(p["contextkeeper_p50_ms"] / p["floor_p50_ms"], abs=0.005)
         assert 0 < p["floor_p50_ms"] <= p["floor_p99_ms"]
-    assert "| 400 | 6000 | 1 |" in proc.stdout
+        # the harness's growth fit over the turns past twice the window, for both peers
+        assert isinstance(p["floor_growth_exponent"], float)
+        assert isinstance(p["contextkeeper_growth_exponent"], float)
+        assert isinstance(p["control_growth_exponent"], float)
+    assert "| 400 | 6000 | 1 | 7 |" in proc.stdout

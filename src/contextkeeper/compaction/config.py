@@ -258,12 +258,13 @@ class CompactionConfig:
     """Identifiers kept verbatim in a cleared output's stand-in."""
     scan_chars: int = 600
     """Characters of an output scanned for identifiers and key lines when it is cleared (cost bound)."""
-    prepare_after_rounds: int = 16
+    prepare_after_rounds: int = 4
     """Rounds a compaction prepares itself (stand-ins, snapshots, ledger entries); once more wait,
     the next long turn prepares them ahead (see `contextkeeper.compaction.ahead`).
 
-    Each round takes about 0.1-0.3 ms to prepare, so a compaction turn stays well under the 10 ms
-    that makes a turn stand out against a model call."""
+    Each round takes about 0.1-0.3 ms to prepare. The rounds a compaction prepares itself are
+    the slowest part of the slowest turns, while a long turn that prepares is slow already, so a
+    small number keeps compaction turns short at little cost to the median turn."""
     prepare_slice_ms: float = 5.0
     """Most time a long turn (more new tokens than 60% of recent turns) spends preparing ahead."""
     min_clear_tokens: int = 120
