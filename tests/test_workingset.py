@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 from hypothesis import given, settings, strategies as st
 
@@ -161,3 +162,63 @@ def test_outcome_reads_both_ends_of_a_long_output() -> None:
     assert workingset._outcome("<returncode>1</returncode>\n" + middle, is_error=False)[0]
     assert workingset._outcome(middle + "=== 2 failed, 3 passed in 1s ===", is_error=False)[0]
     assert workingset._outcome(middle + "=== 5 passed in 1s ===", is_error=False) == (False, "ok (5 passed)")
+
+
+_item = st.builds(
+    workingset.WorkItem,
+    kind=st.sampled_from(["file", "command", "error", "symbol"]),
+    key=st.text(alphabet="abc/._", min_size=1, max_size=6),
+    score=st.sampled_from([0.0, 0.5, 1.0, 2.0]),  # few values: many ties
+    tier=st.integers(min_value=0, max_value=2),
+    refs=st.integers(min_value=0, max_value=4),
+    last_index=st.integers(min_value=-1, max_value=3),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(min_value=0, max_value=300).flatmap(lambda n: st.lists(_item, min_size=n, max_size=n)),
+    st.integers(min_value=0, max_value=2000),
+)
+def test_a_render_shows_the_items_a_full_sort_ranks_first(items: list[workingset.WorkItem], cap: int) -> None:
+    """Each group shows a prefix of its items sorted strongest first, ties in the order they came."""
+    ws = WorkingSet()
+    for n, it in enumerate(items):
+        it.key += str(n)  # every item kept, however alike the drawn keys
+        it.rerank()
+        ws.items[(it.kind, it.key)] = it
+
+    def ranked(kind: str) -> list[str]:
+        of_kind = [it for it in ws.items.values() if it.kind == kind]
+        return [it.key for it in sorted(of_kind, key=lambda it: it.rank_key, reverse=True)]
+
+    shown_files = {it.key for it in ws.items.values() if it.kind == "file" and (it.tier >= 1 or it.refs >= 3)}
+    expected = {
+        "Files:": [key for key in ranked("file") if key in shown_files],
+        "Commands (last outcome):": ranked("command")[:8],
+        "Unresolved errors:": ranked("error")[:4],
+    }
+    pool = list(ws.items.values())  # often more than are picked before the rest is sorted
+    assert list(workingset._strongest_first(pool)) == sorted(pool, key=lambda it: it.rank_key, reverse=True)
+    for max_tokens in (cap, 10**6):  # 10**6: every row fits, past the items picked before sorting
+        groups, symbols = _groups(ws.render(max_tokens=max_tokens, count=len), expected)
+        for title, rows in groups.items():
+            assert rows and rows == expected[title][: len(rows)]
+        symbol_keys = {it.key for it in ws.items.values() if it.kind == "symbol" and it.refs >= 2}
+        assert symbols == [key for key in ranked("symbol") if key in symbol_keys][: len(symbols)]
+    assert groups == {title: rows for title, rows in expected.items() if rows}
+
+
+def _groups(text: str, titles: Iterable[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """The keys a working-set render lists under each title, and its symbols."""
+    groups: dict[str, list[str]] = {}
+    symbols: list[str] = []
+    rows: list[str] = []
+    for line in text.splitlines()[1:]:
+        if line in titles:
+            rows = groups[line] = []
+        elif line.startswith("Symbols: "):
+            symbols = line.removeprefix("Symbols: ").split(", ")
+        else:
+            rows.append(line[2:].split(" ")[0])  # "- key", "- key (edited)", "- key → ok"
+    return groups, symbols

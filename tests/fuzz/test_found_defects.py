@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from contextkeeper import Session
+from contextkeeper.compaction.config import CompactionConfig
 from contextkeeper.exceptions import ConfigError, MessageError, SchemaError, UpstreamError
 from contextkeeper.llm import AnthropicModel, OpenAIChatModel, RetryPolicy
-from contextkeeper.messages import Message
+from contextkeeper.messages import Message, ToolCall
 from contextkeeper.settings import load_settings, validate_config_file
 from contextkeeper.stores import MemoryStore
 from contextkeeper.testing import ScriptedError, ScriptedOpenAIServer, ScriptedStream
@@ -203,6 +204,51 @@ def test_import_refuses_a_state_the_session_cannot_open() -> None:
     except SchemaError:
         return  # refused before writing: fine
     Session("imported", store=store, window=3000)  # accepted: it must open
+
+
+def _export_with_view(session_id: str, window: int, output_words: int, change: Any) -> list[str]:
+    """A compacted session's export whose saved view is changed by ``change`` (the state's view dict)."""
+    store = MemoryStore()
+    config = CompactionConfig(clear_after_rounds=1)
+    session = Session(session_id, store=store, window=window, reserved_output=400, config=config)
+    session.add([Message.system("You are a coding agent."), Message.user("Fix src/app.py.")])
+    for i in range(12):
+        call = Message.assistant(tool_calls=[ToolCall(call_id=f"c{i}", name="read_file", arguments="{}")])
+        session.add([call, Message.tool_result(f"c{i}", f"line {i} of the file " * output_words)])
+        session.prepare()
+    out = []
+    for line in store.export_session(session_id):
+        record = json.loads(line)
+        if record["type"] == "state" and record["slot"] == "view":
+            change(record["state"]["view"])
+            line = json.dumps(record) + "\n"
+        out.append(line)
+    return out
+
+
+def _break_context(view: dict[str, Any]) -> None:
+    view["context"]["role"] = None  # the block of a session that evicted rounds
+
+
+def _break_stand_in(view: dict[str, Any]) -> None:
+    cleared = next(iter(view["stand_ins"]))  # a cleared output, its stand-in made again from the transcript
+    view["stand_ins"][cleared] = {"role": None, "parts": []}
+
+
+@pytest.mark.parametrize(
+    ("window", "output_words", "change"),
+    [(4000, 100, _break_context), (6000, 120, _break_stand_in)],
+    ids=["context", "stand-in"],
+)
+def test_import_refuses_a_saved_view_whose_messages_do_not_load(window: int, output_words: int, change: Any) -> None:
+    """The view's messages are checked at import as opening the session reads them: refused, nothing written."""
+    store = MemoryStore()
+    with pytest.raises(SchemaError, match=r"view\.(context|stand_ins)"):
+        store.import_session(_export_with_view("src", window, output_words, change), session_id="imported")
+    assert store.list_sessions()[0] == []
+    # the same export unchanged imports and opens
+    store.import_session(_export_with_view("src", window, output_words, lambda view: None), session_id="imported")
+    assert Session("imported", store=store, window=window).transcript
 
 
 def test_a_streamed_tool_input_nested_5000_deep_is_kept_raw_as_invalid_input(server: ScriptedOpenAIServer) -> None:

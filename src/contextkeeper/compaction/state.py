@@ -253,11 +253,16 @@ def check_state(session_id: str, state: Any) -> None:
         return
     if not isinstance(view, Mapping):
         raise _broken(session_id, "view", f"must be an object, got {type(view).__name__}")
-    if view.get("context") is not None and not isinstance(view["context"], Mapping):
-        raise _broken(session_id, "view.context", "must be a message object or null")
+    if view.get("context") is not None:
+        if not isinstance(view["context"], Mapping):
+            raise _broken(session_id, "view.context", "must be a message object or null")
+        _message(session_id, view["context"], "view.context")  # as opening the session reads it
     saved = view.get("stand_ins", {})
     if not isinstance(saved, Mapping) or not all(m == "c" or isinstance(m, Mapping) for m in saved.values()):
         raise _broken(session_id, "view.stand_ins", 'must map message ids to messages (or "c")')
+    for message_id, kept in saved.items():
+        if kept != "c":
+            _message(session_id, kept, f"view.stand_ins[{message_id!r}]")
     if not _is_number(view.get("gate_floor", 0.0)):
         raise _broken(session_id, "view.gate_floor", "must be a finite number")
     if not _is_int(view.get("thrash_streak", 0)):
