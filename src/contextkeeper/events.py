@@ -149,7 +149,8 @@ class EventBus:
         self._subscribers: list[Callable[[Event], object]] = []
         self._queues: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[Event]]] = []
         self._lock = threading.Lock()
-        self.audit: list[dict[str, Any]] = []
+        self._audit: list[Event] = []
+        """Events of the in-memory audit log, made into dicts when read (a compaction emits dozens)."""
         self.audit_limit = audit_limit
         self.subscriber_errors = 0
         self.sinks: list[Callable[[dict[str, Any]], None]] = []
@@ -181,6 +182,11 @@ class EventBus:
                 self._queues.remove(entry)
 
     @property
+    def audit(self) -> list[dict[str, Any]]:
+        """The in-memory audit log, oldest first: the dict (`event_to_dict`) of every event but ``context.status``."""
+        return [event_to_dict(event) for event in self._audit]
+
+    @property
     def listening(self) -> bool:
         """True when someone receives events: subscribers, async streams or sinks."""
         return bool(self._subscribers or self._queues or self.sinks)
@@ -197,12 +203,14 @@ class EventBus:
         handed to the sinks.
         """
         if event.kind != "context.status":
-            record = event_to_dict(event)
-            self.audit.append(record)
-            if len(self.audit) > self.audit_limit:
-                del self.audit[: len(self.audit) - self.audit_limit]
-            for sink in self.sinks:
-                self._call(sink, record)
+            audit = self._audit
+            audit.append(event)
+            if len(audit) > self.audit_limit:
+                del audit[: len(audit) - self.audit_limit]
+            if self.sinks:
+                record = event_to_dict(event)
+                for sink in self.sinks:
+                    self._call(sink, record)
         with self._lock:
             subscribers = list(self._subscribers)
             queues = list(self._queues)

@@ -14,11 +14,10 @@ turn, so the common turn stays O(1) and each message is read once.
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Literal
@@ -315,11 +314,12 @@ class WorkingSet:
         by_kind: dict[ItemKind, list[WorkItem]] = {"file": [], "command": [], "error": [], "symbol": []}
         for it in self.items.values():
             by_kind[it.kind].append(it)
-        # only the strongest items are shown: pick them rather than sort hundreds of items
-        files = _strongest_first([it for it in by_kind["file"] if it.tier >= 1 or it.refs >= 3])
-        commands = heapq.nlargest(8, by_kind["command"], key=_by_rank)
-        errors = heapq.nlargest(4, by_kind["error"], key=_by_rank)
-        symbols = heapq.nlargest(24, (it for it in by_kind["symbol"] if it.refs >= 2), key=_by_rank)
+        for items in by_kind.values():
+            items.sort(key=_by_rank, reverse=True)
+        files = (it for it in by_kind["file"] if it.tier >= 1 or it.refs >= 3)
+        commands = by_kind["command"][:8]
+        errors = by_kind["error"][:4]
+        symbols = [it for it in by_kind["symbol"] if it.refs >= 2][:24]
         # a row's size is counted once: the same rows come back at every compaction
         sizes = self._row_tokens
         if len(sizes) > 8192 or count != self._row_counter:  # bound methods compare by object and function
@@ -390,19 +390,6 @@ class WorkingSet:
 
 # --- helpers -------------------------------------------------------------------------------
 _by_rank = attrgetter("rank_key")
-_FIRST_FILES = 64
-"""Files picked before a render falls back to sorting them all (more rarely fit its room)."""
-
-
-def _strongest_first(items: list[WorkItem]) -> Iterator[WorkItem]:
-    """``items`` strongest first, as a render reaches them: the head picked, the rest sorted if reached.
-
-    The same order as sorting them all (`heapq.nlargest` keeps ties in their order, as a stable sort does).
-    """
-    head = heapq.nlargest(_FIRST_FILES, items, key=_by_rank)
-    yield from head
-    if len(items) > len(head):
-        yield from sorted(items, key=_by_rank, reverse=True)[len(head) :]
 
 
 def _arguments(call: ToolCall) -> dict[str, Any]:
