@@ -202,7 +202,7 @@ _LOADERS: tuple[tuple[str, Callable[[Any], object]], ...] = (
 
 
 def check_saved_view(session_id: str, state: Any) -> None:
-    """Raise `SchemaError` when a saved view state could not be opened (its shape, ledger and notes).
+    """Raise `SchemaError` when a saved view state could not be opened (its shape, ledger, notes and messages).
 
     Imports run it before writing anything, so an accepted session always opens.
     """
@@ -210,6 +210,13 @@ def check_saved_view(session_id: str, state: Any) -> None:
     Ledger.from_dict(state.get("ledger", {}), session_id=session_id)
     if "notes" in state:
         Notes.from_dict(state["notes"], session_id=session_id)
+    # the view's messages, as opening reads them (opening parses them itself, so only imports do it here)
+    view = state.get("view") or {}
+    if view.get("context") is not None:
+        _message(session_id, view["context"], "view.context")
+    for message_id, kept in view.get("stand_ins", {}).items():
+        if kept != "c":
+            _message(session_id, kept, f"view.stand_ins[{message_id!r}]")
 
 
 def check_state(session_id: str, state: Any) -> None:
@@ -253,16 +260,11 @@ def check_state(session_id: str, state: Any) -> None:
         return
     if not isinstance(view, Mapping):
         raise _broken(session_id, "view", f"must be an object, got {type(view).__name__}")
-    if view.get("context") is not None:
-        if not isinstance(view["context"], Mapping):
-            raise _broken(session_id, "view.context", "must be a message object or null")
-        _message(session_id, view["context"], "view.context")  # as opening the session reads it
+    if view.get("context") is not None and not isinstance(view["context"], Mapping):
+        raise _broken(session_id, "view.context", "must be a message object or null")
     saved = view.get("stand_ins", {})
     if not isinstance(saved, Mapping) or not all(m == "c" or isinstance(m, Mapping) for m in saved.values()):
         raise _broken(session_id, "view.stand_ins", 'must map message ids to messages (or "c")')
-    for message_id, kept in saved.items():
-        if kept != "c":
-            _message(session_id, kept, f"view.stand_ins[{message_id!r}]")
     if not _is_number(view.get("gate_floor", 0.0)):
         raise _broken(session_id, "view.gate_floor", "must be a finite number")
     if not _is_int(view.get("thrash_streak", 0)):

@@ -428,7 +428,7 @@ class TiktokenCounter:
             if to_buffer is not None:
                 ids = memoryview(to_buffer(text, _NO_SPECIAL))
                 return ids.nbytes // ids.itemsize
-        except UnicodeEncodeError:  # a lone surrogate: encode_ordinary repairs it as tiktoken does
+        except UnicodeEncodeError:  # a lone surrogate: encode_ordinary below repairs it as tiktoken does
             pass
         return len(self._encode(text))
 
