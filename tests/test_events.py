@@ -24,6 +24,7 @@ from contextkeeper.events import (
     SnapshotWritten,
     event_to_dict,
 )
+from contextkeeper.exceptions import ConfigError
 from contextkeeper.messages import Message
 from contextkeeper.session import Session
 from contextkeeper.stores import open_store
@@ -130,6 +131,33 @@ def test_bus_callbacks_audit_log_and_sinks() -> None:
     assert [e.detail for e in got] == [f"#{i}" for i in range(8)]  # type: ignore[union-attr]
     assert [d["detail"] for d in bus.audit] == [f"#{i}" for i in range(3, 8)]  # bounded, oldest dropped
     assert len(sunk) == 8 and sunk[0]["alert"] == "spike"
+
+
+def test_audit_limit_can_be_changed_and_keeps_the_newest_events() -> None:
+    bus = EventBus(audit_limit=4)
+    for i in range(6):
+        bus.emit(Alert(session_id="s", alert="spike", detail=f"#{i}"))
+    bus.audit_limit = 2  # lowering drops the oldest at once
+    assert bus.audit_limit == 2
+    assert [d["detail"] for d in bus.audit] == ["#4", "#5"]
+    bus.audit_limit = 3  # raising keeps what is there and lets the log grow again
+    bus.emit(Alert(session_id="s", alert="spike", detail="#6"))
+    bus.emit(Alert(session_id="s", alert="spike", detail="#7"))
+    assert [d["detail"] for d in bus.audit] == ["#5", "#6", "#7"]
+    bus.audit_limit = 0
+    bus.emit(Alert(session_id="s", alert="spike", detail="#8"))
+    assert bus.audit == []
+
+
+@pytest.mark.parametrize("limit", [-1, 2.5, True, "10"])
+def test_audit_limit_refuses_what_is_not_a_count(limit: object) -> None:
+    with pytest.raises(ConfigError, match="audit_limit") as caught:
+        EventBus(audit_limit=limit)  # type: ignore[arg-type]
+    assert repr(limit) in str(caught.value) and caught.value.key == "audit_limit"
+    bus = EventBus(audit_limit=3)
+    with pytest.raises(ConfigError, match="audit_limit"):
+        bus.audit_limit = limit  # type: ignore[assignment]
+    assert bus.audit_limit == 3
 
 
 def test_failing_subscriber_and_sink_are_counted_not_raised() -> None:

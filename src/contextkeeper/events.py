@@ -11,9 +11,12 @@ import dataclasses
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from contextkeeper.exceptions import ConfigError
 
 __all__ = [
     "Alert",
@@ -149,9 +152,9 @@ class EventBus:
         self._subscribers: list[Callable[[Event], object]] = []
         self._queues: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[Event]]] = []
         self._lock = threading.Lock()
-        self._audit: list[Event] = []
-        """Events of the in-memory audit log, made into dicts when read (a compaction emits dozens)."""
-        self.audit_limit = audit_limit
+        self._audit: deque[Event] = deque(maxlen=self._check_limit(audit_limit))
+        """Events of the in-memory audit log, made into dicts when read (a compaction emits dozens).
+        A bounded deque drops the oldest in constant time; a list would shift every kept event."""
         self.subscriber_errors = 0
         self.sinks: list[Callable[[dict[str, Any]], None]] = []
         """Called with the dict of every event but ``context.status``; a session store's audit log plugs in here."""
@@ -181,6 +184,26 @@ class EventBus:
             with self._lock:
                 self._queues.remove(entry)
 
+    @staticmethod
+    def _check_limit(limit: int) -> int:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ConfigError(
+                f"audit_limit must be a whole number of events, 0 or more (0 keeps none); got {limit!r}",
+                key="audit_limit",
+            )
+        return limit
+
+    @property
+    def audit_limit(self) -> int:
+        """How many events the in-memory audit log keeps; lowering it drops the oldest at once."""
+        maxlen = self._audit.maxlen
+        assert maxlen is not None  # always built bounded
+        return maxlen
+
+    @audit_limit.setter
+    def audit_limit(self, limit: int) -> None:
+        self._audit = deque(self._audit, maxlen=self._check_limit(limit))
+
     @property
     def audit(self) -> list[dict[str, Any]]:
         """The in-memory audit log, oldest first: the dict (`event_to_dict`) of every event but ``context.status``."""
@@ -203,10 +226,7 @@ class EventBus:
         handed to the sinks.
         """
         if event.kind != "context.status":
-            audit = self._audit
-            audit.append(event)
-            if len(audit) > self.audit_limit:
-                del audit[: len(audit) - self.audit_limit]
+            self._audit.append(event)
             if self.sinks:
                 record = event_to_dict(event)
                 for sink in self.sinks:
