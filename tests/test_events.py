@@ -149,6 +149,28 @@ def test_audit_limit_can_be_changed_and_keeps_the_newest_events() -> None:
     assert bus.audit == []
 
 
+def test_reading_the_audit_log_while_another_thread_emits() -> None:
+    bus = EventBus(audit_limit=2_000)
+    stop = threading.Event()
+
+    def emit_forever() -> None:
+        i = 0
+        while not stop.is_set():
+            bus.emit(Alert(session_id="s", alert="spike", detail=f"#{i}"))
+            i += 1
+
+    worker = threading.Thread(target=emit_forever)
+    worker.start()
+    try:
+        for _ in range(40):  # each read converts up to 2,000 events while the worker keeps appending
+            audit = bus.audit
+            numbers = [int(str(d["detail"])[1:]) for d in audit]
+            assert numbers == sorted(numbers) and len(numbers) <= 2_000
+    finally:
+        stop.set()
+        worker.join()
+
+
 @pytest.mark.parametrize("limit", [-1, 2.5, True, "10"])
 def test_audit_limit_refuses_what_is_not_a_count(limit: object) -> None:
     with pytest.raises(ConfigError, match="audit_limit") as caught:

@@ -207,7 +207,9 @@ class EventBus:
     @property
     def audit(self) -> list[dict[str, Any]]:
         """The in-memory audit log, oldest first: the dict (`event_to_dict`) of every event but ``context.status``."""
-        return [event_to_dict(event) for event in self._audit]
+        # list() copies the deque in one C call, so an emit on another thread cannot interrupt it
+        # (iterating the deque itself would raise "deque mutated during iteration").
+        return [event_to_dict(event) for event in list(self._audit)]
 
     @property
     def listening(self) -> bool:
