@@ -28,6 +28,88 @@ def test_heredoc_writes_python_scripts_and_patches_are_edits() -> None:
     assert _refs(patch)["lib/x.c"] == "edited"
 
 
+def test_inline_python_writes_through_a_bound_name_are_edits() -> None:
+    heredoc = (
+        "cd /testbed\npython - <<'PY'\nfrom pathlib import Path\np = Path('lib/core/x.py')\n"
+        "text = p.read_text()\np.write_text(text.replace('a', 'b'))\nprint(open('docs/a.rst').read())\nPY"
+    )
+    assert _refs(heredoc) == {"lib/core/x.py": "edited", "docs/a.rst": "read"}
+    plain_name = (
+        'python3 <<EOF\npath = "src/pkg/util.py"\nwith open(path, "r+", encoding="utf-8") as fh:\n    fh.write(s)\nEOF'
+    )
+    assert _refs(plain_name) == {"src/pkg/util.py": "edited"}
+    one_liner = "cd /testbed && python -c \"import re;p='requests/models.py';s=open(p).read();open(p,'w').write(s)\""
+    assert _refs(one_liner) == {"requests/models.py": "edited"}
+    assert _refs("python -c 'print(open(\"a/b.py\").read())' && cat c/d.py") == {"a/b.py": "read", "c/d.py": "read"}
+    assert _refs("python - <<'PY'\nfrom pathlib import Path\nPath('x/y.py').open('a').write('z')\nPY") == {
+        "x/y.py": "edited"
+    }
+
+
+def test_a_heredoc_that_only_becomes_a_file_acts_on_that_file_alone() -> None:
+    # the body is the new file's text: the paths it mentions are not acted on by the command
+    body = "with open('out/log.txt', 'w') as f:\n    f.write(open('in/data.csv').read())\n"
+    command = f"cat > src/pkg/new.py <<'EOF'\n{body}EOF"
+    assert shell_references(command) == [("src/pkg/new.py", "edited")]
+
+
+def test_one_command_names_a_file_once_per_action() -> None:
+    patch = "git apply <<'EOF'\ndiff --git a/lib/x.c b/lib/x.c\n--- a/lib/x.c\n+++ b/lib/x.c\n@@ -1 +1 @@\nEOF"
+    assert shell_references(patch) == [("lib/x.c", "edited")]
+    assert shell_references("sed -i 's/a/b/' m.py && cat m.py && cat m.py") == [("m.py", "edited"), ("m.py", "read")]
+
+
+_SCRIPT_PATHS = ["pkg/a.py", "pkg/b.py", "src/c.rs", "docs/d.md", "e.cfg", "tests/test_f.py"]
+
+
+@st.composite
+def _scripts(draw: st.DrawFn) -> tuple[list[str], set[str], set[str]]:
+    """Python statements that write some paths and read others, with what they write and name."""
+    statements: list[str] = []
+    written: set[str] = set()
+    named: set[str] = set()
+    for i, path in enumerate(draw(st.lists(st.sampled_from(_SCRIPT_PATHS), unique=True, min_size=1))):
+        named.add(path)
+        bind = draw(st.sampled_from(["literal", "str", "Path"]))
+        if bind == "literal":
+            target = f"'{path}'"
+        else:
+            statements.append(f"v{i} = '{path}'" if bind == "str" else f"v{i} = Path('{path}')")
+            target = f"v{i}"
+        call = draw(st.sampled_from(["open-w", "open-a", "open-r+", "open-r", "open", "write_text", "read_text"]))
+        if call in ("write_text", "read_text"):
+            if bind in ("literal", "str"):  # a str has no write_text: wrap it
+                target = f"Path({target})"
+            statements.append(f"{target}.{call}('x')" if call == "write_text" else f"s{i} = {target}.{call}()")
+            writes = call == "write_text"
+        elif call == "open":
+            statements.append(f"s{i} = open({target}).read()")
+            writes = False
+        else:
+            mode = call.split("-", 1)[1]
+            statements.append(f"f{i} = open({target}, '{mode}')")
+            writes = mode != "r"
+        if writes:
+            written.add(path)
+    return statements, written, named
+
+
+@given(_scripts(), st.sampled_from(["heredoc", "inline"]))
+@settings(max_examples=300)
+def test_inline_python_edits_what_it_writes_and_reads_what_else_it_names(
+    script: tuple[list[str], set[str], set[str]], form: str
+) -> None:
+    statements, written, named = script
+    if form == "heredoc":
+        command = "cd /repo && python3 - <<'PY'\nfrom pathlib import Path\n" + "\n".join(statements) + "\nPY"
+    else:
+        command = 'python -c "from pathlib import Path;' + ";".join(statements) + '"'
+    refs = shell_references(command)
+    assert len(refs) == len(set(refs))
+    assert {p for p, action in refs if action == "edited"} == written
+    assert {p for p, action in refs if action == "read"} == named - written
+
+
 def test_tests_runs_reads_and_copies() -> None:
     refs = _refs("python -m pytest tests/test_query.py::test_union -x && grep -n union_all src/query.py | head")
     assert refs["tests/test_query.py"] == "tested"

@@ -19,6 +19,7 @@ __all__ = [
     "exit_code",
     "find_paths",
     "is_path",
+    "python_references",
     "shell_references",
     "test_summary",
 ]
@@ -44,8 +45,25 @@ _BARE_HIT_RE = re.compile(rf"(?:{_BARE_NAMES}){_PATH_END}")
 _BARE_NAME_LIST = tuple(name.replace("\\", "") for name in _BARE_NAMES.split("|"))
 _PATH_CHAR_RE = re.compile(r"[\w./~@+-]")
 _HEREDOC_RE = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
-_OPEN_WRITE_RE = re.compile(r"""open\(\s*(?:r|f)?['"]([^'"\n]+)['"]\s*,\s*['"][wax]""")
-_PATH_WRITE_RE = re.compile(r"""Path\(\s*['"]([^'"\n]+)['"]\s*\)\s*\.write_(?:text|bytes)""")
+# Python a command runs inline (a heredoc fed to python, or `python -c CODE`). Agents write files
+# through a literal (`open("a.py", "w")`, `Path("a.py").write_text(...)`) or, as often, through a
+# name bound to one first (`p = Path("a.py")` ... `p.write_text(...)`), so bindings are read too.
+_PY_RUNS_HEREDOC_RE = re.compile(r"(?:^|[\s;&|(/])python[\d.]*(?:\s[^\n]*)?<<", re.MULTILINE)
+_PY_INLINE_RE = re.compile(
+    r"""(?:^|[\s;&|(/])python[\d.]*(?:\s+-[A-Za-z]+)*\s+-c\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)')"""
+)
+_PY_BIND_RE = re.compile(
+    r"""(?:^|;)[ \t]*([A-Za-z_]\w*)[ \t]*=[ \t]*(?:(?:pathlib\.)?Path\([ \t]*)?[rRuU]?(['"])([^'"\n]+)\2""",
+    re.MULTILINE,
+)
+_PY_OPEN_RE = re.compile(
+    r"""\bopen\(\s*(?:[rRfF]?(['"])([^'"\n]+)\1|([A-Za-z_]\w*))\s*,\s*(?:mode\s*=\s*)?[rRbB]?(['"])([^'"\n]*)\4"""
+)
+_PY_PATH_METHOD_RE = re.compile(
+    r"""(?:\b([A-Za-z_]\w*)|Path\(\s*(?:[rR]?(['"])([^'"\n]+)\2|([A-Za-z_]\w*))\s*\))"""
+    r"""\s*\.(write_text|write_bytes|open)\(\s*(?:mode\s*=\s*)?(?:[rRbB]?(['"])([^'"\n]*)\6)?"""
+)
+_WRITE_MODE_CHARS = frozenset("wax+")
 _DIFF_RE = re.compile(r"^(?:\+\+\+|---) (?:[ab]/)?(\S+)|^diff --git a/(\S+) b/", re.MULTILINE)
 _SEGMENT_SPLIT = re.compile(r"&&|\|\||;|\n|(?<![|>])\|(?!\|)")
 EXIT_RE = re.compile(
@@ -147,8 +165,9 @@ def shell_references(command: str) -> list[tuple[str, str]]:
     """The files one shell command acts on, each with what it does to it.
 
     Reads redirections, editors (``sed -i``, ``perl -pi``, ``patch``), heredoc writes
-    (``cat > f <<EOF``), files a heredoc script writes (``open(p, "w")``, diff headers for
-    ``git apply``), test runners (``pytest path::test``) and readers (``cat``, ``nl``, ``grep``).
+    (``cat > f <<EOF``), inline Python (a heredoc fed to python, ``python -c CODE``: see
+    `python_references`), diff headers in a heredoc (``git apply``), test runners
+    (``pytest path::test``) and readers (``cat``, ``nl``, ``grep``).
     """
     refs: list[tuple[str, str]] = []
     body_start = len(command)
@@ -158,17 +177,53 @@ def shell_references(command: str) -> list[tuple[str, str]]:
         if line_end >= 0:
             body_start = line_end + 1
             body = command[body_start:]
-            for rx in (_OPEN_WRITE_RE, _PATH_WRITE_RE):
-                refs.extend((m.group(1), "edited") for m in rx.finditer(body))
+            line_start = command.rfind("\n", 0, heredoc.start()) + 1
+            if _PY_RUNS_HEREDOC_RE.search(command, line_start, heredoc.end()):
+                refs.extend(python_references(body))
             refs.extend(
                 (m.group(1) or m.group(2), "edited") for m in _DIFF_RE.finditer(body) if m.group(1) != "/dev/null"
             )
     head = command[:body_start]
+    inline = _PY_INLINE_RE.search(head) if "-c" in head else None
+    while inline is not None:
+        code_at = 1 if inline.group(1) is not None else 2
+        code = inline.group(code_at)
+        if code_at == 1:  # inside double quotes the shell unescapes \" \\ \$ and \`
+            code = re.sub(r"""\\(["\\$`])""", r"\1", code)
+        refs.extend(python_references(code))
+        # the code is not shell: cut it out before the command is split into segments
+        head = head[: inline.start(code_at)] + head[inline.end(code_at) :]
+        inline = _PY_INLINE_RE.search(head, inline.start(code_at))
     for segment in _SEGMENT_SPLIT.split(head):
         refs.extend(_segment_references(segment))
     # whatever path the command names that the segment rules did not place was still named by it
     placed = {p for p, _ in refs}
     refs.extend((p, "read") for p in find_paths(head) if p not in placed)
+    return list(dict.fromkeys(refs))  # one command names a file once per action, however it spells it
+
+
+def python_references(code: str) -> list[tuple[str, str]]:
+    """The files a Python script acts on: those it writes are edited, the other paths it names are read.
+
+    A write goes through ``open(f, mode)`` with ``w``, ``a``, ``x`` or ``+`` in the mode, or through
+    ``write_text``, ``write_bytes`` or ``open(mode)`` of a ``Path``; ``f`` is a literal or a name
+    the script bound to one (``p = "a.py"``, ``p = Path("a.py")``).
+    """
+    bound: dict[str, str] = {}
+    for match in _PY_BIND_RE.finditer(code):
+        if is_path(match.group(3)):
+            bound[match.group(1)] = match.group(3)
+    written: dict[str, None] = {}
+    for match in _PY_OPEN_RE.finditer(code):
+        path = match.group(2) or bound.get(match.group(3) or "")
+        if path and not _WRITE_MODE_CHARS.isdisjoint(match.group(5)):
+            written[path] = None
+    for match in _PY_PATH_METHOD_RE.finditer(code):
+        path = match.group(3) or bound.get(match.group(1) or match.group(4) or "")
+        if path and (match.group(5) != "open" or not _WRITE_MODE_CHARS.isdisjoint(match.group(7) or "")):
+            written[path] = None
+    refs = [(path, "edited") for path in written]
+    refs.extend((path, "read") for path in find_paths(code) if path not in written)
     return refs
 
 
