@@ -59,6 +59,44 @@ def test_one_command_names_a_file_once_per_action() -> None:
     assert shell_references("sed -i 's/a/b/' m.py && cat m.py && cat m.py") == [("m.py", "edited"), ("m.py", "read")]
 
 
+@pytest.mark.parametrize(
+    ("command", "path"),
+    [
+        ("perl -0pi -e 's/a/b/' f.py", "f.py"),
+        ("perl -0777 -i -pe 's/a/b/g' g.py", "g.py"),
+        ("perl -i.bak -pe 's/a/b/' h.py", "h.py"),
+        ("sed -Ei 's/a/b/' i.py", "i.py"),
+        ("sed --in-place=.bak 's/a/b/' k.py", "k.py"),
+        ("sed -i 's/foo\\|bar/baz/' l.py", "l.py"),  # an alternation's | is inside the quoted script
+        ("ex -sc '%s/a/b/g|x' n.py", "n.py"),
+        (
+            "python - <<'PY'\nimport fileinput\nfor line in fileinput.input(files=('q.py',), inplace=1):\n    pass\nPY",
+            "q.py",
+        ),
+        ("apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: q/r.py\n@@\n-a\n+b\n*** End Patch\nEOF", "q/r.py"),
+        ("apply_patch <<'EOF'\n*** Begin Patch\n*** Add File: q/new.py\n+x\n*** End Patch\nEOF", "q/new.py"),
+    ],
+)
+def test_in_place_edits_in_their_other_spellings(command: str, path: str) -> None:
+    assert _refs(command)[path] == "edited"
+
+
+@pytest.mark.parametrize("command", ["perl -pe 's/a/b/' y.py", "sed -n 's/a/b/p' y.py", "perl -I lib -e 'x' y.py"])
+def test_filters_that_print_do_not_edit(command: str) -> None:
+    assert _refs(command)["y.py"] == "read"
+
+
+_WORDS = st.sampled_from(["sed", "-i", "a.py", "x", "'s/a|b/c/'", "'a;b'", '"p && q"', "'|'", ">|", "o.txt", "\\;"])
+
+
+@given(st.lists(st.lists(_WORDS, min_size=1, max_size=4), min_size=1, max_size=4), st.data())
+def test_commands_split_at_separators_outside_quotes_only(commands: list[list[str]], data: st.DataObject) -> None:
+    texts = [" ".join(words) for words in commands]
+    separators = [data.draw(st.sampled_from([" && ", " || ", "; ", "\n", " | "])) for _ in texts[1:]]
+    line = texts[0] + "".join(sep + text for sep, text in zip(separators, texts[1:], strict=True))
+    assert [segment.strip() for segment in shellrefs._split_commands(line)] == texts
+
+
 _SCRIPT_PATHS = ["pkg/a.py", "pkg/b.py", "src/c.rs", "docs/d.md", "e.cfg", "tests/test_f.py"]
 
 

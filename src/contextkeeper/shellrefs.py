@@ -64,8 +64,20 @@ _PY_PATH_METHOD_RE = re.compile(
     r"""\s*\.(write_text|write_bytes|open)\(\s*(?:mode\s*=\s*)?(?:[rRbB]?(['"])([^'"\n]*)\6)?"""
 )
 _WRITE_MODE_CHARS = frozenset("wax+")
-_DIFF_RE = re.compile(r"^(?:\+\+\+|---) (?:[ab]/)?(\S+)|^diff --git a/(\S+) b/", re.MULTILINE)
-_SEGMENT_SPLIT = re.compile(r"&&|\|\||;|\n|(?<![|>])\|(?!\|)")
+_PY_FILEINPUT_RE = re.compile(r"fileinput\.(?:input|FileInput)\(([^\n]*\binplace\s*=\s*(?:True|1)\b[^\n]*)")
+_PY_ARG_RE = re.compile(r"""[rR]?(['"])([^'"\n]+)\1|\b([A-Za-z_]\w*)\b""")
+# in-place flags, alone or in a cluster: sed -i, -Ei, -i.bak, --in-place; perl -i, -pi, -0pi, -i.bak
+_SED_IN_PLACE_RE = re.compile(r"-[Ernsuz]*i|--in-place")
+_PERL_IN_PLACE_RE = re.compile(r"-[0-9lnpaws]*i")
+# file headers of a unified diff (`git apply`, `patch`) and of the `*** Begin Patch` format (apply_patch)
+_DIFF_RE = re.compile(
+    r"^(?:\+\+\+|---) (?:[ab]/)?(\S+)|^diff --git a/(\S+) b/|^\*\*\* (?:Update|Add) File: (\S+)", re.MULTILINE
+)
+# One shell word piece at a time, quotes whole (a `|` or `;` inside quotes separates nothing), or one
+# of the separators between commands: && || ; newline and a pipe (not the `>|` redirection).
+_SHELL_TOKEN_RE = re.compile(
+    r"""'[^']*'?|"(?:[^"\\]|\\.)*"?|\\.|(?P<sep>&&|\|\||[;\n]|(?<!>)\|)|[^'"\\&|;\n]+|.""", re.DOTALL
+)
 EXIT_RE = re.compile(
     r"(?:exit(?:ed with)? code|returncode|return code|exit status)\W{0,3}?(-?\d+)|<returncode>(-?\d+)</returncode>",
     re.IGNORECASE,
@@ -79,7 +91,7 @@ _READERS = frozenset(
 _RUNNERS = frozenset("python python3 node deno bun ruby go cargo make cmake gcc g++ clang javac java bash sh".split())
 _TESTERS = frozenset("pytest tox nox jest vitest mocha ctest".split())
 _CREATORS = frozenset(("touch", "mkdir", "cp", "mv", "ln", "install"))
-_EDITORS = frozenset(("patch", "ed", "vi", "vim", "nano", "emacs", "truncate", "dos2unix"))
+_EDITORS = frozenset(("patch", "ed", "ex", "vi", "vim", "nano", "emacs", "truncate", "dos2unix"))
 _PREFIXES = frozenset(("sudo", "time", "timeout", "nohup", "env", "exec", "xargs", "then", "do", "else", "!"))
 
 
@@ -181,7 +193,9 @@ def shell_references(command: str) -> list[tuple[str, str]]:
             if _PY_RUNS_HEREDOC_RE.search(command, line_start, heredoc.end()):
                 refs.extend(python_references(body))
             refs.extend(
-                (m.group(1) or m.group(2), "edited") for m in _DIFF_RE.finditer(body) if m.group(1) != "/dev/null"
+                (m.group(1) or m.group(2) or m.group(3), "edited")
+                for m in _DIFF_RE.finditer(body)
+                if m.group(1) != "/dev/null"
             )
     head = command[:body_start]
     inline = _PY_INLINE_RE.search(head) if "-c" in head else None
@@ -194,7 +208,7 @@ def shell_references(command: str) -> list[tuple[str, str]]:
         # the code is not shell: cut it out before the command is split into segments
         head = head[: inline.start(code_at)] + head[inline.end(code_at) :]
         inline = _PY_INLINE_RE.search(head, inline.start(code_at))
-    for segment in _SEGMENT_SPLIT.split(head):
+    for segment in _split_commands(head):
         refs.extend(_segment_references(segment))
     # whatever path the command names that the segment rules did not place was still named by it
     placed = {p for p, _ in refs}
@@ -205,9 +219,10 @@ def shell_references(command: str) -> list[tuple[str, str]]:
 def python_references(code: str) -> list[tuple[str, str]]:
     """The files a Python script acts on: those it writes are edited, the other paths it names are read.
 
-    A write goes through ``open(f, mode)`` with ``w``, ``a``, ``x`` or ``+`` in the mode, or through
-    ``write_text``, ``write_bytes`` or ``open(mode)`` of a ``Path``; ``f`` is a literal or a name
-    the script bound to one (``p = "a.py"``, ``p = Path("a.py")``).
+    A write goes through ``open(f, mode)`` with ``w``, ``a``, ``x`` or ``+`` in the mode, through
+    ``write_text``, ``write_bytes`` or ``open(mode)`` of a ``Path``, or through
+    ``fileinput.input(f, inplace=True)``; ``f`` is a literal or a name the script bound to one
+    (``p = "a.py"``, ``p = Path("a.py")``).
     """
     bound: dict[str, str] = {}
     for match in _PY_BIND_RE.finditer(code):
@@ -222,9 +237,30 @@ def python_references(code: str) -> list[tuple[str, str]]:
         path = match.group(3) or bound.get(match.group(1) or match.group(4) or "")
         if path and (match.group(5) != "open" or not _WRITE_MODE_CHARS.isdisjoint(match.group(7) or "")):
             written[path] = None
+    for match in _PY_FILEINPUT_RE.finditer(code):  # fileinput.input(f, inplace=True) rewrites f
+        for arg in _PY_ARG_RE.finditer(match.group(1)):
+            path = arg.group(2) if arg.group(2) and is_path(arg.group(2)) else bound.get(arg.group(3) or "")
+            if path:
+                written[path] = None
     refs = [(path, "edited") for path in written]
     refs.extend((path, "read") for path in find_paths(code) if path not in written)
     return refs
+
+
+def _split_commands(text: str) -> list[str]:
+    """The simple commands of a shell line, split at separators outside quotes."""
+    if "'" not in text and '"' not in text and "\\" not in text:
+        return re.split(r"&&|\|\||;|\n|(?<!>)\|", text)  # nothing quoted: one C-speed split
+    segments: list[str] = []
+    current: list[str] = []
+    for match in _SHELL_TOKEN_RE.finditer(text):
+        if match.lastgroup == "sep":
+            segments.append("".join(current))
+            current = []
+        else:
+            current.append(match.group())
+    segments.append("".join(current))
+    return segments
 
 
 def _segment_references(segment: str) -> Iterable[tuple[str, str]]:
@@ -264,7 +300,8 @@ def _segment_references(segment: str) -> Iterable[tuple[str, str]]:
     args = words[1:]
     files = [a for a in args if not a.startswith("-")]
     if program in ("sed", "perl"):
-        in_place = any(a.startswith("-i") or a.startswith("-pi") or a == "--in-place" for a in args)
+        in_place_re = _SED_IN_PLACE_RE if program == "sed" else _PERL_IN_PLACE_RE
+        in_place = any(in_place_re.match(a) for a in args)
         # the first plain argument of sed is its script unless -e/-f gave one
         script_given = any(a in ("-e", "-f") for a in args)
         targets = files if script_given else files[1:]
