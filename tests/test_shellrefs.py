@@ -51,6 +51,9 @@ def test_a_heredoc_that_only_becomes_a_file_acts_on_that_file_alone() -> None:
     body = "with open('out/log.txt', 'w') as f:\n    f.write(open('in/data.csv').read())\n"
     command = f"cat > src/pkg/new.py <<'EOF'\n{body}EOF"
     assert shell_references(command) == [("src/pkg/new.py", "edited")]
+    # nor is the data a script reads from stdin
+    assert _refs(f"python3 tools/convert.py <<'EOF'\n{body}EOF") == {"tools/convert.py": "ran"}
+    assert _refs(f"python3 -u - <<'EOF'\n{body}EOF")["out/log.txt"] == "edited"
 
 
 def test_one_command_names_a_file_once_per_action() -> None:

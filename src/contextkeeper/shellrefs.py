@@ -48,7 +48,8 @@ _HEREDOC_RE = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 # Python a command runs inline (a heredoc fed to python, or `python -c CODE`). Agents write files
 # through a literal (`open("a.py", "w")`, `Path("a.py").write_text(...)`) or, as often, through a
 # name bound to one first (`p = Path("a.py")` ... `p.write_text(...)`), so bindings are read too.
-_PY_RUNS_HEREDOC_RE = re.compile(r"(?:^|[\s;&|(/])python[\d.]*(?:\s[^\n]*)?<<", re.MULTILINE)
+# python reading its program from stdin (`python - <<EOF`, `python3 -u <<EOF`), not a script reading data
+_PY_RUNS_HEREDOC_RE = re.compile(r"(?:^|[\s;&|(/])python[\d.]*(?:\s+-[A-Za-z]+)*(?:\s+-)?\s*<<", re.MULTILINE)
 _PY_INLINE_RE = re.compile(
     r"""(?:^|[\s;&|(/])python[\d.]*(?:\s+-[A-Za-z]+)*\s+-c\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)')"""
 )
