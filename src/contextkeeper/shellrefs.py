@@ -65,7 +65,8 @@ _PY_PATH_METHOD_RE = re.compile(
     r"""\s*\.(write_text|write_bytes|open)\(\s*(?:mode\s*=\s*)?(?:[rRbB]?(['"])([^'"\n]*)\6)?"""
 )
 _WRITE_MODE_CHARS = frozenset("wax+")
-_PY_FILEINPUT_RE = re.compile(r"fileinput\.(?:input|FileInput)\(([^\n]*\binplace\s*=\s*(?:True|1)\b[^\n]*)")
+_PY_FILEINPUT_RE = re.compile(r"fileinput\.(?:input|FileInput)\(([^\n]{0,500})")  # bounded: one scan per call
+_PY_INPLACE_RE = re.compile(r"\binplace\s*=\s*(?:True|1)\b")
 _PY_ARG_RE = re.compile(r"""[rR]?(['"])([^'"\n]+)\1|\b([A-Za-z_]\w*)\b""")
 # in-place flags, alone or in a cluster: sed -i, -Ei, -i.bak, --in-place; perl -i, -pi, -0pi, -i.bak
 _SED_IN_PLACE_RE = re.compile(r"-[Ernsuz]*i|--in-place")
@@ -239,6 +240,8 @@ def python_references(code: str) -> list[tuple[str, str]]:
         if path and (match.group(5) != "open" or not _WRITE_MODE_CHARS.isdisjoint(match.group(7) or "")):
             written[path] = None
     for match in _PY_FILEINPUT_RE.finditer(code):  # fileinput.input(f, inplace=True) rewrites f
+        if _PY_INPLACE_RE.search(match.group(1)) is None:
+            continue
         for arg in _PY_ARG_RE.finditer(match.group(1)):
             path = arg.group(2) if arg.group(2) and is_path(arg.group(2)) else bound.get(arg.group(3) or "")
             if path:
