@@ -171,6 +171,26 @@ def test_reading_the_audit_log_while_another_thread_emits() -> None:
         worker.join()
 
 
+def test_changing_the_audit_limit_while_another_thread_emits_loses_nothing() -> None:
+    bus = EventBus(audit_limit=100_000)
+    total = 5_000
+    done = threading.Event()
+
+    def emit_all() -> None:
+        for i in range(total):
+            bus.emit(Alert(session_id="s", alert="spike", detail=f"#{i}"))
+        done.set()
+
+    worker = threading.Thread(target=emit_all)
+    worker.start()
+    limits = [100_000, 90_000]  # both above the total: a change must keep every event
+    while not done.is_set():
+        bus.audit_limit = limits[0]
+        limits.reverse()
+    worker.join()
+    assert [d["detail"] for d in bus.audit] == [f"#{i}" for i in range(total)]
+
+
 @pytest.mark.parametrize("limit", [-1, 2.5, True, "10"])
 def test_audit_limit_refuses_what_is_not_a_count(limit: object) -> None:
     with pytest.raises(ConfigError, match="audit_limit") as caught:

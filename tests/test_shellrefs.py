@@ -77,11 +77,45 @@ def test_one_command_names_a_file_once_per_action() -> None:
             "q.py",
         ),
         ("apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: q/r.py\n@@\n-a\n+b\n*** End Patch\nEOF", "q/r.py"),
-        ("apply_patch <<'EOF'\n*** Begin Patch\n*** Add File: q/new.py\n+x\n*** End Patch\nEOF", "q/new.py"),
     ],
 )
 def test_in_place_edits_in_their_other_spellings(command: str, path: str) -> None:
     assert _refs(command)[path] == "edited"
+
+
+def test_review_cases_of_heredocs_python_and_patches() -> None:
+    add = "apply_patch <<'EOF'\n*** Begin Patch\n*** Add File: q/new.py\n+x\n*** End Patch\nEOF"
+    assert _refs(add) == {"q/new.py": "created"}
+    # a heredoc body ends at its word: the commands after it are shell again
+    after = "cat > reproduce.py <<'EOF'\nimport a\nEOF\npython reproduce.py && sed -i 's/x/y/' src/a.py"
+    assert _refs(after) == {"reproduce.py": "ran", "src/a.py": "edited"}
+    tested = "python - <<'PY'\nprint(1)\nPY\npython -m pytest tests/test_a.py"
+    assert _refs(tested) == {"tests/test_a.py": "tested"}
+    # python reads the body through a pipe, or from the .py file the body becomes
+    assert _refs("cat <<'EOF' | python -\nopen('src/foo/bar.py', 'w').write('')\nEOF")["src/foo/bar.py"] == "edited"
+    run_later = "cat > /tmp/fix.py <<'EOF'\nopen('src/foo/bar.py', 'w').write('')\nEOF\npython /tmp/fix.py"
+    assert _refs(run_later)["src/foo/bar.py"] == "edited"
+    # fileinput rewrites only its own arguments; other paths on the line are read
+    line = (
+        "python -c \"import fileinput,sys; [sys.stdout.write(l) for l in fileinput.input('src/x.py', inplace=True)];"
+        " print(open('README.md').read())\""
+    )
+    assert _refs(line) == {"src/x.py": "edited", "README.md": "read"}
+    files_kw = "python - <<'PY'\nimport fileinput\nfor l in fileinput.input(files=('q.py',), inplace=1):\n    pass\nPY"
+    assert _refs(files_kw) == {"q.py": "edited"}
+    # open() read by its arguments: keyword mode, keyword file; /dev/ is no file
+    assert _refs("python - <<'PY'\nopen('src/a.py', encoding='utf-8', mode='w')\nPY") == {"src/a.py": "edited"}
+    assert _refs("python - <<'PY'\nopen(file='src/b.py', mode='a')\nPY") == {"src/b.py": "edited"}
+    assert "/dev/null" not in _refs("python - <<'PY'\nopen('/dev/null', 'w')\nPY")
+    assert _refs("python -W ignore -c \"open('src/c.py','w')\"") == {"src/c.py": "edited"}
+    # a patch header counts only where a heredoc feeds a patch tool or becomes a patch file
+    notes = 'cat > test_notes.py <<\'EOF\'\nPATCH = """\n*** Update File: src/a.py\n"""\nEOF'
+    assert _refs(notes) == {"test_notes.py": "edited"}
+    assert _refs("cat > fix.patch <<'EOF'\n--- a/src/d.py\n+++ b/src/d.py\nEOF")["src/d.py"] == "edited"
+    # a here-string is no heredoc; |& is a pipe; sed's script given as -e'...'
+    assert _refs("grep foo <<< \"x\"\nsed -i 's/a/b/' src/e.py")["src/e.py"] == "edited"
+    assert _refs("make 2>&1 |& tee build.log")["build.log"] == "edited"
+    assert _refs("sed -i -e's/a/b/' src/f.py") == {"src/f.py": "edited"}
 
 
 @pytest.mark.parametrize("command", ["perl -pe 's/a/b/' y.py", "sed -n 's/a/b/p' y.py", "perl -I lib -e 'x' y.py"])

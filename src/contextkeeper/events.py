@@ -202,14 +202,16 @@ class EventBus:
 
     @audit_limit.setter
     def audit_limit(self, limit: int) -> None:
-        self._audit = deque(self._audit, maxlen=self._check_limit(limit))
+        limit = self._check_limit(limit)
+        with self._lock:  # no emit lands on the old deque while the new one is built
+            self._audit = deque(self._audit, maxlen=limit)
 
     @property
     def audit(self) -> list[dict[str, Any]]:
         """The in-memory audit log, oldest first: the dict (`event_to_dict`) of every event but ``context.status``."""
-        # list() copies the deque in one C call, so an emit on another thread cannot interrupt it
-        # (iterating the deque itself would raise "deque mutated during iteration").
-        return [event_to_dict(event) for event in list(self._audit)]
+        with self._lock:  # a copy under the lock: an emit on another thread cannot change it mid-read
+            kept = list(self._audit)
+        return [event_to_dict(event) for event in kept]
 
     @property
     def listening(self) -> bool:
@@ -227,15 +229,16 @@ class EventBus:
         Every event but the per-turn ``context.status`` is kept in the in-memory audit log and
         handed to the sinks.
         """
-        if event.kind != "context.status":
-            self._audit.append(event)
-            if self.sinks:
-                record = event_to_dict(event)
-                for sink in self.sinks:
-                    self._call(sink, record)
+        audited = event.kind != "context.status"
         with self._lock:
+            if audited:
+                self._audit.append(event)
             subscribers = list(self._subscribers)
             queues = list(self._queues)
+        if audited and self.sinks:
+            record = event_to_dict(event)
+            for sink in self.sinks:
+                self._call(sink, record)
         for callback in subscribers:
             self._call(callback, event)
         for loop, queue in queues:

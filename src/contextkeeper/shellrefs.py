@@ -8,9 +8,10 @@ each one finds its candidates with C-speed searches and runs a full pattern only
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 __all__ = [
     "EXIT_RE",
@@ -44,41 +45,48 @@ _EXT_HIT_RE = re.compile(rf"\.(?:{_CODE_EXT}){_PATH_END}")
 _BARE_HIT_RE = re.compile(rf"(?:{_BARE_NAMES}){_PATH_END}")
 _BARE_NAME_LIST = tuple(name.replace("\\", "") for name in _BARE_NAMES.split("|"))
 _PATH_CHAR_RE = re.compile(r"[\w./~@+-]")
-_HEREDOC_RE = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+_HEREDOC_RE = re.compile(r"(?<!<)<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")  # not a <<< here-string
 # Python a command runs inline (a heredoc fed to python, or `python -c CODE`). Agents write files
 # through a literal (`open("a.py", "w")`, `Path("a.py").write_text(...)`) or, as often, through a
 # name bound to one first (`p = Path("a.py")` ... `p.write_text(...)`), so bindings are read too.
 # python reading its program from stdin (`python - <<EOF`, `python3 -u <<EOF`), not a script reading data
-_PY_RUNS_HEREDOC_RE = re.compile(r"(?:^|[\s;&|(/])python[\d.]*(?:\s+-[A-Za-z]+)*(?:\s+-)?\s*<<", re.MULTILINE)
-_PY_INLINE_RE = re.compile(
-    r"""(?:^|[\s;&|(/])python[\d.]*(?:\s+-[A-Za-z]+)*\s+-c\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)')"""
+_PY_FLAGS = r"(?:\s+-[WX]\s*\S+|\s+-[A-Za-z]+)*"  # -W and -X take a value
+_PY_RUNS_HEREDOC_RE = re.compile(
+    rf"(?:^|[\s;&|(/])python[\d.]*{_PY_FLAGS}(?:\s+-)?\s*<<|<<.*\|\s*python[\d.]*{_PY_FLAGS}(?:\s+-)?\s*(?:$|[;&|)])",
+    re.MULTILINE,
 )
+# a heredoc that feeds a patch tool, or becomes a .patch/.diff file, carries file headers
+_PATCH_FEED_RE = re.compile(r"\bgit\s+apply\b|\bpatch\b|apply_?patch|\.(?:patch|diff)\b")
+_PY_FILE_TARGET_RE = re.compile(r""">\s*['"]?([^\s'"]+\.py)\b""")
+_PY_INLINE_RE = re.compile(rf"""(?:^|[\s;&|(/])python[\d.]*{_PY_FLAGS}\s+-c\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)')""")
 _PY_BIND_RE = re.compile(
     r"""(?:^|;)[ \t]*([A-Za-z_]\w*)[ \t]*=[ \t]*(?:(?:pathlib\.)?Path\([ \t]*)?[rRuU]?(['"])([^'"\n]+)\2""",
     re.MULTILINE,
 )
-_PY_OPEN_RE = re.compile(
-    r"""\bopen\(\s*(?:[rRfF]?(['"])([^'"\n]+)\1|([A-Za-z_]\w*))\s*,\s*(?:mode\s*=\s*)?[rRbB]?(['"])([^'"\n]*)\4"""
-)
+_PY_OPEN_RE = re.compile(r"(?<![\w.])(?:io\.|os\.fdopen\b)?open\(")
+_PY_STRING_RE = re.compile(r"""^[rRbBuU]?(['"])([^'"\n]*)\1$""")
+_PY_NAME_RE = re.compile(r"^[A-Za-z_]\w*$")
 _PY_PATH_METHOD_RE = re.compile(
     r"""(?:\b([A-Za-z_]\w*)|Path\(\s*(?:[rR]?(['"])([^'"\n]+)\2|([A-Za-z_]\w*))\s*\))"""
     r"""\s*\.(write_text|write_bytes|open)\(\s*(?:mode\s*=\s*)?(?:[rRbB]?(['"])([^'"\n]*)\6)?"""
 )
 _WRITE_MODE_CHARS = frozenset("wax+")
-_PY_FILEINPUT_RE = re.compile(r"fileinput\.(?:input|FileInput)\(([^\n]{0,500})")  # bounded: one scan per call
+_PY_FILEINPUT_RE = re.compile(r"fileinput\.(?:input|FileInput)\(")
 _PY_INPLACE_RE = re.compile(r"\binplace\s*=\s*(?:True|1)\b")
 _PY_ARG_RE = re.compile(r"""[rR]?(['"])([^'"\n]+)\1|\b([A-Za-z_]\w*)\b""")
+_CALL_SCAN = 500  # characters of a call's arguments that are read
+_MAX_CALLS = 64  # calls of one kind read in one script, and heredocs in one command: bounded work
 # in-place flags, alone or in a cluster: sed -i, -Ei, -i.bak, --in-place; perl -i, -pi, -0pi, -i.bak
 _SED_IN_PLACE_RE = re.compile(r"-[Ernsuz]*i|--in-place")
 _PERL_IN_PLACE_RE = re.compile(r"-[0-9lnpaws]*i")
 # file headers of a unified diff (`git apply`, `patch`) and of the `*** Begin Patch` format (apply_patch)
 _DIFF_RE = re.compile(
-    r"^(?:\+\+\+|---) (?:[ab]/)?(\S+)|^diff --git a/(\S+) b/|^\*\*\* (?:Update|Add) File: (\S+)", re.MULTILINE
+    r"^(?:\+\+\+|---) (?:[ab]/)?(\S+)|^diff --git a/(\S+) b/|^\*\*\* (Update|Add) File: (\S+)", re.MULTILINE
 )
 # One shell word piece at a time, quotes whole (a `|` or `;` inside quotes separates nothing), or one
 # of the separators between commands: && || ; newline and a pipe (not the `>|` redirection).
 _SHELL_TOKEN_RE = re.compile(
-    r"""'[^']*'?|"(?:[^"\\]|\\.)*"?|\\.|(?P<sep>&&|\|\||[;\n]|(?<!>)\|)|[^'"\\&|;\n]+|.""", re.DOTALL
+    r"""'[^']*'?|"(?:[^"\\]|\\.)*"?|\\.|(?P<sep>&&|\|\||\|&|[;\n]|(?<!>)\|)|[^'"\\&|;\n]+|.""", re.DOTALL
 )
 EXIT_RE = re.compile(
     r"(?:exit(?:ed with)? code|returncode|return code|exit status)\W{0,3}?(-?\d+)|<returncode>(-?\d+)</returncode>",
@@ -114,10 +122,15 @@ def find_paths(text: str, *, limit: int | None = None) -> list[str]:
     found: list[str] = []
     seen: set[str] = set()
     runs: set[int] = set()
+    prev_hit = prev_start = -1
     for hit in hits:
         start = hit
         while start > 0 and _PATH_CHAR_RE.match(text, start - 1):
             start -= 1
+            if start == prev_hit:  # in the previous hit's run: each character is walked once
+                start = prev_start
+                break
+        prev_hit, prev_start = hit, start
         if start in runs:
             continue
         runs.add(start)
@@ -184,38 +197,103 @@ def shell_references(command: str) -> list[tuple[str, str]]:
     (``pytest path::test``) and readers (``cat``, ``nl``, ``grep``).
     """
     refs: list[tuple[str, str]] = []
-    body_start = len(command)
-    heredoc = _HEREDOC_RE.search(command)
-    if heredoc is not None:
-        line_end = command.find("\n", heredoc.end())
-        if line_end >= 0:
-            body_start = line_end + 1
-            body = command[body_start:]
-            line_start = command.rfind("\n", 0, heredoc.start()) + 1
-            if _PY_RUNS_HEREDOC_RE.search(command, line_start, heredoc.end()):
-                refs.extend(python_references(body))
-            refs.extend(
-                (m.group(1) or m.group(2) or m.group(3), "edited")
-                for m in _DIFF_RE.finditer(body)
-                if m.group(1) != "/dev/null"
-            )
-    head = command[:body_start]
-    inline = _PY_INLINE_RE.search(head) if "-c" in head else None
-    while inline is not None:
-        code_at = 1 if inline.group(1) is not None else 2
-        code = inline.group(code_at)
-        if code_at == 1:  # inside double quotes the shell unescapes \" \\ \$ and \`
-            code = re.sub(r"""\\(["\\$`])""", r"\1", code)
-        refs.extend(python_references(code))
-        # the code is not shell: cut it out before the command is split into segments
-        head = head[: inline.start(code_at)] + head[inline.end(code_at) :]
-        inline = _PY_INLINE_RE.search(head, inline.start(code_at))
+    head, bodies = _cut_heredocs(command)
+    for feed, body in bodies:
+        target = _PY_FILE_TARGET_RE.search(feed)
+        if _PY_RUNS_HEREDOC_RE.search(feed) or (
+            target is not None and re.search(rf"python[\d.]*{_PY_FLAGS}\s+{re.escape(target.group(1))}\b", head)
+        ):  # python reads the body, now or from the .py file it becomes
+            refs.extend(python_references(body))
+        if _PATCH_FEED_RE.search(feed):
+            for m in _DIFF_RE.finditer(body):
+                if m.group(1) != "/dev/null":
+                    refs.append(
+                        (m.group(1) or m.group(2) or m.group(4), "created" if m.group(3) == "Add" else "edited")
+                    )
+    if "-c" in head:
+        pieces: list[str] = []
+        at = 0
+        for inline in _PY_INLINE_RE.finditer(head):
+            code_at = 1 if inline.group(1) is not None else 2
+            code = inline.group(code_at)
+            if code_at == 1:  # inside double quotes the shell unescapes \" \\ \$ and \`
+                code = re.sub(r"""\\(["\\$`])""", r"\1", code)
+            refs.extend(python_references(code))
+            # the code is not shell: it is cut out before the command is split into segments
+            pieces.append(head[at : inline.start(code_at)])
+            at = inline.end(code_at)
+        head = "".join(pieces) + head[at:] if pieces else head
     for segment in _split_commands(head):
         refs.extend(_segment_references(segment))
     # whatever path the command names that the segment rules did not place was still named by it
     placed = {p for p, _ in refs}
     refs.extend((p, "read") for p in find_paths(head) if p not in placed)
     return list(dict.fromkeys(refs))  # one command names a file once per action, however it spells it
+
+
+def _cut_heredocs(command: str) -> tuple[str, list[tuple[str, str]]]:
+    """The command without its heredoc bodies, and each body with the line that feeds it.
+
+    A body ends at the line that holds only its word (after tabs, for ``<<-``); what follows is
+    shell again.
+    """
+    if "<<" not in command:
+        return command, []
+    shell: list[str] = []
+    bodies: list[tuple[str, str]] = []
+    at = 0
+    for n, heredoc in enumerate(_HEREDOC_RE.finditer(command)):
+        if heredoc.start() < at:
+            continue  # inside a body already cut
+        if n >= _MAX_CALLS:
+            break
+        line_end = command.find("\n", heredoc.end())
+        if line_end < 0:
+            break
+        indent = "\t*" if heredoc.group(1) else ""
+        end = re.compile(rf"^{indent}{re.escape(heredoc.group(3))}[ \t]*$", re.MULTILINE).search(command, line_end + 1)
+        body_end, resume = (end.start(), end.end()) if end else (len(command), len(command))
+        feed_start = command.rfind("\n", 0, heredoc.start()) + 1
+        shell.append(command[at : line_end + 1])
+        bodies.append((command[feed_start:line_end], command[line_end + 1 : body_end]))
+        at = resume
+    shell.append(command[at:])
+    return "".join(shell), bodies
+
+
+def _call_args(code: str, start: int) -> list[str]:
+    """The top-level arguments of the call whose ``(`` ends just before `start` (at most `_CALL_SCAN` characters)."""
+    args: list[str] = []
+    depth = 0
+    quote = ""
+    current = start
+    for i in range(start, min(len(code), start + _CALL_SCAN)):
+        char = code[i]
+        if quote:
+            if char == quote:
+                quote = ""
+        elif char in "'\"":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                args.append(code[current:i].strip())
+                return [a for a in args if a]
+            depth -= 1
+        elif char == "," and depth == 0:
+            args.append(code[current:i].strip())
+            current = i + 1
+    return []  # not closed within the scan: not read
+
+
+def _file_of(arg: str, bound: Mapping[str, str]) -> str | None:
+    """The path an argument names: a string literal that is a path, or a name bound to one."""
+    literal = _PY_STRING_RE.match(arg)
+    if literal is not None:
+        path = literal.group(2)
+        return path if is_path(path) and not path.startswith("/dev/") else None
+    return bound.get(arg) if _PY_NAME_RE.match(arg) else None
 
 
 def python_references(code: str) -> list[tuple[str, str]]:
@@ -231,21 +309,34 @@ def python_references(code: str) -> list[tuple[str, str]]:
         if is_path(match.group(3)):
             bound[match.group(1)] = match.group(3)
     written: dict[str, None] = {}
-    for match in _PY_OPEN_RE.finditer(code):
-        path = match.group(2) or bound.get(match.group(3) or "")
-        if path and not _WRITE_MODE_CHARS.isdisjoint(match.group(5)):
+    for match in itertools.islice(_PY_OPEN_RE.finditer(code), _MAX_CALLS):
+        args = _call_args(code, match.end())
+        positional = [a for a in args if not re.match(r"[A-Za-z_]\w*\s*=(?!=)", a)]
+        keywords = dict(a.split("=", 1) for a in args if a not in positional)
+        keywords = {k.strip(): v.strip() for k, v in keywords.items()}
+        file_arg = positional[0] if positional else keywords.get("file", "")
+        mode_arg = positional[1] if len(positional) > 1 else keywords.get("mode", "")
+        mode = _PY_STRING_RE.match(mode_arg)
+        path = _file_of(file_arg, bound)
+        if path and mode is not None and not _WRITE_MODE_CHARS.isdisjoint(mode.group(2)):
             written[path] = None
     for match in _PY_PATH_METHOD_RE.finditer(code):
         path = match.group(3) or bound.get(match.group(1) or match.group(4) or "")
+        if path and path.startswith("/dev/"):
+            continue
         if path and (match.group(5) != "open" or not _WRITE_MODE_CHARS.isdisjoint(match.group(7) or "")):
             written[path] = None
-    for match in _PY_FILEINPUT_RE.finditer(code):  # fileinput.input(f, inplace=True) rewrites f
-        if _PY_INPLACE_RE.search(match.group(1)) is None:
+    for match in itertools.islice(_PY_FILEINPUT_RE.finditer(code), _MAX_CALLS):  # inplace=True rewrites f
+        args = _call_args(code, match.end())
+        if not any(_PY_INPLACE_RE.match(a) for a in args):
             continue
-        for arg in _PY_ARG_RE.finditer(match.group(1)):
-            path = arg.group(2) if arg.group(2) and is_path(arg.group(2)) else bound.get(arg.group(3) or "")
-            if path:
-                written[path] = None
+        for arg in args:
+            if _PY_INPLACE_RE.match(arg):
+                continue
+            for part in _PY_ARG_RE.finditer(arg.split("=", 1)[1] if arg.startswith("files") else arg):
+                path = _file_of(part.group(0), bound)
+                if path:
+                    written[path] = None
     refs = [(path, "edited") for path in written]
     refs.extend((path, "read") for path in find_paths(code) if path not in written)
     return refs
@@ -254,7 +345,7 @@ def python_references(code: str) -> list[tuple[str, str]]:
 def _split_commands(text: str) -> list[str]:
     """The simple commands of a shell line, split at separators outside quotes."""
     if "'" not in text and '"' not in text and "\\" not in text:
-        return re.split(r"&&|\|\||;|\n|(?<!>)\|", text)  # nothing quoted: one C-speed split
+        return re.split(r"&&|\|\||\|&|;|\n|(?<!>)\|", text)  # nothing quoted: one C-speed split
     segments: list[str] = []
     current: list[str] = []
     for match in _SHELL_TOKEN_RE.finditer(text):
@@ -307,7 +398,7 @@ def _segment_references(segment: str) -> Iterable[tuple[str, str]]:
         in_place_re = _SED_IN_PLACE_RE if program == "sed" else _PERL_IN_PLACE_RE
         in_place = any(in_place_re.match(a) for a in args)
         # the first plain argument of sed is its script unless -e/-f gave one
-        script_given = any(a in ("-e", "-f") for a in args)
+        script_given = any(a.startswith(("-e", "-f", "--expression", "--file")) for a in args)
         targets = files if script_given else files[1:]
         refs.extend((f, "edited" if in_place else "read") for f in targets if is_path(f))
     elif program == "tee":
