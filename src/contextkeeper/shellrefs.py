@@ -49,8 +49,8 @@ _HEREDOC_RE = re.compile(r"(?<!<)<<(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")  
 # Python a command runs inline (a heredoc fed to python, or `python -c CODE`). Agents write files
 # through a literal (`open("a.py", "w")`, `Path("a.py").write_text(...)`) or, as often, through a
 # name bound to one first (`p = Path("a.py")` ... `p.write_text(...)`), so bindings are read too.
-# python reading its program from stdin (`python - <<EOF`, `python3 -u <<EOF`), not a script reading data
 _PY_FLAGS = r"(?:\s+-[WX]\s*\S+|\s+-[A-Za-z]+)*"  # -W and -X take a value
+# python reading its program from stdin (`python - <<EOF`, `cat <<EOF | python -`), not a script reading data
 _PY_RUNS_HEREDOC_RE = re.compile(
     rf"(?:^|[\s;&|(/])python[\d.]*{_PY_FLAGS}(?:\s+-)?\s*<<|<<.*\|\s*python[\d.]*{_PY_FLAGS}(?:\s+-)?\s*(?:$|[;&|)])",
     re.MULTILINE,
