@@ -15,7 +15,7 @@ $(STAMP): $(PY) pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m contextkeeper demo
+	$(PY) -m contextwarden demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
@@ -39,16 +39,16 @@ bench: $(STAMP)
 bench-trim: $(STAMP)
 	$(PY) -m pip install --quiet 'langchain-core==1.8.3' psutil
 	mkdir -p bench-out
-	PYTHONPATH=. $(PY) ../shared/bench/peers_bench.py --adapter benchmarks.peers_adapter:ContextKeeperPeer \
-	    --adapter benchmarks.peers_adapter:ContextKeeperTiktokenPeer \
-	    --peers floor,floor-hysteresis,contextkeeper,contextkeeper-tiktoken --sizes 1000,5000 --window 128000,32000 \
+	PYTHONPATH=. $(PY) ../shared/bench/peers_bench.py --adapter benchmarks.peers_adapter:ContextWardenPeer \
+	    --adapter benchmarks.peers_adapter:ContextWardenTiktokenPeer \
+	    --peers floor,floor-hysteresis,contextwarden,contextwarden-tiktoken --sizes 1000,5000 --window 128000,32000 \
 	    --no-tokenizer-floor --json bench-out/trim.json
 	PYTHONPATH=. $(PY) -m benchmarks.trim_paired --sizes 5000 --window 128000,32000 --runs 3 \
 	    --json bench-out/trim-paired.json
 
 bench-probes: $(STAMP)
 	mkdir -p bench-out
-	$(PY) -m contextkeeper bench probes --data ../shared/datasets/probe-traces/tau-airline-dev.jsonl \
+	$(PY) -m contextwarden bench probes --data ../shared/datasets/probe-traces/tau-airline-dev.jsonl \
 	    --budgets 2000,3000,4000 --json bench-out/probes.json
 
 clean:

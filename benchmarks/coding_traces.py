@@ -15,7 +15,7 @@ far (the held-out SWE-bench definition). A run is cut after every `--every` acti
     .venv/bin/python -m benchmarks.coding_traces \
         --data ../shared/datasets/coding-sessions/openhands-multi-swe-bench-example/output.jsonl \
         --out bench-out/openhands-shell.jsonl
-    .venv/bin/python -m contextkeeper bench probes --data bench-out/openhands-shell.jsonl --budgets 4000,8000
+    .venv/bin/python -m contextwarden bench probes --data bench-out/openhands-shell.jsonl --budgets 4000,8000
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Each framework's own context handling vs contextkeeper on one long tool-using session.
+"""Each framework's own context handling vs contextwarden on one long tool-using session.
 
     .venv/bin/python -m benchmarks.integrations_bench [--turns 200] [--runs 3] [--json OUT]
 
-The session (`contextkeeper.testing.tool_agent`): ``--turns`` user requests, each answered by a
+The session (`contextwarden.testing.tool_agent`): ``--turns`` user requests, each answered by a
 ``read_file`` call (about 400 tokens of output) and a short answer; five requests plant a fact
 to remember. It runs through the real framework (LangChain v1 ``create_agent``, the OpenAI
 Agents SDK ``Runner``, a pydantic-ai ``Agent``, a LlamaIndex ``FunctionAgent``) against the
@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from contextkeeper import AsyncSession, Session
-from contextkeeper.testing import ScriptedOpenAIServer
-from contextkeeper.testing.tool_agent import (
+from contextwarden import AsyncSession, Session
+from contextwarden.testing import ScriptedOpenAIServer
+from contextwarden.testing.tool_agent import (
     ToolLoopModel,
     broken_pairs,
     probe_retention,
@@ -43,7 +43,7 @@ from contextkeeper.testing.tool_agent import (
 
 WINDOW = 16_000
 RESERVED = 2_000
-"""What contextkeeper keeps free for the reply; the built-ins get the same room (trigger at 12k)."""
+"""What contextwarden keeps free for the reply; the built-ins get the same room (trigger at 12k)."""
 TRIGGER = 12_000
 
 
@@ -90,8 +90,8 @@ def langchain(handling: str, turns: int) -> Result:
     from langchain_core.messages import HumanMessage
     from langchain_core.tools import tool
 
-    from contextkeeper.integrations.langchain import ContextKeeperMiddleware
-    from contextkeeper.testing.langchain_model import OpenAICompatibleChatModel
+    from contextwarden.integrations.langchain import ContextWardenMiddleware
+    from contextwarden.testing.langchain_model import OpenAICompatibleChatModel
 
     @tool
     def read_file(path: str) -> str:
@@ -116,8 +116,8 @@ def langchain(handling: str, turns: int) -> Result:
             TimedSummarization.seconds = 0.0
             middleware = [TimedSummarization(model, trigger=("tokens", TRIGGER), keep=("messages", 20))]
             spent = lambda: TimedSummarization.seconds  # noqa: E731
-        elif handling == "contextkeeper":
-            keeper = ContextKeeperMiddleware(_keeper())
+        elif handling == "contextwarden":
+            keeper = ContextWardenMiddleware(_keeper())
             middleware = [keeper]
             spent = lambda: keeper.seconds  # noqa: E731
         agent = create_agent(model, [read_file], system_prompt="You are a coding agent.", middleware=middleware)
@@ -159,8 +159,8 @@ def agents(handling: str, turns: int) -> Result:
     from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool, set_tracing_disabled
     from agents.extensions.tool_output_trimmer import ToolOutputTrimmer
 
-    from contextkeeper.integrations.agents import ContextKeeperSession
-    from contextkeeper.testing.agents_model import ChatCompletionsTestModel
+    from contextwarden.integrations.agents import ContextWardenSession
+    from contextwarden.testing.agents_model import ChatCompletionsTestModel
 
     set_tracing_disabled(True)
 
@@ -178,8 +178,8 @@ def agents(handling: str, turns: int) -> Result:
                 model=ChatCompletionsTestModel(server.base_url),
             )
             session = _TimedSession(
-                ContextKeeperSession("bench", window=WINDOW, reserved_output=RESERVED)
-                if handling == "contextkeeper"
+                ContextWardenSession("bench", window=WINDOW, reserved_output=RESERVED)
+                if handling == "contextwarden"
                 else SQLiteSession("bench")
             )
             filter_seconds = [0.0]
@@ -199,7 +199,7 @@ def agents(handling: str, turns: int) -> Result:
             for turn in range(turns):
                 await Runner.run(agent, task(turn), session=session, run_config=config)  # type: ignore[arg-type]
             seconds = time.perf_counter() - started
-            handled = session.seconds if handling == "contextkeeper" else filter_seconds[0]
+            handled = session.seconds if handling == "contextwarden" else filter_seconds[0]
             return _measure("OpenAI Agents SDK", handling, server, turns, handled, seconds)
 
     return asyncio.run(run())
@@ -210,12 +210,12 @@ def pydantic_ai(handling: str, turns: int) -> Result:
     from pydantic_ai import Agent
     from pydantic_ai.capabilities import ProcessHistory
 
-    from contextkeeper.integrations.pydantic_ai import history_processor
-    from contextkeeper.testing.pydantic_ai_model import openai_function_model
+    from contextwarden.integrations.pydantic_ai import history_processor
+    from contextwarden.testing.pydantic_ai_model import openai_function_model
 
     async def run() -> Result:
         with _server() as server:
-            processor = history_processor(_keeper(AsyncSession)) if handling == "contextkeeper" else None
+            processor = history_processor(_keeper(AsyncSession)) if handling == "contextwarden" else None
             agent = Agent(
                 openai_function_model(server.base_url),
                 instructions="You are a coding agent.",
@@ -244,8 +244,8 @@ def llamaindex(handling: str, turns: int) -> Result:
     from llama_index.core.memory import ChatMemoryBuffer, Memory
     from llama_index.core.tools import FunctionTool
 
-    from contextkeeper.integrations.llamaindex import ContextKeeperMemory
-    from contextkeeper.testing.llamaindex_model import openai_mock_llm
+    from contextwarden.integrations.llamaindex import ContextWardenMemory
+    from contextwarden.testing.llamaindex_model import openai_mock_llm
 
     warnings.filterwarnings("ignore", module="pydantic")  # LlamaIndex touches pydantic's deprecated attributes
 
@@ -294,8 +294,8 @@ def llamaindex(handling: str, turns: int) -> Result:
                 memory = timed(ChatMemoryBuffer).from_defaults(token_limit=TRIGGER, tokenizer_fn=_chars)
             elif handling == "Memory":
                 memory = timed(Memory).from_defaults(token_limit=TRIGGER, tokenizer_fn=_chars)
-            elif handling == "contextkeeper":
-                memory = timed(ContextKeeperMemory)(window=WINDOW, reserved_output=RESERVED, asynchronous=True)
+            elif handling == "contextwarden":
+                memory = timed(ContextWardenMemory)(window=WINDOW, reserved_output=RESERVED, asynchronous=True)
             else:
                 memory = timed(ChatMemoryBuffer).from_defaults(token_limit=10**9, tokenizer_fn=_chars)  # keeps all
             started = time.perf_counter()
@@ -313,10 +313,10 @@ def _chars(text: str) -> range:
 
 
 CONFIGURATIONS: dict[str, tuple[Callable[[str, int], Result], Sequence[str]]] = {
-    "langchain": (langchain, ("none", "SummarizationMiddleware", "contextkeeper")),
-    "agents": (agents, ("none", "ToolOutputTrimmer", "contextkeeper")),
-    "pydantic-ai": (pydantic_ai, ("none", "contextkeeper")),
-    "llamaindex": (llamaindex, ("none", "ChatMemoryBuffer", "Memory", "contextkeeper")),
+    "langchain": (langchain, ("none", "SummarizationMiddleware", "contextwarden")),
+    "agents": (agents, ("none", "ToolOutputTrimmer", "contextwarden")),
+    "pydantic-ai": (pydantic_ai, ("none", "contextwarden")),
+    "llamaindex": (llamaindex, ("none", "ChatMemoryBuffer", "Memory", "contextwarden")),
 }
 
 

@@ -1,10 +1,10 @@
-"""contextkeeper with long-term memory as a peer of ../shared/bench/peers_bench.py (the trim workload).
+"""contextwarden with long-term memory as a peer of ../shared/bench/peers_bench.py (the trim workload).
 
     PYTHONPATH=. .venv/bin/python ../shared/bench/peers_bench.py \\
-        --adapter benchmarks.peers_adapter:ContextKeeperPeer --adapter benchmarks.memory_peer:ContextKeeperMemoryPeer \\
-        --peers floor-hysteresis,contextkeeper,contextkeeper-memory --sizes 1000 --window 32000 --json OUT
+        --adapter benchmarks.peers_adapter:ContextWardenPeer --adapter benchmarks.memory_peer:ContextWardenMemoryPeer \\
+        --peers floor-hysteresis,contextwarden,contextwarden-memory --sizes 1000 --window 32000 --json OUT
 
-The same session as `ContextKeeperPeer` with ``memory=True``: what compaction removes is written
+The same session as `ContextWardenPeer` with ``memory=True``: what compaction removes is written
 to an in-process keyword memory and every request (the workload has a new user message each
 round) recalls into a block before it. The figure to read is ``prefix_reuse`` beside the peer
 without memory: what recalled blocks cost a provider's prompt cache.
@@ -14,16 +14,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.peers_adapter import ContextKeeperPeer, _to_canonical
-from contextkeeper.session import Session
-from contextkeeper.tokens import get_counter
+from benchmarks.peers_adapter import ContextWardenPeer, _to_canonical
+from contextwarden.session import Session
+from contextwarden.tokens import get_counter
 
 
-class ContextKeeperMemoryPeer(ContextKeeperPeer):
-    """`ContextKeeperPeer` with long-term memory recalled into the view."""
+class ContextWardenMemoryPeer(ContextWardenPeer):
+    """`ContextWardenPeer` with long-term memory recalled into the view."""
 
-    name = "contextkeeper-memory"
-    description = "contextkeeper Session with long-term memory (memory=True), default pipeline otherwise"
+    name = "contextwarden-memory"
+    description = "contextwarden Session with long-term memory (memory=True), default pipeline otherwise"
 
     def setup(self, window: int, enc: Any) -> None:
         self.session = Session(
@@ -41,7 +41,7 @@ class ContextKeeperMemoryPeer(ContextKeeperPeer):
         view = self.session.prepare(format="internal").view
         out: list[Any] = []
         for m in view:
-            if m.snapshot_id is None and not m.source_ids and not m.extra.get("contextkeeper"):
+            if m.snapshot_id is None and not m.source_ids and not m.extra.get("contextwarden"):
                 out.append(m)  # a transcript message, returned as the same object
                 continue
             d = self._synth.get(m.message_id)

@@ -1,15 +1,15 @@
-"""contextkeeper as a peer of ../shared/bench/peers_bench.py (the trim workload).
+"""contextwarden as a peer of ../shared/bench/peers_bench.py (the trim workload).
 
     PYTHONPATH=. .venv/bin/python ../shared/bench/peers_bench.py \\
-        --adapter benchmarks.peers_adapter:ContextKeeperPeer \\
-        --adapter benchmarks.peers_adapter:ContextKeeperTiktokenPeer \\
-        --peers floor,floor-hysteresis,contextkeeper,contextkeeper-tiktoken --sizes 1000,5000 \\
+        --adapter benchmarks.peers_adapter:ContextWardenPeer \\
+        --adapter benchmarks.peers_adapter:ContextWardenTiktokenPeer \\
+        --peers floor,floor-hysteresis,contextwarden,contextwarden-tiktoken --sizes 1000,5000 \\
         --window 128000,32000 --json OUT
 
 The peer drives the public API with the default pipeline for the window: cl100k counting (with
-GitHub's BPE engine when ``bpe-openai`` is installed; `ContextKeeperTiktokenPeer` counts with
+GitHub's BPE engine when ``bpe-openai`` is installed; `ContextWardenTiktokenPeer` counts with
 tiktoken, as the floor does) with OpenAI framing, no reserved output, no tool schemas, no LLM.
-Messages are converted to contextkeeper `Message` objects before timing (as the harness converts
+Messages are converted to contextwarden `Message` objects before timing (as the harness converts
 for every peer); what compaction synthesizes (stand-ins, the context block) goes back as
 canonical dicts.
 """
@@ -19,10 +19,10 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from contextkeeper import Message, TextPart, ToolCall
-from contextkeeper.session import Session
-from contextkeeper.tokens import TokenCounter, get_counter
-from contextkeeper.tokens.tiktoken import TiktokenCounter, load_encoding
+from contextwarden import Message, TextPart, ToolCall
+from contextwarden.session import Session
+from contextwarden.tokens import TokenCounter, get_counter
+from contextwarden.tokens.tiktoken import TiktokenCounter, load_encoding
 
 
 def _to_message(m: dict[str, Any]) -> Message:
@@ -44,12 +44,12 @@ def _to_canonical(m: Message) -> dict[str, Any]:
     return out
 
 
-class ContextKeeperPeer:
+class ContextWardenPeer:
     """The harness's Peer interface (convert / setup / step), duck-typed."""
 
-    name = "contextkeeper"
-    description = "contextkeeper Session, default pipeline (clear → evict + ledger), hysteresis 1.0→0.5"
-    requires = ("contextkeeper", "tiktoken")
+    name = "contextwarden"
+    description = "contextwarden Session, default pipeline (clear → evict + ledger), hysteresis 1.0→0.5"
+    requires = ("contextwarden", "tiktoken")
 
     def available(self) -> str | None:
         for mod in self.requires:
@@ -102,11 +102,11 @@ class ContextKeeperPeer:
         return out
 
 
-class ContextKeeperTiktokenPeer(ContextKeeperPeer):
+class ContextWardenTiktokenPeer(ContextWardenPeer):
     """The same session counting with tiktoken alone: the floor's own tokenizer, like for like."""
 
-    name = "contextkeeper-tiktoken"
-    description = "contextkeeper Session, default pipeline, counting with tiktoken (as the floor does)"
+    name = "contextwarden-tiktoken"
+    description = "contextwarden Session, default pipeline, counting with tiktoken (as the floor does)"
 
     def counter(self) -> TokenCounter:
         return TiktokenCounter(load_encoding("cl100k_base"), engine="tiktoken")

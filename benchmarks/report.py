@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from contextkeeper.replay.report import CSS, line_chart
+from contextwarden.replay.report import CSS, line_chart
 
 TARGET_RATIO = 100.0
-"""contextkeeper's total session time at N=1,000 must be this many times lower than langchain's (exact counts)."""
+"""contextwarden's total session time at N=1,000 must be this many times lower than langchain's (exact counts)."""
 
 
 def _cell(cells: list[dict[str, Any]], peer: str, size: int, window: int) -> dict[str, Any] | None:
@@ -27,23 +27,23 @@ def _total(cell: dict[str, Any]) -> tuple[float, bool]:
 
 
 def trim_targets(cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """langchain trim_messages (exact counts) total time / contextkeeper's, at N=1,000, per window."""
+    """langchain trim_messages (exact counts) total time / contextwarden's, at N=1,000, per window."""
     out: dict[str, Any] = {}
     for window in sorted({c["window"] for c in cells if c["size"] == 1000}, reverse=True):
-        ck = _cell(cells, "contextkeeper", 1000, window)
+        cw = _cell(cells, "contextwarden", 1000, window)
         lc = _cell(cells, "langchain-tiktoken", 1000, window)
-        if ck is None or lc is None or not ck.get("total_s"):
+        if cw is None or lc is None or not cw.get("total_s"):
             continue
         lc_s, lower = _total(lc)
-        ratio = lc_s / float(ck["total_s"])
+        ratio = lc_s / float(cw["total_s"])
         # The same turns on both sides: a cell that hit its time budget ran only the first k turns.
-        # langchain's turn cost grows with the history and contextkeeper's does not, so this ratio
+        # langchain's turn cost grows with the history and contextwarden's does not, so this ratio
         # is also a lower bound of the full sessions' ratio.
-        k = min(len(lc.get("lat_ms") or []), len(ck.get("lat_ms") or []))
-        ck_k = sum((ck.get("lat_ms") or [])[:k])
-        same = sum((lc.get("lat_ms") or [])[:k]) / ck_k if k and ck_k else None
+        k = min(len(lc.get("lat_ms") or []), len(cw.get("lat_ms") or []))
+        cw_k = sum((cw.get("lat_ms") or [])[:k])
+        same = sum((lc.get("lat_ms") or [])[:k]) / cw_k if k and cw_k else None
         out[str(window)] = {
-            "contextkeeper_s": round(float(ck["total_s"]), 4),
+            "contextwarden_s": round(float(cw["total_s"]), 4),
             "langchain_s": round(lc_s, 3),
             "langchain_estimated": bool(lc.get("timed_out") and lc.get("est_total_s")),
             "ratio": round(ratio, 1),
@@ -66,9 +66,9 @@ def _harness(path: Path) -> Any:
 
 
 def utilization_series(harness: Path, *, size: int = 1000, seed: int = 20240601) -> dict[str, Any]:
-    """contextkeeper's utilization per turn on the trim workload (the adapter's session), per window."""
-    from contextkeeper.session import Session
-    from contextkeeper.tokens import get_counter
+    """contextwarden's utilization per turn on the trim workload (the adapter's session), per window."""
+    from contextwarden.session import Session
+    from contextwarden.tokens import get_counter
 
     from .peers_adapter import _to_message
 
@@ -96,18 +96,18 @@ def _ms(v: Any) -> str:
 def _trim_table(section: dict[str, Any]) -> list[str]:
     cells = section.get("cells", [])
     lines = [
-        "| peer | N | window | turns | total s | p50 ms | p99 ms | vs floor | vs contextkeeper | prefix reuse | "
+        "| peer | N | window | turns | total s | p50 ms | p99 ms | vs floor | vs contextwarden | prefix reuse | "
         "sys kept / pairs ok / fits |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         floor = _cell(cells, "floor", c["size"], c["window"])
-        ck = _cell(cells, "contextkeeper", c["size"], c["window"])
+        cw = _cell(cells, "contextwarden", c["size"], c["window"])
         total, lower = _total(c)
         mark = ">" if lower else ""
         est = " (est.)" if c.get("timed_out") and not lower else ""
         vs_floor = f"{mark}{total / floor['total_s']:,.1f}x" if floor and floor.get("total_s") else "-"
-        vs_ck = f"{mark}{total / ck['total_s']:,.1f}x" if ck and ck.get("total_s") else "-"
+        vs_cw = f"{mark}{total / cw['total_s']:,.1f}x" if cw and cw.get("total_s") else "-"
         final = c.get("final") or {}
         checks = "/".join(
             "yes" if ok else "NO"
@@ -121,7 +121,7 @@ def _trim_table(section: dict[str, Any]) -> list[str]:
             checks = "-"
         lines.append(
             f"| {c['peer']} | {c['size']:,} | {c['window'] // 1000}k | {c['turns_done']}/{c['turns_total']} | "
-            f"{mark}{total:,.3f}{est} | {_ms(c.get('p50_ms'))} | {_ms(c.get('p99_ms'))} | {vs_floor} | {vs_ck} | "
+            f"{mark}{total:,.3f}{est} | {_ms(c.get('p50_ms'))} | {_ms(c.get('p99_ms'))} | {vs_floor} | {vs_cw} | "
             f"{c.get('prefix_reuse', '-')} | {checks} |"
         )
     return lines
@@ -147,7 +147,7 @@ def markdown(result: dict[str, Any]) -> str:
                 same = f"; over the {t['same_turns']} turns both ran: **{t['ratio_same_turns']:,.0f}x**"
             lines.append(
                 f"\nN=1,000, {int(window) // 1000}k window: langchain trim_messages (exact counts) "
-                f"{t['langchain_s']:,.1f} s vs contextkeeper {t['contextkeeper_s']:.3f} s = "
+                f"{t['langchain_s']:,.1f} s vs contextwarden {t['contextwarden_s']:.3f} s = "
                 f"**{t['ratio']:,.0f}x**{bound}{same}; target ≥{t['target']:.0f}x {verdict}."
             )
         lines.append("")
@@ -203,7 +203,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def html_page(result: dict[str, Any]) -> str:
-    """Per-turn latency of each trim peer (log scale) and contextkeeper's per-turn utilization."""
+    """Per-turn latency of each trim peer (log scale) and contextwarden's per-turn utilization."""
     charts: list[str] = []
     trim = result.get("trim")
     if isinstance(trim, dict):
@@ -229,7 +229,7 @@ def html_page(result: dict[str, Any]) -> str:
         charts.append(
             line_chart(
                 "utilization",
-                "contextkeeper utilization per turn (trim workload, N=1,000)",
+                "contextwarden utilization per turn (trim workload, N=1,000)",
                 {f"{int(w) // 1000}k window": [(float(i + 1), r) for i, r in enumerate(v)] for w, v in util.items()},
                 y_label="share of the window",
                 y_max=1.0,
@@ -241,7 +241,7 @@ def html_page(result: dict[str, Any]) -> str:
 def _page(result: dict[str, Any], charts: list[str]) -> str:
     table = html.escape(markdown(result))
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>contextkeeper benchmarks</title>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>contextwarden benchmarks</title>"
         f"<style>{CSS}pre{{white-space:pre-wrap;font-size:12px}}</style></head><body>"
-        f"<h1>contextkeeper benchmarks</h1>{''.join(charts)}<h2>Tables</h2><pre>{table}</pre></body></html>\n"
+        f"<h1>contextwarden benchmarks</h1>{''.join(charts)}<h2>Tables</h2><pre>{table}</pre></body></html>\n"
     )

@@ -6,17 +6,17 @@ Runs, each in its own process (a failing part is recorded as ``{"error": ...}`` 
 
 * ``trim``: ../shared/bench/peers_bench.py with the reference peers (floor, floor-hysteresis),
   langchain ``trim_messages`` with exact (tiktoken) counts, AutoGen
-  ``TokenLimitedChatCompletionContext``, LlamaIndex ``ChatMemoryBuffer`` and contextkeeper, at
+  ``TokenLimitedChatCompletionContext``, LlamaIndex ``ChatMemoryBuffer`` and contextwarden, at
   N=1,000 in both windows (the harness's time budget per cell), plus floor, floor-hysteresis and
-  contextkeeper at N=5,000. The section holds each harness run's settings and versions (``runs``) and all the ``cells``.
-* ``probes``: ``contextkeeper bench probes`` on the tau-bench airline and coding dev traces; one
+  contextwarden at N=5,000. The section holds each harness run's settings and versions (``runs``) and all the ``cells``.
+* ``probes``: ``contextwarden bench probes`` on the tau-bench airline and coding dev traces; one
   entry per data set, keyed by file name, each in the command's JSON layout.
-* ``locomo``: ``contextkeeper bench locomo`` on the dev file (MiniLM embedder, no ablation).
-* ``stores``: ``contextkeeper bench stores`` (Redis and Postgres from the default URLs).
+* ``locomo``: ``contextwarden bench locomo`` on the dev file (MiniLM embedder, no ablation).
+* ``stores``: ``contextwarden bench stores`` (Redis and Postgres from the default URLs).
 
 Writes ``OUT/latest.json`` (with the date, machine and load before and after), ``OUT/latest.md``
 (the tables, as pasted into the README) and ``OUT/latest.html`` (per-turn latency of every trim
-peer, and per-turn utilization of contextkeeper on the same session).
+peer, and per-turn utilization of contextwarden on the same session).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from typing import Any
 
 from . import report
 
-TRIM_PEERS = "floor,floor-hysteresis,langchain-tiktoken,autogen-token,llama-buffer,contextkeeper,contextkeeper-tiktoken"
-TRIM_LARGE_PEERS = "floor,floor-hysteresis,contextkeeper,contextkeeper-tiktoken"
-ADAPTERS = ("benchmarks.peers_adapter:ContextKeeperPeer", "benchmarks.peers_adapter:ContextKeeperTiktokenPeer")
-"""contextkeeper as the default install counts (GitHub's BPE engine), and counting with tiktoken as the floor does."""
+TRIM_PEERS = "floor,floor-hysteresis,langchain-tiktoken,autogen-token,llama-buffer,contextwarden,contextwarden-tiktoken"
+TRIM_LARGE_PEERS = "floor,floor-hysteresis,contextwarden,contextwarden-tiktoken"
+ADAPTERS = ("benchmarks.peers_adapter:ContextWardenPeer", "benchmarks.peers_adapter:ContextWardenTiktokenPeer")
+"""contextwarden as the default install counts (GitHub's BPE engine), and counting with tiktoken as the floor does."""
 
 
 def _load() -> list[float]:
@@ -107,7 +107,7 @@ def run_trim(harness: Path, work: Path, root: Path, budget_s: float) -> dict[str
 
 
 def run_cli(name: str, args: list[str], out: Path, root: Path, timeout: float) -> Any:
-    cmd = [sys.executable, "-m", "contextkeeper", "bench", *args, "--json", str(out)]
+    cmd = [sys.executable, "-m", "contextwarden", "bench", *args, "--json", str(out)]
     code, seconds = _run(name, cmd, timeout=timeout, root=root)
     data = _read(out, f"bench {name}", code)
     if isinstance(data, dict):

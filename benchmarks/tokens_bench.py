@@ -32,9 +32,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from contextkeeper.messages import Message, TextPart, ToolCall
-from contextkeeper.tokens import HeuristicCounter, TokenAccountant, TokenCounter, get_counter
-from contextkeeper.tokens.tiktoken import TiktokenCounter
+from contextwarden.messages import Message, TextPart, ToolCall
+from contextwarden.tokens import HeuristicCounter, TokenAccountant, TokenCounter, get_counter
+from contextwarden.tokens.tiktoken import TiktokenCounter
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BENCH = "../shared/bench/peers_bench.py"
@@ -59,7 +59,7 @@ def load_harness(path: str) -> ModuleType:
 
 
 def to_message(m: dict[str, Any]) -> Message:
-    """A harness dict as a contextkeeper `Message` (done before timing, as the harness does for peers)."""
+    """A harness dict as a contextwarden `Message` (done before timing, as the harness does for peers)."""
     calls = tuple(
         ToolCall(call_id=c["id"], name=c["name"], arguments=c["arguments"]) for c in m.get("tool_calls") or ()
     )
@@ -342,10 +342,10 @@ def collect_samples(pb: ModuleType, shared: Path) -> tuple[dict[str, list[str]],
     kinds["prose"] += [pb._prose(rng, rng.randint(50, 800)) for _ in range(40)]
     sources["prose"].append("peers_bench _prose generator")
     # code: this repository and the standard library
-    for path in sorted((ROOT / "src" / "contextkeeper").rglob("*.py")):
+    for path in sorted((ROOT / "src" / "contextwarden").rglob("*.py")):
         if path.stat().st_size > 500:
             kinds["code"].append(path.read_text())
-    sources["code"].append("contextkeeper sources")
+    sources["code"].append("contextwarden sources")
     stdlib = Path(json.__file__).resolve().parents[1]
     for name in ("json", "asyncio", "email", "logging", "http"):
         for path in sorted((stdlib / name).glob("*.py"))[:8]:

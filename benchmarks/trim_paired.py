@@ -1,4 +1,4 @@
-"""The trim workload with the floor and contextkeeper stepped turn by turn in one process.
+"""The trim workload with the floor and contextwarden stepped turn by turn in one process.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.trim_paired --sizes 5000 --window 128000,32000 --runs 3 \\
         --json bench-out/trim-paired.json
@@ -14,7 +14,7 @@ window), as it does between the turns of a cell. Both peers see the same machine
 moment, so the ratio of their medians holds still where a single cell's does not.
 
 Reported per window: each peer's p50 and p99, the ratio of the p50s, each peer's growth exponent
-(the harness's fit of log latency against log history), and whether every turn of contextkeeper's
+(the harness's fit of log latency against log history), and whether every turn of contextwarden's
 was correct by the harness's checks. A third, timed step on every turn is a control that does the
 same work each time (tokenizing one fixed text): its exponent would be zero on a machine of steady
 speed, so what the fit reads for it is the machine drifting during the run. The fit leans on the
@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.peers_adapter import ContextKeeperPeer
+from benchmarks.peers_adapter import ContextWardenPeer
 from benchmarks.tokens_bench import DEFAULT_BENCH, load_harness
 
 
@@ -102,7 +102,7 @@ def run_pair(harness: Any, size: int, window: int, seed: int) -> dict[str, Any]:
     canon, rounds = harness.build_conversation(size, seed)
     tokens = [harness.message_tokens(enc, m) for m in canon]
     floor = _Driver(harness, harness.FloorPeer(), canon, rounds)
-    ours = _Driver(harness, ContextKeeperPeer(), canon, rounds)
+    ours = _Driver(harness, ContextWardenPeer(), canon, rounds)
     # about a plain turn's work: the first user message, a few hundred tokens
     control = _Control(canon[rounds[1][0]]["content"])
     floor.setup(window, enc)
@@ -127,11 +127,11 @@ def run_pair(harness: Any, size: int, window: int, seed: int) -> dict[str, Any]:
         "turns": len(rounds) - 1,
         "floor_p50_ms": round(f50, 4),
         "floor_p99_ms": round(_quantile(floor.latencies, 0.99), 3),
-        "contextkeeper_p50_ms": round(o50, 4),
-        "contextkeeper_p99_ms": round(_quantile(ours.latencies, 0.99), 3),
+        "contextwarden_p50_ms": round(o50, 4),
+        "contextwarden_p99_ms": round(_quantile(ours.latencies, 0.99), 3),
         "p50_ratio": round(o50 / f50, 3),
         "floor_growth_exponent": floor_growth,
-        "contextkeeper_growth_exponent": ours_growth,
+        "contextwarden_growth_exponent": ours_growth,
         "control_growth_exponent": control_growth,
         "incorrect_turns": ours.incorrect,
     }
@@ -152,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     harness = load_harness(args.bench_script)
     results = []
     print(
-        "| N | window | run | seed | floor p50 ms | contextkeeper p50 ms | p50 ratio | floor p99 ms "
-        "| contextkeeper p99 ms | floor growth | contextkeeper growth | control growth | incorrect |"
+        "| N | window | run | seed | floor p50 ms | contextwarden p50 ms | p50 ratio | floor p99 ms "
+        "| contextwarden p99 ms | floor growth | contextwarden growth | control growth | incorrect |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for size in (int(s) for s in args.sizes.split(",")):
@@ -164,9 +164,9 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(res)
                 print(
                     f"| {size} | {window} | {run} | {res['seed']} | {res['floor_p50_ms']} | "
-                    f"{res['contextkeeper_p50_ms']} | {res['p50_ratio']} | {res['floor_p99_ms']} | "
-                    f"{res['contextkeeper_p99_ms']} | "
-                    f"{res['floor_growth_exponent']} | {res['contextkeeper_growth_exponent']} | "
+                    f"{res['contextwarden_p50_ms']} | {res['p50_ratio']} | {res['floor_p99_ms']} | "
+                    f"{res['contextwarden_p99_ms']} | "
+                    f"{res['floor_growth_exponent']} | {res['contextwarden_growth_exponent']} | "
                     f"{res['control_growth_exponent']} | "
                     f"{res['incorrect_turns']} |",
                     flush=True,

@@ -1,14 +1,14 @@
 """A plain agent loop on the Anthropic Python SDK with `Session.complete()`, `read_context` and the ledger.
 
-`AnthropicSDKModel` below is contextkeeper's `request()` contract over ``anthropic.Anthropic``
+`AnthropicSDKModel` below is contextwarden's `request()` contract over ``anthropic.Anthropic``
 (copy it): the view goes out as Messages API blocks with the system prompt apart, the reply
-comes back as a contextkeeper message, and "prompt is too long" becomes `ContextOverflowError`,
+comes back as a contextwarden message, and "prompt is too long" becomes `ContextOverflowError`,
 so `complete()` compacts deeper and retries. Token counts use Anthropic's message framing.
 
-Runs offline against contextkeeper's scripted server, which also speaks ``/v1/messages``
+Runs offline against contextwarden's scripted server, which also speaks ``/v1/messages``
 (16k-token window), unless ``ANTHROPIC_BASE_URL`` is set (then ``ANTHROPIC_API_KEY`` and ``MODEL``).
 
-    pip install contextkeeper anthropic
+    pip install contextwarden anthropic
     python examples/anthropic_sdk_loop.py
 """
 
@@ -21,18 +21,18 @@ from typing import Any
 
 import anthropic
 
-from contextkeeper import ANTHROPIC_FRAMING, Message, RequestUsage, Session
-from contextkeeper.adapters import anthropic as anthropic_format
-from contextkeeper.llm import ModelResponse, classify_error
-from contextkeeper.testing import ScriptedOpenAIServer
-from contextkeeper.testing.tool_agent import READ_FILE_TOOL, ToolLoopModel, prompt_tokens, read_file, task
+from contextwarden import ANTHROPIC_FRAMING, Message, RequestUsage, Session
+from contextwarden.adapters import anthropic as anthropic_format
+from contextwarden.llm import ModelResponse, classify_error
+from contextwarden.testing import ScriptedOpenAIServer
+from contextwarden.testing.tool_agent import READ_FILE_TOOL, ToolLoopModel, prompt_tokens, read_file, task
 
 WINDOW = 16_000
 TURNS = int(os.environ.get("TURNS", "60"))  # user requests in the session
 
 
 class AnthropicSDKModel:
-    """contextkeeper's `Model` contract over ``anthropic.Anthropic`` (Messages API)."""
+    """contextwarden's `Model` contract over ``anthropic.Anthropic`` (Messages API)."""
 
     def __init__(self, client: anthropic.Anthropic, model_name: str) -> None:
         self.client, self.model_name = client, model_name

@@ -1,11 +1,11 @@
-"""A LangChain v1 agent whose model sees contextkeeper's view of a long tool-using session.
+"""A LangChain v1 agent whose model sees contextwarden's view of a long tool-using session.
 
-Runs offline: without ``OPENAI_BASE_URL`` it starts contextkeeper's scripted OpenAI-compatible
+Runs offline: without ``OPENAI_BASE_URL`` it starts contextwarden's scripted OpenAI-compatible
 server (a model that reads the file each request names, with a 16k-token window) and talks to it
 through ``langchain_openai.ChatOpenAI``. With ``OPENAI_BASE_URL`` (and ``OPENAI_API_KEY``,
 ``MODEL``) it talks to that server instead.
 
-    pip install 'contextkeeper[langchain]' langchain-openai
+    pip install 'contextwarden[langchain]' langchain-openai
     python examples/langchain_agent.py
 """
 
@@ -19,10 +19,10 @@ from langchain_core.messages import AnyMessage, HumanMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
-from contextkeeper import Session
-from contextkeeper.integrations.langchain import ContextKeeperMiddleware
-from contextkeeper.testing import ScriptedOpenAIServer
-from contextkeeper.testing.tool_agent import ToolLoopModel, prompt_tokens, read_file as source_of, task
+from contextwarden import Session
+from contextwarden.integrations.langchain import ContextWardenMiddleware
+from contextwarden.testing import ScriptedOpenAIServer
+from contextwarden.testing.tool_agent import ToolLoopModel, prompt_tokens, read_file as source_of, task
 
 WINDOW = 16_000
 TURNS = int(os.environ.get("TURNS", "60"))  # user requests in the session
@@ -52,7 +52,7 @@ def main() -> None:
             model,
             [read_file],
             system_prompt="You are a coding agent.",
-            middleware=[ContextKeeperMiddleware(session, include_read_tool=True)],
+            middleware=[ContextWardenMiddleware(session, include_read_tool=True)],
         )
         history: list[AnyMessage] = []
         for turn in range(TURNS):

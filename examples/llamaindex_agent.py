@@ -1,11 +1,11 @@
-"""A LlamaIndex FunctionAgent whose memory is contextkeeper's: every step gets the managed view.
+"""A LlamaIndex FunctionAgent whose memory is contextwarden's: every step gets the managed view.
 
-Runs offline against contextkeeper's scripted OpenAI-compatible server (a model that reads the
+Runs offline against contextwarden's scripted OpenAI-compatible server (a model that reads the
 file each request names, with a 16k-token window), through LlamaIndex's ``MockFunctionCallingLLM``
-wired to that server (`contextkeeper.testing.llamaindex_model`). In an application, pass any
+wired to that server (`contextwarden.testing.llamaindex_model`). In an application, pass any
 function-calling LLM (``llama_index.llms.openai.OpenAI``, ...) instead.
 
-    pip install 'contextkeeper[llamaindex]'
+    pip install 'contextwarden[llamaindex]'
     python examples/llamaindex_agent.py
 """
 
@@ -18,10 +18,10 @@ import warnings
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.tools import FunctionTool
 
-from contextkeeper.integrations.llamaindex import ContextKeeperMemory
-from contextkeeper.testing import ScriptedOpenAIServer
-from contextkeeper.testing.llamaindex_model import openai_mock_llm
-from contextkeeper.testing.tool_agent import ToolLoopModel, prompt_tokens, read_file as source_of, task
+from contextwarden.integrations.llamaindex import ContextWardenMemory
+from contextwarden.testing import ScriptedOpenAIServer
+from contextwarden.testing.llamaindex_model import openai_mock_llm
+from contextwarden.testing.tool_agent import ToolLoopModel, prompt_tokens, read_file as source_of, task
 
 WINDOW = 16_000
 TURNS = int(os.environ.get("TURNS", "60"))  # user requests in the session
@@ -40,7 +40,7 @@ async def main() -> None:
             llm=openai_mock_llm(server.base_url),
             system_prompt="You are a coding agent.",
         )
-        memory = ContextKeeperMemory.from_defaults(
+        memory = ContextWardenMemory.from_defaults(
             session_id="llamaindex-example", window=WINDOW, reserved_output=2_000
         )
         for turn in range(TURNS):

@@ -1,11 +1,11 @@
-"""An OpenAI Agents SDK agent whose session is contextkeeper's: every run starts from the managed view.
+"""An OpenAI Agents SDK agent whose session is contextwarden's: every run starts from the managed view.
 
-Runs offline: without ``OPENAI_BASE_URL`` it starts contextkeeper's scripted OpenAI-compatible
+Runs offline: without ``OPENAI_BASE_URL`` it starts contextwarden's scripted OpenAI-compatible
 server (a model that reads the file each request names, with a 16k-token window) and talks to it
 through the SDK's Chat Completions model. With ``OPENAI_BASE_URL`` (and ``OPENAI_API_KEY``,
 ``MODEL``) it talks to that server instead.
 
-    pip install 'contextkeeper[agents]'
+    pip install 'contextwarden[agents]'
     python examples/openai_agents.py
 """
 
@@ -18,9 +18,9 @@ from contextlib import ExitStack
 from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
 from openai import AsyncOpenAI
 
-from contextkeeper.integrations.agents import ContextKeeperSession
-from contextkeeper.testing import ScriptedOpenAIServer
-from contextkeeper.testing.tool_agent import ToolLoopModel, prompt_tokens, read_file as source_of, task
+from contextwarden.integrations.agents import ContextWardenSession
+from contextwarden.testing import ScriptedOpenAIServer
+from contextwarden.testing.tool_agent import ToolLoopModel, prompt_tokens, read_file as source_of, task
 
 WINDOW = 16_000
 TURNS = int(os.environ.get("TURNS", "60"))  # user requests in the session
@@ -44,7 +44,7 @@ async def main() -> None:
         client = AsyncOpenAI(base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY", "unused"))
         model = OpenAIChatCompletionsModel(model=os.environ.get("MODEL", "scripted-model"), openai_client=client)
         agent = Agent(name="coder", instructions="You are a coding agent.", tools=[read_file], model=model)
-        session = ContextKeeperSession("agents-example", window=WINDOW, reserved_output=2_000)
+        session = ContextWardenSession("agents-example", window=WINDOW, reserved_output=2_000)
         for turn in range(TURNS):
             result = await Runner.run(agent, task(turn), session=session)
         keeper = await session.open()

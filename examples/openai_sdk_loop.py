@@ -1,16 +1,16 @@
 """A plain agent loop on the OpenAI Python SDK with `Session.complete()`, `read_context` and the ledger.
 
-`Session.complete(model)` wants a model with contextkeeper's `request()` contract; `OpenAISDKModel`
+`Session.complete(model)` wants a model with contextwarden's `request()` contract; `OpenAISDKModel`
 below is that contract over the official SDK's client (twenty lines you can copy): the view goes
-out as Chat Completions messages, the reply comes back as a contextkeeper message, and the SDK's
+out as Chat Completions messages, the reply comes back as a contextwarden message, and the SDK's
 "context length exceeded" error becomes `ContextOverflowError`, so `complete()` compacts deeper
 and retries. The session answers its own ``read_context`` tool; every tool step goes into the
 progress ledger, which survives every compaction.
 
-Runs offline against contextkeeper's scripted server (16k-token window) unless ``OPENAI_BASE_URL``
+Runs offline against contextwarden's scripted server (16k-token window) unless ``OPENAI_BASE_URL``
 is set (then ``OPENAI_API_KEY`` and ``MODEL`` too).
 
-    pip install contextkeeper openai
+    pip install contextwarden openai
     python examples/openai_sdk_loop.py
 """
 
@@ -23,17 +23,17 @@ from typing import Any
 
 import openai
 
-from contextkeeper import Message, RequestUsage, Session, from_messages, to_messages
-from contextkeeper.llm import ModelResponse, classify_error
-from contextkeeper.testing import ScriptedOpenAIServer
-from contextkeeper.testing.tool_agent import READ_FILE_TOOL, ToolLoopModel, prompt_tokens, read_file, task
+from contextwarden import Message, RequestUsage, Session, from_messages, to_messages
+from contextwarden.llm import ModelResponse, classify_error
+from contextwarden.testing import ScriptedOpenAIServer
+from contextwarden.testing.tool_agent import READ_FILE_TOOL, ToolLoopModel, prompt_tokens, read_file, task
 
 WINDOW = 16_000
 TURNS = int(os.environ.get("TURNS", "60"))  # user requests in the session
 
 
 class OpenAISDKModel:
-    """contextkeeper's `Model` contract over ``openai.OpenAI`` (Chat Completions)."""
+    """contextwarden's `Model` contract over ``openai.OpenAI`` (Chat Completions)."""
 
     def __init__(self, client: openai.OpenAI, model_name: str) -> None:
         self.client, self.model_name = client, model_name

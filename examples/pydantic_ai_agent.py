@@ -1,11 +1,11 @@
-"""A pydantic-ai agent whose model gets contextkeeper's view through a history processor.
+"""A pydantic-ai agent whose model gets contextwarden's view through a history processor.
 
-Runs offline: without ``OPENAI_BASE_URL`` it starts contextkeeper's scripted OpenAI-compatible
+Runs offline: without ``OPENAI_BASE_URL`` it starts contextwarden's scripted OpenAI-compatible
 server (a model that reads the file each request names, with a 16k-token window) and talks to it
 through pydantic-ai's ``OpenAIChatModel``. With ``OPENAI_BASE_URL`` (and ``OPENAI_API_KEY``,
 ``MODEL``) it talks to that server instead.
 
-    pip install 'contextkeeper[pydantic-ai]'
+    pip install 'contextwarden[pydantic-ai]'
     python examples/pydantic_ai_agent.py
 """
 
@@ -20,10 +20,10 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from contextkeeper import Session
-from contextkeeper.integrations.pydantic_ai import history_processor
-from contextkeeper.testing import ScriptedOpenAIServer
-from contextkeeper.testing.tool_agent import ToolLoopModel, prompt_tokens, read_file as source_of, task
+from contextwarden import Session
+from contextwarden.integrations.pydantic_ai import history_processor
+from contextwarden.testing import ScriptedOpenAIServer
+from contextwarden.testing.tool_agent import ToolLoopModel, prompt_tokens, read_file as source_of, task
 
 WINDOW = 16_000
 TURNS = int(os.environ.get("TURNS", "60"))  # user requests in the session

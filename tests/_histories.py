@@ -6,7 +6,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from contextkeeper.messages import Message, ToolCall
+from contextwarden.messages import Message, ToolCall
 
 TOOLS = ("read_file", "grep", "run_tests")
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from contextkeeper.agent_state import AGENT_SLOT, AgentState, CompletedSubtask
-from contextkeeper.exceptions import AgentStateError, SchemaError, SessionNotFound, VersionConflict
-from contextkeeper.stores import AsyncMemoryStore, MemoryStore, SqliteStore
+from contextwarden.agent_state import AGENT_SLOT, AgentState, CompletedSubtask
+from contextwarden.exceptions import AgentStateError, SchemaError, SessionNotFound, VersionConflict
+from contextwarden.stores import AsyncMemoryStore, MemoryStore, SqliteStore
 
 
 def plan() -> AgentState:
@@ -89,7 +89,7 @@ def test_dict_round_trip() -> None:
 
 
 def test_save_and_load_move_forward(tmp_path: Path) -> None:
-    with SqliteStore.connect(tmp_path / "ck.db") as store:
+    with SqliteStore.connect(tmp_path / "cw.db") as store:
         store.create_session("s")
         assert AgentState.load(store, "s") is None
         first = plan().save(store, "s", clock=lambda: 1000.0)
@@ -191,7 +191,7 @@ def test_progress_markdown() -> None:
 
 
 def test_agent_state_is_tenant_scoped(tmp_path: Path) -> None:
-    with SqliteStore.connect(tmp_path / "ck.db") as store:
+    with SqliteStore.connect(tmp_path / "cw.db") as store:
         store.create_session("s", tenant="acme")
         saved = plan().save(store, "s", tenant="acme")
         assert AgentState.load(store, "s", tenant="acme") == saved

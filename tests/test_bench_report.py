@@ -19,9 +19,9 @@ def _cell(peer: str, window: int, total: float, *, timed_out: bool = False, est:
 def test_targets_use_the_estimate_or_a_lower_bound_of_a_timed_out_peer() -> None:
     cells = [
         _cell("floor", 128000, 0.1),
-        _cell("contextkeeper", 128000, 0.2),
+        _cell("contextwarden", 128000, 0.2),
         _cell("langchain-tiktoken", 128000, 60.0, timed_out=True),
-        _cell("contextkeeper", 32000, 0.5),
+        _cell("contextwarden", 32000, 0.5),
         _cell("langchain-tiktoken", 32000, 30.0, timed_out=True, est=45.0),
     ]
     targets = report.trim_targets(cells)

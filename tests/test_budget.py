@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from contextkeeper.budget import Budget, ComponentBudgets, PressureMonitor, Thresholds
-from contextkeeper.exceptions import BudgetExceeded, ConfigError, UnknownModelError, UsageError
+from contextwarden.budget import Budget, ComponentBudgets, PressureMonitor, Thresholds
+from contextwarden.exceptions import BudgetExceeded, ConfigError, UnknownModelError, UsageError
 
 # --- thresholds and budget ---------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import anyio
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from contextkeeper import (
+from contextwarden import (
     BudgetExceeded,
     ContextOverflowError,
     Message,
@@ -19,17 +19,17 @@ from contextkeeper import (
     ToolCall,
     toolpairs,
 )
-from contextkeeper._replies import repair_reply
-from contextkeeper.adapters import to_messages
-from contextkeeper.events import Alert
-from contextkeeper.llm import AsyncOpenAIChatModel, ModelResponse, OpenAIChatModel, TestModel
-from contextkeeper.llm.base import ResponseDone, TextDelta
-from contextkeeper.messages import check_message
-from contextkeeper.session import AsyncSession, Session
-from contextkeeper.stores import open_store
-from contextkeeper.testing import ScriptedError, ScriptedOpenAIServer, ScriptedReply, ScriptedStream
-from contextkeeper.tokens import get_counter
-from contextkeeper.tokens.accountant import TokenAccountant
+from contextwarden._replies import repair_reply
+from contextwarden.adapters import to_messages
+from contextwarden.events import Alert
+from contextwarden.llm import AsyncOpenAIChatModel, ModelResponse, OpenAIChatModel, TestModel
+from contextwarden.llm.base import ResponseDone, TextDelta
+from contextwarden.messages import check_message
+from contextwarden.session import AsyncSession, Session
+from contextwarden.stores import open_store
+from contextwarden.testing import ScriptedError, ScriptedOpenAIServer, ScriptedReply, ScriptedStream
+from contextwarden.tokens import get_counter
+from contextwarden.tokens.accountant import TokenAccountant
 
 
 def _long_session(window: int = 3000) -> Session:
@@ -272,7 +272,7 @@ def _check_kept_invalid_call(s: Any, reply: ModelResponse) -> None:
     assert reply.tool_calls == () and reply.invalid_tool_calls[0].arguments == CUT
     call_msg, result = s.transcript[-2:]
     assert call_msg.tool_calls[0].arguments == "{}"
-    kept = call_msg.extra["contextkeeper"]["invalid_tool_calls"][0]
+    kept = call_msg.extra["contextwarden"]["invalid_tool_calls"][0]
     assert kept["arguments"] == CUT and kept["call_id"] == "call_w"
     assert result.role == "tool" and result.is_error and result.tool_call_id == "call_w"
     assert "not valid JSON" in result.text and "length limit" in result.text
@@ -401,7 +401,7 @@ def test_a_reply_add_would_refuse_is_still_kept() -> None:
         first = s.complete(model)
         ids = [c.call_id for c in first.tool_calls]
         assert len(set(ids)) == 2 and ids[0] == "call_1"
-        assert s.transcript[-1].extra["contextkeeper"]["renamed_call_ids"] == {ids[1]: "call_1"}
+        assert s.transcript[-1].extra["contextwarden"]["renamed_call_ids"] == {ids[1]: "call_1"}
         for c in first.tool_calls:
             s.on_tool_result("ls", "a.py", call_id=c.call_id)
         second = s.complete(model)

@@ -4,12 +4,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from contextkeeper.delegate import adelegate, delegate
-from contextkeeper.exceptions import ConfigError, ContextOverflowError
-from contextkeeper.llm import AsyncOpenAIChatModel, AsyncTestModel, ModelResponse, OpenAIChatModel, TestModel
-from contextkeeper.messages import Message, ToolCall
-from contextkeeper.testing import ScriptedOpenAIServer
-from contextkeeper.tokens import get_counter
+from contextwarden.delegate import adelegate, delegate
+from contextwarden.exceptions import ConfigError, ContextOverflowError
+from contextwarden.llm import AsyncOpenAIChatModel, AsyncTestModel, ModelResponse, OpenAIChatModel, TestModel
+from contextwarden.messages import Message, ToolCall
+from contextwarden.testing import ScriptedOpenAIServer
+from contextwarden.tokens import get_counter
 from summarize._histories import coding_session
 
 CL100K = get_counter("tiktoken:cl100k_base")

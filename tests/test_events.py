@@ -12,9 +12,9 @@ import anyio
 import pytest
 
 from compaction._helpers import make_text, session, tool_round
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.compaction.viewstatus import ViewStatus
-from contextkeeper.events import (
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.compaction.viewstatus import ViewStatus
+from contextwarden.events import (
     Alert,
     CompactionFinished,
     CompactionStarted,
@@ -24,10 +24,10 @@ from contextkeeper.events import (
     SnapshotWritten,
     event_to_dict,
 )
-from contextkeeper.exceptions import ConfigError
-from contextkeeper.messages import Message
-from contextkeeper.session import Session
-from contextkeeper.stores import open_store
+from contextwarden.exceptions import ConfigError
+from contextwarden.messages import Message
+from contextwarden.session import Session
+from contextwarden.stores import open_store
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given, strategies as st
 
-from contextkeeper import _json
+from contextwarden import _json
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),

@@ -7,7 +7,7 @@ import re
 
 from hypothesis import given, settings, strategies as st
 
-from contextkeeper.keyinfo import (
+from contextwarden.keyinfo import (
     _IDENT_RE,
     extract_identifiers,
     fact_rank,

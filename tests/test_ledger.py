@@ -9,10 +9,10 @@ from typing import Any
 from hypothesis import given, settings, strategies as st
 
 from compaction._helpers import is_context_block, make_text, session, tool_round
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.ledger import HEADER, Ledger, LedgerEntry, describe_call, entry_for_round, request_facts
-from contextkeeper.messages import Message
-from contextkeeper.tokens import get_counter
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.ledger import HEADER, Ledger, LedgerEntry, describe_call, entry_for_round, request_facts
+from contextwarden.messages import Message
+from contextwarden.tokens import get_counter
 
 TIKTOKEN = get_counter("tiktoken:cl100k_base")
 HEURISTIC = get_counter("heuristic")

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from contextkeeper.exceptions import ConfigError, UnknownModelError
-from contextkeeper.models import ModelInfo, list_models, lookup_model, register_model
+from contextwarden.exceptions import ConfigError, UnknownModelError
+from contextwarden.models import ModelInfo, list_models, lookup_model, register_model
 
 
 @pytest.mark.parametrize(

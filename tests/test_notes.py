@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from contextkeeper.exceptions import ConfigError, SchemaError, UsageError
-from contextkeeper.notes import NOTES_TOOL, Notes
-from contextkeeper.tokens import get_counter
+from contextwarden.exceptions import ConfigError, SchemaError, UsageError
+from contextwarden.notes import NOTES_TOOL, Notes
+from contextwarden.tokens import get_counter
 
 CL100K = get_counter("tiktoken:cl100k_base")
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from contextkeeper.messages import ToolCall
-from contextkeeper.testing import ScriptedOpenAIServer, ScriptedReply
+from contextwarden.messages import ToolCall
+from contextwarden.testing import ScriptedOpenAIServer, ScriptedReply
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 _FENCE = re.compile(r"^```(?P<lang>[^\n`]*)\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)
@@ -75,10 +75,10 @@ def test_readme_block_runs_as_written(
 ) -> None:
     script = tmp_path / f"readme_line{line}.py"
     script.write_text(code, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTEXTKEEPER_", "OPENAI_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTEXTWARDEN_", "OPENAI_"))}
     env.update(
         OPENAI_BASE_URL=model_server.base_url,
-        CONTEXTKEEPER_HOME=str(tmp_path / "home"),
+        CONTEXTWARDEN_HOME=str(tmp_path / "home"),
         PYTHONPATH=str(README.parent / "src"),
     )
     result = subprocess.run(
@@ -94,9 +94,9 @@ def test_readme_block_runs_as_written(
 
 
 def _cli_rows(text: str) -> list[tuple[list[str], list[str]]]:
-    """(command words, flags) of every `contextkeeper ...` row of the README's command table."""
+    """(command words, flags) of every `contextwarden ...` row of the README's command table."""
     rows = []
-    for cell in re.findall(r"^\| `(contextkeeper [^`]+)`", text, re.M):
+    for cell in re.findall(r"^\| `(contextwarden [^`]+)`", text, re.M):
         words = cell.split()[1:]
         command = []
         for word in words:
@@ -114,9 +114,9 @@ CLI_ROWS = _cli_rows(README.read_text(encoding="utf-8"))
 def test_readme_command_table_matches_the_cli(command: list[str], flags: list[str]) -> None:
     from typer.testing import CliRunner
 
-    from contextkeeper.cli import app
+    from contextwarden.cli import app
 
     result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, (command, result.output)
     for flag in flags:
-        assert flag in result.output, f"`contextkeeper {' '.join(command)}` has no {flag} (README command table)"
+        assert flag in result.output, f"`contextwarden {' '.join(command)}` has no {flag} (README command table)"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from contextkeeper import Message, Session
-from contextkeeper.replay import replay_transcript, split_turns
+from contextwarden import Message, Session
+from contextwarden.replay import replay_transcript, split_turns
 
 _text = st.text(alphabet="abc XY-12", min_size=1, max_size=20)
 _message = st.one_of(_text.map(Message.user), _text.map(Message.assistant))

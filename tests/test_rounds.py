@@ -3,9 +3,9 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from _histories import arbitrary_histories, cut_histories, valid_histories
-from contextkeeper.messages import Message, ToolCall
-from contextkeeper.rounds import Round, group_rounds
-from contextkeeper.toolpairs import repair
+from contextwarden.messages import Message, ToolCall
+from contextwarden.rounds import Round, group_rounds
+from contextwarden.toolpairs import repair
 
 
 def asst(*cids: str, text: str = "") -> Message:

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from compaction._helpers import Recorder, check_view, make_text, session, tool_round
-from contextkeeper import toolpairs
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.events import ContextStatus
-from contextkeeper.exceptions import ConfigError, MessageError, ToolPairError
-from contextkeeper.messages import Message, TextPart, ToolCall
-from contextkeeper.session import AsyncSession, Session
+from contextwarden import toolpairs
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.events import ContextStatus
+from contextwarden.exceptions import ConfigError, MessageError, ToolPairError
+from contextwarden.messages import Message, TextPart, ToolCall
+from contextwarden.session import AsyncSession, Session
 
 
 @pytest.fixture
@@ -355,7 +355,7 @@ def test_a_session_is_freed_with_its_last_reference_without_the_cycle_collector(
     import gc
     import weakref
 
-    from contextkeeper.stores import open_store
+    from contextwarden.stores import open_store
 
     store = open_store(f"sqlite:///{tmp_path}/s.db") if with_store else None
     gc.disable()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from contextkeeper import Message, ToolCall
-from contextkeeper.notes import NOTES_TOOL
-from contextkeeper.session import Session
+from contextwarden import Message, ToolCall
+from contextwarden.notes import NOTES_TOOL
+from contextwarden.session import Session
 
 
 def _tool_round(i: int, size: int = 1600) -> list[Message]:
@@ -30,7 +30,7 @@ def test_notes_written_by_the_tool_survive_compaction() -> None:
         view = s.prepare(format="internal")
         compacted = compacted or bool(view.status.compactions)
     assert compacted
-    block = next(m for m in view.view if m.extra.get("contextkeeper") == "context")
+    block = next(m for m in view.view if m.extra.get("contextwarden") == "context")
     assert "PAY-1432" in block.text
     # the note is part of the saved view state
     state = s.engine.export_state()

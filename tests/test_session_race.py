@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from contextkeeper import Message, open_store
-from contextkeeper.session import Session
+from contextwarden import Message, open_store
+from contextwarden.session import Session
 
 
 def _text(i: int) -> str:
@@ -14,7 +14,7 @@ def _text(i: int) -> str:
 
 
 def test_two_sessions_compacting_one_stored_session_lose_nothing(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'ck.db'}"
+    url = f"sqlite:///{tmp_path / 'cw.db'}"
     store_a, store_b = open_store(url), open_store(url)
     a = Session("shared", window=3000, reserved_output=0, counter="tiktoken:cl100k_base", store=store_a)
     a.add([Message.system("You are a test agent."), Message.user("go")])

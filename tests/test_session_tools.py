@@ -1,4 +1,4 @@
-"""contextkeeper's own tools (`read_context`, `write_note`) answer whatever the model sends with a text.
+"""contextwarden's own tools (`read_context`, `write_note`) answer whatever the model sends with a text.
 
 Arguments come from the model: NaN, Infinity, huge or negative numbers, wrong types and JSON
 nested thousands deep must give an ``error: ...`` result the model can read and correct, never
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from contextkeeper import Message, ToolCall
-from contextkeeper.notes import NOTES_TOOL
-from contextkeeper.session import Session
-from contextkeeper.snapshots import READ_CONTEXT_TOOL
+from contextwarden import Message, ToolCall
+from contextwarden.notes import NOTES_TOOL
+from contextwarden.session import Session
+from contextwarden.snapshots import READ_CONTEXT_TOOL
 
 READ = READ_CONTEXT_TOOL["function"]["name"]
 NOTE = NOTES_TOOL["function"]["name"]

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from contextkeeper.budget import Thresholds
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.exceptions import ConfigError
-from contextkeeper.settings import (
+from contextwarden.budget import Thresholds
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.exceptions import ConfigError
+from contextwarden.settings import (
     CompactionSection,
     Settings,
     find_config_file,
@@ -25,9 +25,9 @@ from contextkeeper.settings import (
 @pytest.fixture(autouse=True)
 def clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for key in list(os.environ):
-        if key.startswith("CONTEXTKEEPER_"):
+        if key.startswith("CONTEXTWARDEN_"):
             monkeypatch.delenv(key)
-    monkeypatch.setenv("CONTEXTKEEPER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CONTEXTWARDEN_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     yield
 
@@ -39,12 +39,12 @@ def write(path: Path, text: str) -> Path:
 
 def test_user_dir_from_env_else_platform_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert user_dir() == tmp_path / "home"
-    monkeypatch.delenv("CONTEXTKEEPER_HOME")
+    monkeypatch.delenv("CONTEXTWARDEN_HOME")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.setattr("sys.platform", "linux")
-    assert user_dir() == tmp_path / "xdg" / "contextkeeper"
+    assert user_dir() == tmp_path / "xdg" / "contextwarden"
     monkeypatch.setattr("sys.platform", "darwin")
-    assert user_dir() == Path.home() / "Library" / "Application Support" / "contextkeeper"
+    assert user_dir() == Path.home() / "Library" / "Application Support" / "contextwarden"
 
 
 def test_defaults_build_the_library_defaults() -> None:
@@ -61,9 +61,9 @@ def test_every_compaction_option_is_a_config_key() -> None:
 
 
 def test_layering_file_then_env_then_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = write(tmp_path / "ck.toml", "[compaction]\nlow_water = 0.4\nhigh_water = 0.9\nkeep_recent_rounds = 4\n")
+    cfg = write(tmp_path / "cw.toml", "[compaction]\nlow_water = 0.4\nhigh_water = 0.9\nkeep_recent_rounds = 4\n")
     assert load_settings(cfg).compaction_config().high_water == 0.9
-    monkeypatch.setenv("CONTEXTKEEPER_COMPACTION__HIGH_WATER", "0.95")
+    monkeypatch.setenv("CONTEXTWARDEN_COMPACTION__HIGH_WATER", "0.95")
     s = load_settings(cfg)
     config = s.compaction_config()
     assert (config.low_water, config.high_water, config.keep_recent_rounds) == (0.4, 0.95, 4)
@@ -147,24 +147,24 @@ def test_config_file_discovery(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     home.mkdir()
     user_cfg = write(home / "config.toml", "")
     assert find_config_file() == user_cfg
-    local = write(tmp_path / "contextkeeper.yaml", "")
+    local = write(tmp_path / "contextwarden.yaml", "")
     assert find_config_file() == tmp_path / local.name
     named = write(tmp_path / "other.toml", "")
-    monkeypatch.setenv("CONTEXTKEEPER_CONFIG", str(named))
+    monkeypatch.setenv("CONTEXTWARDEN_CONFIG", str(named))
     assert find_config_file() == named
     with pytest.raises(ConfigError, match="does not exist"):
         find_config_file(tmp_path / "missing.toml")
 
 
 def test_invalid_settings_fail_loudly_naming_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CONTEXTKEEPER_AGENT_CONTEXT__RESERVED_TOKENS", "-5")
+    monkeypatch.setenv("CONTEXTWARDEN_AGENT_CONTEXT__RESERVED_TOKENS", "-5")
     with pytest.raises(ConfigError, match=r"agent_context\.reserved_tokens"):
         load_settings()
 
 
 def test_unrelated_variables_are_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CONTEXTKEEPER_REQUIRE_SERVICES", "1")
-    monkeypatch.setenv("CONTEXTKEEPER_DEBUG", "1")
+    monkeypatch.setenv("CONTEXTWARDEN_REQUIRE_SERVICES", "1")
+    monkeypatch.setenv("CONTEXTWARDEN_DEBUG", "1")
     assert load_settings().compaction_config() == CompactionConfig()
 
 
@@ -232,13 +232,13 @@ def test_validate_syntax_errors_name_the_line(tmp_path: Path) -> None:
 
 
 def test_validate_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CONTEXTKEEPER_COMPACTION__LOW_WATER", "lots")
+    monkeypatch.setenv("CONTEXTWARDEN_COMPACTION__LOW_WATER", "lots")
     [problem] = validate_config_file(None)
     assert problem.source == "environment"
-    assert problem.key == "CONTEXTKEEPER_COMPACTION__LOW_WATER"
+    assert problem.key == "CONTEXTWARDEN_COMPACTION__LOW_WATER"
     assert problem.allowed.startswith("a number")
 
 
 def test_settings_alone_read_only_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CONTEXTKEEPER_MODEL", "gpt-4o-mini")
+    monkeypatch.setenv("CONTEXTWARDEN_MODEL", "gpt-4o-mini")
     assert Settings().model == "gpt-4o-mini"

@@ -12,11 +12,11 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from contextkeeper._store_url import check_store_url, expand_store_url
-from contextkeeper.exceptions import ConfigError
-from contextkeeper.messages import Message
-from contextkeeper.session import Session
-from contextkeeper.settings import (
+from contextwarden._store_url import check_store_url, expand_store_url
+from contextwarden.exceptions import ConfigError
+from contextwarden.messages import Message
+from contextwarden.session import Session
+from contextwarden.settings import (
     MAX_CONFIG_BYTES,
     MAX_YAML_ALIASES,
     load_settings,
@@ -28,9 +28,9 @@ from contextkeeper.settings import (
 @pytest.fixture(autouse=True)
 def clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for key in list(os.environ):
-        if key.startswith("CONTEXTKEEPER_"):
+        if key.startswith("CONTEXTWARDEN_"):
             monkeypatch.delenv(key)
-    monkeypatch.setenv("CONTEXTKEEPER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CONTEXTWARDEN_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     yield
 
@@ -88,11 +88,11 @@ def test_tables_of_the_compaction_section_are_checked_by_the_library(tmp_path: P
 
 
 def test_environment_strings_still_read_as_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CONTEXTKEEPER_COMPACTION__KEEP_RECENT_ROUNDS", "4")
-    monkeypatch.setenv("CONTEXTKEEPER_COMPACTION__LOW_WATER", "0.4")
+    monkeypatch.setenv("CONTEXTWARDEN_COMPACTION__KEEP_RECENT_ROUNDS", "4")
+    monkeypatch.setenv("CONTEXTWARDEN_COMPACTION__LOW_WATER", "0.4")
     config = load_settings().compaction_config()
     assert config.keep_recent_rounds == 4 and config.low_water == 0.4
-    monkeypatch.setenv("CONTEXTKEEPER_COMPACTION__LOW_WATER", "nan")
+    monkeypatch.setenv("CONTEXTWARDEN_COMPACTION__LOW_WATER", "nan")
     with pytest.raises(ConfigError, match="compaction.low_water"):
         load_settings()
 
@@ -179,9 +179,9 @@ def test_invalid_utf8_names_its_line(tmp_path: Path) -> None:
         ("sqlite:///<user dir>/sessions.db", "placeholder"),
         ("ftp://host/x", "unknown scheme 'ftp'"),
         ("sessions.db", "has no scheme"),
-        ("sqlite://ck.db", "three slashes"),
-        ("sqlite:///ck.db?timeout=3", "unknown SQLite option 'timeout'"),
-        ("sqlite:///ck.db?busy_timeout=soon", "busy_timeout='soon'"),
+        ("sqlite://cw.db", "three slashes"),
+        ("sqlite:///cw.db?timeout=3", "unknown SQLite option 'timeout'"),
+        ("sqlite:///cw.db?busy_timeout=soon", "busy_timeout='soon'"),
         ("redis://localhost:abc/0", "port 'abc'"),
         ("redis://localhost:6379/zero", "database 'zero'"),
         ("redis://localhost:6379/0?ttl=-5", "ttl='-5'"),
@@ -204,12 +204,12 @@ def test_store_urls_are_checked_without_connecting(url: str, words: str) -> None
     [
         "memory://",
         "sqlite:///:memory:",
-        "sqlite:///new/dir/ck.db?busy_timeout=10",
-        "redis://localhost:6379/0?prefix=ck&ttl=86400",
+        "sqlite:///new/dir/cw.db?busy_timeout=10",
+        "redis://localhost:6379/0?prefix=cw&ttl=86400",
         "rediss://user:pw@[::1]:6380/2",
         "unix:///run/redis.sock",
-        "redis+cluster://h1:6379,h2:6379/?prefix=ck",
-        "postgresql://postgres@127.0.0.1:5432/test?schema=ck&synchronous_commit=off",
+        "redis+cluster://h1:6379,h2:6379/?prefix=cw",
+        "postgresql://postgres@127.0.0.1:5432/test?schema=cw&synchronous_commit=off",
         "postgres:///test",
     ],
 )
@@ -220,7 +220,7 @@ def test_valid_store_urls_pass(url: str) -> None:
 def test_a_sqlite_path_under_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x")
     with pytest.raises(ConfigError, match="is a file"):
-        check_store_url(f"sqlite:///{tmp_path / 'afile' / 'ck.db'}")
+        check_store_url(f"sqlite:///{tmp_path / 'afile' / 'cw.db'}")
     with pytest.raises(ConfigError, match="is a directory"):
         check_store_url(f"sqlite:///{tmp_path}")
 
@@ -232,7 +232,7 @@ def test_a_sqlite_path_in_a_read_only_directory_is_refused(tmp_path: Path) -> No
     ro.chmod(0o500)
     try:
         with pytest.raises(ConfigError, match="not writable"):
-            check_store_url(f"sqlite:///{ro / 'sub' / 'ck.db'}")
+            check_store_url(f"sqlite:///{ro / 'sub' / 'cw.db'}")
     finally:
         ro.chmod(0o700)
 
@@ -241,11 +241,11 @@ def test_tilde_is_expanded_and_validate_checks_the_expanded_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "me"))
-    assert expand_store_url("sqlite:///~/ck/s.db?busy_timeout=2") == f"sqlite:///{tmp_path}/me/ck/s.db?busy_timeout=2"
+    assert expand_store_url("sqlite:///~/cw/s.db?busy_timeout=2") == f"sqlite:///{tmp_path}/me/cw/s.db?busy_timeout=2"
     assert expand_store_url("redis://~x") == "redis://~x"
-    path = write(tmp_path / "c.toml", '[store]\nurl = "sqlite:///~/.config/ck/sessions.db"\n')
+    path = write(tmp_path / "c.toml", '[store]\nurl = "sqlite:///~/.config/cw/sessions.db"\n')
     assert validate_config_file(path, environment=False) == []
-    assert load_settings(path).store_url == f"sqlite:///{tmp_path}/me/.config/ck/sessions.db"
+    assert load_settings(path).store_url == f"sqlite:///{tmp_path}/me/.config/cw/sessions.db"
 
 
 def test_validate_reports_a_placeholder_in_the_store_url(tmp_path: Path) -> None:
@@ -295,7 +295,7 @@ _LEAVES = st.one_of(
     st.floats(0.0, 1.0),
     st.booleans(),
     st.none(),
-    st.sampled_from(["extractive", "none", "seed", "fifo", "memory://", "sqlite:///ck.db", "<user dir>", ""]),
+    st.sampled_from(["extractive", "none", "seed", "fifo", "memory://", "sqlite:///cw.db", "<user dir>", ""]),
     st.text(max_size=6),
 )
 _ANY = st.recursive(

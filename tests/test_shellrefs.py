@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from contextkeeper import shellrefs
-from contextkeeper.shellrefs import shell_references
+from contextwarden import shellrefs
+from contextwarden.shellrefs import shell_references
 
 
 def _refs(command: str) -> dict[str, str]:

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from compaction._helpers import make_text, tool_round
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.exceptions import SnapshotError
-from contextkeeper.messages import Message
-from contextkeeper.session import Session
-from contextkeeper.snapshots import (
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.exceptions import SnapshotError
+from contextwarden.messages import Message
+from contextwarden.session import Session
+from contextwarden.snapshots import (
     FileSnapshotStore,
     MemorySnapshotStore,
     SnapshotStore,

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from _histories import arbitrary_histories, cut_histories, reference_pairs_ok, valid_histories
-from contextkeeper.adapters import openai_chat
-from contextkeeper.exceptions import MessageError, ToolPairError
-from contextkeeper.messages import ImagePart, Message, TextPart, ToolCall
-from contextkeeper.toolpairs import check, is_valid, pending_calls, repair, validate
+from contextwarden.adapters import openai_chat
+from contextwarden.exceptions import MessageError, ToolPairError
+from contextwarden.messages import ImagePart, Message, TextPart, ToolCall
+from contextwarden.toolpairs import check, is_valid, pending_calls, repair, validate
 
 
 def call(cid: str, name: str = "f") -> ToolCall:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from contextkeeper.usage import RequestUsage, SessionUsage
+from contextwarden.usage import RequestUsage, SessionUsage
 
 
 def test_request_usage_adds_up() -> None:
@@ -47,8 +47,8 @@ def test_unreported_usage_is_its_own_state() -> None:
 
 
 def test_clients_tell_missing_usage_from_zero_usage() -> None:
-    from contextkeeper.llm.anthropic import parse_usage as anthropic_usage
-    from contextkeeper.llm.openai import parse_usage as openai_usage
+    from contextwarden.llm.anthropic import parse_usage as anthropic_usage
+    from contextwarden.llm.openai import parse_usage as openai_usage
 
     for parse in (openai_usage, anthropic_usage):
         assert parse(None).reported is False and parse({}).reported is False

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 
 from hypothesis import given, settings, strategies as st
 
-from contextkeeper import Message, Session, ToolCall, workingset
-from contextkeeper.tokens import get_counter
-from contextkeeper.workingset import WorkingSet
+from contextwarden import Message, Session, ToolCall, workingset
+from contextwarden.tokens import get_counter
+from contextwarden.workingset import WorkingSet
 
 
 def _call(call_id: str, name: str, **arguments: object) -> Message:
@@ -153,7 +153,7 @@ def test_the_files_being_changed_survive_a_long_noisy_session_in_a_small_window(
     view = session.prepare(format="internal").view
     text = "\n".join(m.text for m in view)
     assert all(path in text for path in edited)
-    block = next(m.text for m in view if m.extra.get("contextkeeper") == "context")
+    block = next(m.text for m in view if m.extra.get("contextwarden") == "context")
     assert block.index(edited[0]) < block.index("Progress ledger") if "Progress ledger" in block else True
 
 

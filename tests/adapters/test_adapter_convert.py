@@ -6,9 +6,9 @@ from dataclasses import replace
 
 from hypothesis import given, settings, strategies as st
 
-from contextkeeper.adapters import FORMATS, anthropic, from_messages, to_messages
-from contextkeeper.messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
-from contextkeeper.toolpairs import validate
+from contextwarden.adapters import FORMATS, anthropic, from_messages, to_messages
+from contextwarden.messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
+from contextwarden.toolpairs import validate
 
 WORD = st.sampled_from(["hello", "读取文件", "a\nb", "🙂", "x" * 30])
 

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from contextkeeper.adapters import anthropic, from_messages, langchain, to_messages
-from contextkeeper.exceptions import ContextKeeperError, MessageError, UsageError
-from contextkeeper.messages import Message
+from contextwarden.adapters import anthropic, from_messages, langchain, to_messages
+from contextwarden.exceptions import ContextWardenError, MessageError, UsageError
+from contextwarden.messages import Message
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
 SURROGATE = "bad \ud800 text"
@@ -167,7 +167,7 @@ def test_bad_input_names_index_field_and_fix(fmt, items, index, field, words):
     assert text.startswith(f"item {index}:")
     for word in words:
         assert word in text
-    assert isinstance(error, UsageError) and isinstance(error, ContextKeeperError)
+    assert isinstance(error, UsageError) and isinstance(error, ContextWardenError)
     assert items == before
 
 
@@ -206,9 +206,9 @@ def test_langchain_bad_items():
 def test_langchain_without_its_extra_names_the_install_command(monkeypatch):
     # Simulate an environment without langchain_core: the import inside the adapter fails.
     monkeypatch.setitem(sys.modules, "langchain_core.messages", None)
-    with pytest.raises(ImportError, match=r"pip install contextkeeper\[langchain\]"):
+    with pytest.raises(ImportError, match=r"pip install contextwarden\[langchain\]"):
         langchain.to_messages([])
-    with pytest.raises(ImportError, match=r"pip install contextkeeper\[langchain\]"):
+    with pytest.raises(ImportError, match=r"pip install contextwarden\[langchain\]"):
         from_messages([Message.user("hi")], format="langchain")
 
 

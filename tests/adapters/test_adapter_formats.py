@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
-from contextkeeper.adapters import detect_format, from_messages, openai_chat, to_messages
-from contextkeeper.messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
+from contextwarden.adapters import detect_format, from_messages, openai_chat, to_messages
+from contextwarden.messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
 
 
 @pytest.mark.parametrize(

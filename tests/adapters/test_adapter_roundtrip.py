@@ -14,8 +14,8 @@ from _formats import (
 )
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from contextkeeper.adapters import anthropic, from_messages, to_messages
-from contextkeeper.messages import Message, MessagesAdapter
+from contextwarden.adapters import anthropic, from_messages, to_messages
+from contextwarden.messages import Message, MessagesAdapter
 
 SETTINGS = settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 

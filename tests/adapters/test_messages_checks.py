@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from hypothesis import given, strategies as st
 
-from contextkeeper.exceptions import MessageError
-from contextkeeper.messages import ROLES, Message, TextPart, ToolCall, check_message
+from contextwarden.exceptions import MessageError
+from contextwarden.messages import ROLES, Message, TextPart, ToolCall, check_message
 
 texts = st.one_of(
     st.text(alphabet=st.characters(max_codepoint=127), max_size=40),  # ASCII: the fast path
@@ -150,8 +150,8 @@ def test_ids_and_names_are_checked_like_text(changes: dict[str, Any], field: str
 def test_messages_keep_their_attribute_keys_in_one_order_whatever_they_compute_first() -> None:
     # A long session keeps thousands of messages: instances whose attribute dicts gain keys in one
     # order share one key table; an instance that gains them in another order gets a dict of its own.
-    from contextkeeper.tokens import get_counter
-    from contextkeeper.tokens.accountant import TokenAccountant
+    from contextwarden.tokens import get_counter
+    from contextwarden.tokens.accountant import TokenAccountant
 
     accountant = TokenAccountant(get_counter("heuristic"))
     call = Message(role="assistant", parts=(ToolCall(call_id="c1", name="read", arguments="{}"),))

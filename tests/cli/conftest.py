@@ -11,17 +11,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from contextkeeper.demo import generate_session
+from contextwarden.demo import generate_session
 
 
 @pytest.fixture(autouse=True)
 def user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Redirect the user directory to tmp_path and run in it, with no CONTEXTKEEPER_* settings leaking in."""
+    """Redirect the user directory to tmp_path and run in it, with no CONTEXTWARDEN_* settings leaking in."""
     for key in list(os.environ):
-        if key.startswith("CONTEXTKEEPER_") and key != "CONTEXTKEEPER_REQUIRE_SERVICES":
+        if key.startswith("CONTEXTWARDEN_") and key != "CONTEXTWARDEN_REQUIRE_SERVICES":
             monkeypatch.delenv(key)
     home = tmp_path / "home"
-    monkeypatch.setenv("CONTEXTKEEPER_HOME", str(home))
+    monkeypatch.setenv("CONTEXTWARDEN_HOME", str(home))
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)

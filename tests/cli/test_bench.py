@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from contextkeeper.cli import app
-from contextkeeper.demo import generate_session
+from contextwarden.cli import app
+from contextwarden.demo import generate_session
 
 
 @pytest.fixture
@@ -164,7 +164,7 @@ def test_fidelity_prints_a_table_with_progress_and_json_only_on_request(
 def test_fidelity_reports_progress_on_stderr(probe_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from rich.console import Console
 
-    from contextkeeper.cli import _common
+    from contextwarden.cli import _common
 
     captured = io.StringIO()
     monkeypatch.setattr(_common, "err", Console(file=captured, force_terminal=True, width=120))
@@ -174,7 +174,7 @@ def test_fidelity_reports_progress_on_stderr(probe_file: Path, monkeypatch: pyte
 
 
 def test_no_project_tracker_wording_reaches_users() -> None:
-    src = Path(__file__).resolve().parents[2] / "src" / "contextkeeper"
+    src = Path(__file__).resolve().parents[2] / "src" / "contextwarden"
     for path in src.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         for phrase in ("not filed", "later issue", "the service issue", "memory issue", "comes with the"):

@@ -8,21 +8,21 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from contextkeeper.cli import app
+from contextwarden.cli import app
 
 
 def test_show_layers_file_and_environment(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user_dir: Path
 ) -> None:
-    cfg = tmp_path / "ck.toml"
+    cfg = tmp_path / "cw.toml"
     cfg.write_text("[compaction]\nlow_water = 0.4\nhigh_water = 0.9\n[agent_context]\nmin_keep_recent_rounds = 5\n")
-    monkeypatch.setenv("CONTEXTKEEPER_COMPACTION__HIGH_WATER", "0.95")
+    monkeypatch.setenv("CONTEXTWARDEN_COMPACTION__HIGH_WATER", "0.95")
     result = runner.invoke(app, ["--config", str(cfg), "config", "show", "--json", "--model", "gpt-4o"])
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["config_file"] == str(cfg)
     assert data["user_dir"] == str(user_dir)
-    assert "CONTEXTKEEPER_COMPACTION__HIGH_WATER" in data["environment"]
+    assert "CONTEXTWARDEN_COMPACTION__HIGH_WATER" in data["environment"]
     compaction = data["derived"]["compaction"]
     assert compaction["low_water"] == 0.4  # file
     assert compaction["high_water"] == 0.95  # environment beats the file
@@ -110,7 +110,7 @@ def test_the_readme_example_config_validates_and_works_at_use(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "me"))  # the example's store lives under ~
-    cfg = tmp_path / "contextkeeper.toml"
+    cfg = tmp_path / "contextwarden.toml"
     cfg.write_text(_readme_toml(), encoding="utf-8")
     validated = runner.invoke(app, ["--config", str(cfg), "config", "validate"])
     assert validated.exit_code == 0, validated.stdout + validated.stderr
@@ -122,7 +122,7 @@ def test_the_readme_example_config_validates_and_works_at_use(
 
 
 def test_validate_catches_a_placeholder_store_path(runner: CliRunner, tmp_path: Path) -> None:
-    cfg = tmp_path / "ck.toml"
+    cfg = tmp_path / "cw.toml"
     cfg.write_text('[store]\nurl = "sqlite:///<user dir>/sessions.db"\n')
     result = runner.invoke(app, ["config", "validate", str(cfg)])
     assert result.exit_code == 1
@@ -147,7 +147,7 @@ def test_validate_checks_store_urls_offline_and_connects_on_request(runner: CliR
     online = runner.invoke(app, ["config", "validate", str(dead), "--connect"])
     assert online.exit_code == 1 and "cannot use the store" in online.stdout
     ok = tmp_path / "ok.toml"
-    ok.write_text(f'[store]\nurl = "sqlite:///{tmp_path / "db" / "ck.db"}"\n')
+    ok.write_text(f'[store]\nurl = "sqlite:///{tmp_path / "db" / "cw.db"}"\n')
     connected = runner.invoke(app, ["config", "validate", str(ok), "--connect"])
     assert connected.exit_code == 0, connected.stdout
 

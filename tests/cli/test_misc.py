@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from contextkeeper import __version__
-from contextkeeper.cli import app
+from contextwarden import __version__
+from contextwarden.cli import app
 
 
 def test_no_arguments_shows_help_with_usage_exit_code(runner: CliRunner) -> None:
@@ -18,7 +18,7 @@ def test_no_arguments_shows_help_with_usage_exit_code(runner: CliRunner) -> None
 def test_version(runner: CliRunner) -> None:
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0
-    assert result.stdout.strip() == f"contextkeeper {__version__}"
+    assert result.stdout.strip() == f"contextwarden {__version__}"
 
 
 def test_unknown_command_is_one_line_usage_error(runner: CliRunner) -> None:

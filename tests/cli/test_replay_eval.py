@@ -9,13 +9,13 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from contextkeeper import Message, Session, ToolCall
-from contextkeeper.adapters import to_messages
-from contextkeeper.cli import app
-from contextkeeper.health.judge import JUDGE_PROMPT
-from contextkeeper.replay import last_turn_facts, replay_transcript, split_turns
-from contextkeeper.stores import open_store
-from contextkeeper.testing import ScriptedOpenAIServer
+from contextwarden import Message, Session, ToolCall
+from contextwarden.adapters import to_messages
+from contextwarden.cli import app
+from contextwarden.health.judge import JUDGE_PROMPT
+from contextwarden.replay import last_turn_facts, replay_transcript, split_turns
+from contextwarden.stores import open_store
+from contextwarden.testing import ScriptedOpenAIServer
 
 
 def _configs(tmp_path: Path) -> tuple[Path, Path]:
@@ -51,7 +51,7 @@ def test_replay_compares_configurations_side_by_side(runner: CliRunner, chat_fil
 
 
 def test_replay_of_a_stored_session(runner: CliRunner, chat_messages: list[dict[str, Any]], tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'ck.db'}"
+    url = f"sqlite:///{tmp_path / 'cw.db'}"
     with open_store(url) as store:
         session = Session("recorded", window=200_000, counter="heuristic", store=store)
         session.add(to_messages(chat_messages[:40], format="openai"))

@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from contextkeeper.cli import app
-from contextkeeper.session import Session
-from contextkeeper.stores import open_store
+from contextwarden.cli import app
+from contextwarden.session import Session
+from contextwarden.stores import open_store
 
 
 @pytest.fixture
 def store_url(tmp_path: Path, chat_messages: list[dict[str, Any]]) -> str:
     """A SQLite store holding one compacted session, ``s1``, written through the library."""
-    url = f"sqlite:///{tmp_path / 'ck.db'}"
+    url = f"sqlite:///{tmp_path / 'cw.db'}"
     with open_store(url) as store:
         session = Session("s1", model="gpt-4", window=8192, store=store)
         for i in range(0, len(chat_messages), 6):
@@ -48,7 +48,7 @@ def test_default_store_is_sqlite_in_the_user_dir(runner: CliRunner, user_dir: Pa
 
 
 def test_store_url_from_environment(runner: CliRunner, store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CONTEXTKEEPER_STORE__URL", store_url)
+    monkeypatch.setenv("CONTEXTWARDEN_STORE__URL", store_url)
     result = invoke(runner, "sessions", "list", "--json")
     assert json.loads(result.stdout)["store"] == store_url
 
@@ -109,7 +109,7 @@ def test_unknown_session(runner: CliRunner, store_url: str) -> None:
         result = invoke(runner, *args, "--store", store_url)
         assert result.exit_code == 1
         assert result.stderr.strip() == (
-            "error: no session 'nope' in the store; list them with `contextkeeper sessions list`."
+            "error: no session 'nope' in the store; list them with `contextwarden sessions list`."
         )
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from contextkeeper.adapters import from_messages, to_messages
-from contextkeeper.cli import app
-from contextkeeper.tokens import get_counter
+from contextwarden.adapters import from_messages, to_messages
+from contextwarden.cli import app
+from contextwarden.tokens import get_counter
 
 
 def _compact(runner: CliRunner, *args: str) -> Any:

@@ -13,17 +13,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextkeeper import toolpairs
-from contextkeeper.compaction.base import Room
-from contextkeeper.compaction.book import RoundBook
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.events import Event, EventBus
-from contextkeeper.keyinfo import key_lines, preview, salient_facts
-from contextkeeper.messages import Message, ToolCall
-from contextkeeper.session import PreparedView, Session
-from contextkeeper.snapshots import MemorySnapshotStore, make_snapshot_id
-from contextkeeper.tokens import get_counter
-from contextkeeper.tokens.accountant import TokenAccountant
+from contextwarden import toolpairs
+from contextwarden.compaction.base import Room
+from contextwarden.compaction.book import RoundBook
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.events import Event, EventBus
+from contextwarden.keyinfo import key_lines, preview, salient_facts
+from contextwarden.messages import Message, ToolCall
+from contextwarden.session import PreparedView, Session
+from contextwarden.snapshots import MemorySnapshotStore, make_snapshot_id
+from contextwarden.tokens import get_counter
+from contextwarden.tokens.accountant import TokenAccountant
 
 COUNTER = "tiktoken:cl100k_base"
 
@@ -126,15 +126,15 @@ def source_of(m: Message, ids: dict[str, int]) -> int | None:
 
 
 def is_context_block(m: Message) -> bool:
-    """The block compaction writes (header, summary, ledger): a user message with a ``ck_context_`` id."""
+    """The block compaction writes (header, summary, ledger): a user message with a ``cw_context_`` id."""
     extra = m.extra if isinstance(m.extra, dict) else {}
-    return m.role == "user" and (extra.get("contextkeeper") == "context" or m.message_id.startswith("ck_context_"))
+    return m.role == "user" and (extra.get("contextwarden") == "context" or m.message_id.startswith("cw_context_"))
 
 
 def is_abandoned_stand_in(m: Message) -> bool:
     """The stand-in result a view shows for a call abandoned without its result."""
     extra = m.extra if isinstance(m.extra, dict) else {}
-    return m.role == "tool" and extra.get("contextkeeper") == "abandoned"
+    return m.role == "tool" and extra.get("contextwarden") == "abandoned"
 
 
 def pending_tail(transcript: Sequence[Message]) -> tuple[Message | None, list[Message]]:

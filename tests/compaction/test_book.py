@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from _histories import valid_histories
-from contextkeeper.events import EventBus
-from contextkeeper.messages import Message
-from contextkeeper.rounds import group_rounds
+from contextwarden.events import EventBus
+from contextwarden.messages import Message
+from contextwarden.rounds import group_rounds
 
 from ._helpers import Recorder, book_totals_ok, call, make_book, make_text, tool_round
 

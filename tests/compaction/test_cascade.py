@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from contextkeeper import toolpairs
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.exceptions import BudgetExceeded, ConfigError, ContextOverflowError, OverflowUnresolved
-from contextkeeper.messages import Message
-from contextkeeper.session import AsyncSession, PreparedView, Session
+from contextwarden import toolpairs
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.exceptions import BudgetExceeded, ConfigError, ContextOverflowError, OverflowUnresolved
+from contextwarden.messages import Message
+from contextwarden.session import AsyncSession, PreparedView, Session
 
 from ._helpers import COUNTER, Recorder, check_view, is_context_block, make_text, session, tool_round
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from contextkeeper.compaction import clear
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.messages import Message
+from contextwarden.compaction import clear
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.messages import Message
 
 from ._helpers import book_totals_ok, make_book, make_text, tool_round
 

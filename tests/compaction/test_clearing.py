@@ -7,12 +7,12 @@ import re
 
 import pytest
 
-from contextkeeper import toolpairs
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.exceptions import SnapshotError
-from contextkeeper.messages import Message
-from contextkeeper.session import PreparedView, Session
-from contextkeeper.snapshots import READ_CONTEXT_TOOL
+from contextwarden import toolpairs
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.exceptions import SnapshotError
+from contextwarden.messages import Message
+from contextwarden.session import PreparedView, Session
+from contextwarden.snapshots import READ_CONTEXT_TOOL
 
 from ._helpers import Recorder, make_text, session, tool_round
 
@@ -196,7 +196,7 @@ def test_read_context_by_ledger_step() -> None:
         originals[f"ACC-{i:03d}"] = out
         s.add(tool_round(f"c{i}", out, name="balance", account=f"ACC-{i:03d}"))
         pv = s.prepare(format="internal")
-    block = next(m for m in pv.view if m.role == "user" and "[contextkeeper]" in m.text)
+    block = next(m for m in pv.view if m.role == "user" and "[contextwarden]" in m.text)
     steps = re.findall(r"^#(\d+) \S+ balance\(account=(ACC-\d{3})\)", block.text, flags=re.M)
     assert steps, block.text
     for step, account in steps:

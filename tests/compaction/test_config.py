@@ -9,16 +9,16 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from contextkeeper import toolpairs
-from contextkeeper.compaction.config import (
+from contextwarden import toolpairs
+from contextwarden.compaction.config import (
     _FLOAT_FIELDS,
     _INT_FIELDS,
     CompactionConfig,
     HybridWeights,
 )
-from contextkeeper.exceptions import ConfigError
-from contextkeeper.messages import Message
-from contextkeeper.session import Session
+from contextwarden.exceptions import ConfigError
+from contextwarden.messages import Message
+from contextwarden.session import Session
 
 from ._helpers import make_text, tool_round
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from contextkeeper.compaction import context_block
-from contextkeeper.compaction.base import Room
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.messages import Message
+from contextwarden.compaction import context_block
+from contextwarden.compaction.base import Room
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.messages import Message
 
 from ._helpers import make_book, make_text, tool_round
 

@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from contextkeeper.compaction.ahead import PrepareAhead
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.messages import Message
-from contextkeeper.session import Session
+from contextwarden.compaction.ahead import PrepareAhead
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.messages import Message
+from contextwarden.session import Session
 
 from ._helpers import COUNTER, check_view, make_text, session, tool_round
 from .test_clearing import CLEAR_ONLY as CLEARING_ONLY

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from contextkeeper.compaction import evict
-from contextkeeper.compaction.config import EVICTION_POLICIES, CompactionConfig
-from contextkeeper.messages import Message
+from contextwarden.compaction import evict
+from contextwarden.compaction.config import EVICTION_POLICIES, CompactionConfig
+from contextwarden.messages import Message
 
 from ._helpers import book_totals_ok, make_book, make_text, tool_round
 

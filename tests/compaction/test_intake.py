@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from contextkeeper import toolpairs
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.exceptions import BudgetExceeded, MessageError, ToolPairError
-from contextkeeper.messages import Message, TextPart, ToolCall
-from contextkeeper.session import Session
-from contextkeeper.toolpairs import ABANDONED_RESULT_TEXT
+from contextwarden import toolpairs
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.exceptions import BudgetExceeded, MessageError, ToolPairError
+from contextwarden.messages import Message, TextPart, ToolCall
+from contextwarden.session import Session
+from contextwarden.toolpairs import ABANDONED_RESULT_TEXT
 
 from ._helpers import check_view, is_abandoned_stand_in, make_text, session
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from contextkeeper.compaction.config import CompactionConfig, HybridWeights
-from contextkeeper.compaction.policies import Candidate, order_for_eviction
-from contextkeeper.messages import Message, ThinkingPart
+from contextwarden.compaction.config import CompactionConfig, HybridWeights
+from contextwarden.compaction.policies import Candidate, order_for_eviction
+from contextwarden.messages import Message, ThinkingPart
 
 from ._helpers import call, session, tool_round
 

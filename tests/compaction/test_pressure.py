@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from contextkeeper.budget import Thresholds
-from contextkeeper.compaction.pressure import PressureInputs, pressure_state
+from contextwarden.budget import Thresholds
+from contextwarden.compaction.pressure import PressureInputs, pressure_state
 
 T = Thresholds()
 
@@ -69,7 +69,7 @@ def test_band_states_are_ordered_by_what_went_wrong(
 
 
 def _fill(session: object, rounds: int) -> None:
-    from contextkeeper import Message, ToolCall
+    from contextwarden import Message, ToolCall
 
     for i in range(rounds):
         call = Message.assistant(tool_calls=[ToolCall(call_id=f"c{i}", name="grep", arguments="{}")])
@@ -78,7 +78,7 @@ def _fill(session: object, rounds: int) -> None:
 
 
 def test_a_session_near_its_compaction_mark_is_not_critical_in_band_mode_but_is_by_ratio() -> None:
-    from contextkeeper import CompactionConfig, Session
+    from contextwarden import CompactionConfig, Session
 
     band = Session("band", window=6000, reserved_output=0)
     ratio = Session("ratio", window=6000, reserved_output=0, config=CompactionConfig(pressure_states="ratio"))

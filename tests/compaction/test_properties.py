@@ -9,12 +9,12 @@ from typing import Any
 import anyio
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from contextkeeper.compaction.config import EVICTION_POLICIES, CompactionConfig
-from contextkeeper.compaction.summarizer import SummaryRequest
-from contextkeeper.exceptions import BudgetExceeded
-from contextkeeper.keyinfo import extract_identifiers
-from contextkeeper.messages import Message, ThinkingPart, ToolCall
-from contextkeeper.session import AsyncSession, PreparedView, Session
+from contextwarden.compaction.config import EVICTION_POLICIES, CompactionConfig
+from contextwarden.compaction.summarizer import SummaryRequest
+from contextwarden.exceptions import BudgetExceeded
+from contextwarden.keyinfo import extract_identifiers
+from contextwarden.messages import Message, ThinkingPart, ToolCall
+from contextwarden.session import AsyncSession, PreparedView, Session
 
 from ._helpers import COUNTER, Recorder, book_totals_ok, check_view, make_text, protected_floor
 

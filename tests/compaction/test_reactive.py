@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from contextkeeper.compaction import reactive
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.messages import Message
+from contextwarden.compaction import reactive
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.messages import Message
 
 from ._helpers import check_view, make_text, session, tool_round
 

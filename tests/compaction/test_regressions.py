@@ -6,12 +6,12 @@ import re
 
 import pytest
 
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.compaction.summarizer import SummaryRequest
-from contextkeeper.exceptions import SnapshotError
-from contextkeeper.keyinfo import extract_identifiers, salient_facts
-from contextkeeper.messages import Message
-from contextkeeper.snapshots import MemorySnapshotStore, safe_session_dir
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.compaction.summarizer import SummaryRequest
+from contextwarden.exceptions import SnapshotError
+from contextwarden.keyinfo import extract_identifiers, salient_facts
+from contextwarden.messages import Message
+from contextwarden.snapshots import MemorySnapshotStore, safe_session_dir
 
 from ._helpers import is_context_block, make_text, session, tool_round
 from .test_policies import evicted, fetch, filler
@@ -318,16 +318,16 @@ def test_pinning_an_evicted_message_brings_it_back_or_fails_loudly() -> None:
 # 15 --------------------------------------------------------------------------------------------
 def test_read_tool_with_malformed_model_arguments_raises_a_typed_error() -> None:
     """handle_tool_call() passes the model's arguments through json.loads/int(): bad arguments
-    raise JSONDecodeError, ValueError or AttributeError instead of a ContextKeeperError (or a
+    raise JSONDecodeError, ValueError or AttributeError instead of a ContextWardenError (or a
     tool-result text the model can read)."""
-    from contextkeeper.exceptions import ContextKeeperError
-    from contextkeeper.session import Session
+    from contextwarden.exceptions import ContextWardenError
+    from contextwarden.session import Session
 
     s = Session(window=3000, counter="heuristic")
     for args in ['{"ref": "snap_x", "page": "two"}', "not json", "[1, 2]"]:
         try:
             s.handle_tool_call("read_context", args)
-        except ContextKeeperError:
+        except ContextWardenError:
             continue
         except Exception as exc:
             raise AssertionError(f"{args!r} raised untyped {type(exc).__name__}: {exc}") from None
@@ -366,7 +366,7 @@ def test_a_summary_within_max_tokens_is_shown_with_the_ledger() -> None:
     identifier-dense text is still more tokens than the room; the block then falls back to the
     bare header: summary AND ledger disappear from the view although the summary was accepted
     (status.layer == 'summarize')."""
-    from contextkeeper.tokens import get_counter
+    from contextwarden.tokens import get_counter
 
     summ = DenseSummarizer(get_counter("tiktoken:cl100k_base").count_text)
     # this test is about rendering; the filler-heavy summary would fail the identifier check

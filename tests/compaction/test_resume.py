@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.exceptions import SchemaError
-from contextkeeper.messages import Message, ToolCall
-from contextkeeper.session import Session
-from contextkeeper.stores.sqlite import SqliteStore
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.exceptions import SchemaError
+from contextwarden.messages import Message, ToolCall
+from contextwarden.session import Session
+from contextwarden.stores.sqlite import SqliteStore
 
 from ._helpers import COUNTER, is_context_block, make_text, tool_round
 

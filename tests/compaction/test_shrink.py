@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from contextkeeper.compaction import shrink
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.messages import Message
+from contextwarden.compaction import shrink
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.messages import Message
 
 from ._helpers import book_totals_ok, make_book, make_text, tool_round
 

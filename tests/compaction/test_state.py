@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from contextkeeper.compaction import clear, context_block, evict
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.compaction.state import Counters, export_state, import_state
-from contextkeeper.exceptions import SchemaError
-from contextkeeper.messages import Message
-from contextkeeper.tokens.calibration import Calibration
+from contextwarden.compaction import clear, context_block, evict
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.compaction.state import Counters, export_state, import_state
+from contextwarden.exceptions import SchemaError
+from contextwarden.messages import Message
+from contextwarden.tokens.calibration import Calibration
 
 from ._helpers import book_totals_ok, make_book, make_text, tool_round
 

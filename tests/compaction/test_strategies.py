@@ -9,15 +9,15 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from contextkeeper.compaction.config import DEFAULT_CASCADE, CompactionConfig
-from contextkeeper.compaction.summarizer import SummaryRequest
-from contextkeeper.events import DelegationFinished
-from contextkeeper.exceptions import ConfigError
-from contextkeeper.llm import AsyncTestModel, OpenAIChatModel, TestModel
-from contextkeeper.messages import Message, ToolCall
-from contextkeeper.session import AsyncSession, Session
-from contextkeeper.testing import ScriptedOpenAIServer
-from contextkeeper.tokens import get_counter
+from contextwarden.compaction.config import DEFAULT_CASCADE, CompactionConfig
+from contextwarden.compaction.summarizer import SummaryRequest
+from contextwarden.events import DelegationFinished
+from contextwarden.exceptions import ConfigError
+from contextwarden.llm import AsyncTestModel, OpenAIChatModel, TestModel
+from contextwarden.messages import Message, ToolCall
+from contextwarden.session import AsyncSession, Session
+from contextwarden.testing import ScriptedOpenAIServer
+from contextwarden.tokens import get_counter
 
 from ._helpers import COUNTER, Recorder, make_text, session, tool_round
 

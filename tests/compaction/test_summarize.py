@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.compaction.summarize import SummaryLayer
-from contextkeeper.compaction.summarizer import SummarizerCapabilities, SummaryRequest
-from contextkeeper.events import EventBus
-from contextkeeper.exceptions import SummaryRejected
-from contextkeeper.messages import Message
-from contextkeeper.summarize import AsyncExtractiveSummarizer, ExtractiveSummarizer, LLMSummarizer
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.compaction.summarize import SummaryLayer
+from contextwarden.compaction.summarizer import SummarizerCapabilities, SummaryRequest
+from contextwarden.events import EventBus
+from contextwarden.exceptions import SummaryRejected
+from contextwarden.messages import Message
+from contextwarden.summarize import AsyncExtractiveSummarizer, ExtractiveSummarizer, LLMSummarizer
 
 from ._helpers import Recorder, make_book, make_text, tool_round
 

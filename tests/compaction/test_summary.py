@@ -7,13 +7,13 @@ import time
 import anyio
 import pytest
 
-from contextkeeper import toolpairs
-from contextkeeper.compaction.breaker import CircuitBreaker
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.compaction.summarizer import AsyncSummarizer, Summarizer, SummaryRequest, check_summary
-from contextkeeper.keyinfo import rank_facts, salient_facts
-from contextkeeper.messages import Message
-from contextkeeper.session import AsyncSession, PreparedView, Session
+from contextwarden import toolpairs
+from contextwarden.compaction.breaker import CircuitBreaker
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.compaction.summarizer import AsyncSummarizer, Summarizer, SummaryRequest, check_summary
+from contextwarden.keyinfo import rank_facts, salient_facts
+from contextwarden.messages import Message
+from contextwarden.session import AsyncSession, PreparedView, Session
 
 from ._helpers import COUNTER, Recorder, is_context_block, make_text, session, tool_round
 

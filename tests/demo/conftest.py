@@ -11,25 +11,25 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from contextkeeper.cli import app
+from contextwarden.cli import app
 
 
 @pytest.fixture(autouse=True)
 def user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for key in list(os.environ):
-        if key.startswith("CONTEXTKEEPER_") and key != "CONTEXTKEEPER_REQUIRE_SERVICES":
+        if key.startswith("CONTEXTWARDEN_") and key != "CONTEXTWARDEN_REQUIRE_SERVICES":
             monkeypatch.delenv(key)
-    monkeypatch.setenv("CONTEXTKEEPER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CONTEXTWARDEN_HOME", str(tmp_path / "home"))
     yield tmp_path / "home"
 
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """`contextkeeper demo --turns 120 --json` into a temporary store; returns the JSON and the report path."""
+    """`contextwarden demo --turns 120 --json` into a temporary store; returns the JSON and the report path."""
     base = tmp_path_factory.mktemp("demo")
     report = base / "report.html"
-    store = f"sqlite:///{base / 'ck.db'}"
-    env = {"CONTEXTKEEPER_HOME": str(base / "home")}
+    store = f"sqlite:///{base / 'cw.db'}"
+    env = {"CONTEXTWARDEN_HOME": str(base / "home")}
     result = CliRunner().invoke(
         app,
         [

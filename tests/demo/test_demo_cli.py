@@ -1,4 +1,4 @@
-"""`contextkeeper demo`: the run, the stored session, the report's content, the live view."""
+"""`contextwarden demo`: the run, the stored session, the report's content, the live view."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 from rich.console import Console
 from typer.testing import CliRunner
 
-from contextkeeper.cli import app
-from contextkeeper.cli.demo import _LiveView
-from contextkeeper.demo import CompactionRecord, DemoResult, TurnStats
-from contextkeeper.stores import open_store
+from contextwarden.cli import app
+from contextwarden.cli.demo import _LiveView
+from contextwarden.demo import CompactionRecord, DemoResult, TurnStats
+from contextwarden.stores import open_store
 
 
 def test_demo_results_add_up(demo_run: dict[str, Any]) -> None:
@@ -42,7 +42,7 @@ def test_demo_session_is_in_the_store(demo_run: dict[str, Any]) -> None:
 
 
 def test_rerun_replaces_the_demo_session(tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path / 'ck.db'}"
+    store = f"sqlite:///{tmp_path / 'cw.db'}"
     args = ["demo", "--turns", "30", "--no-live", "--store", store, "--report", str(tmp_path / "r.html")]
     for _ in range(2):
         result = CliRunner().invoke(app, args)
@@ -51,7 +51,7 @@ def test_rerun_replaces_the_demo_session(tmp_path: Path) -> None:
         sessions, _ = st.list_sessions()
         assert [s.session_id for s in sessions] == ["demo-7"]
         assert st.get_session("demo-7").message_count < 90
-    assert "contextkeeper demo: results" in result.stdout
+    assert "contextwarden demo: results" in result.stdout
     assert "turn 30/30" in result.stderr
 
 

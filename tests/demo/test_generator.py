@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import re
 
-from contextkeeper.adapters import to_messages
-from contextkeeper.demo import generate_session
-from contextkeeper.tokens import get_counter
-from contextkeeper.toolpairs import validate
+from contextwarden.adapters import to_messages
+from contextwarden.demo import generate_session
+from contextwarden.tokens import get_counter
+from contextwarden.toolpairs import validate
 
 
 def test_same_seed_same_session_other_seed_other_session() -> None:

@@ -51,7 +51,7 @@ def test_report_renders_charts_in_chromium(demo_run: dict[str, Any], tmp_path: P
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(report.resolve().as_uri())
-            assert page.title() == "contextkeeper demo report (seed 11)"
+            assert page.title() == "contextwarden demo report (seed 11)"
             charts = page.eval_on_selector_all(
                 "svg.chart",
                 """els => els.map(el => {

@@ -1,7 +1,7 @@
 """The three properties every fuzzed entry point must hold, and the tally of inputs tried.
 
 ``probe.call(entry, fn, ...)`` runs one hostile input through an entry point: a return value or a
-`ContextKeeperError` passes (property 1), anything else is counted as a raw exception and fails the
+`ContextWardenError` passes (property 1), anything else is counted as a raw exception and fails the
 test. ``probe.view_ok`` checks property 2 (the next view is valid for the provider and within
 budget); ``probe.kept`` property 3 (nothing stored before the hostile input is gone);
 ``probe.isolated`` that another tenant saw nothing. Every check is counted per entry point; the
@@ -20,15 +20,15 @@ from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, Phase, settings
 
-from contextkeeper import toolpairs
-from contextkeeper.exceptions import ContextKeeperError
+from contextwarden import toolpairs
+from contextwarden.exceptions import ContextWardenError
 
 __all__ = ["SCALE", "Failed", "Outcome", "Tally", "examples", "fuzz_settings", "probe"]
 
 T = TypeVar("T")
 
-SCALE = float(os.environ.get("CONTEXTKEEPER_FUZZ_SCALE", "1"))
-"""Multiplies every test's example count (``CONTEXTKEEPER_FUZZ_SCALE=20`` for a long local run)."""
+SCALE = float(os.environ.get("CONTEXTWARDEN_FUZZ_SCALE", "1"))
+"""Multiplies every test's example count (``CONTEXTWARDEN_FUZZ_SCALE=20`` for a long local run)."""
 
 
 def examples(n: int) -> int:
@@ -37,10 +37,10 @@ def examples(n: int) -> int:
 
 
 SHRINK = (
-    os.environ.get("CONTEXTKEEPER_FUZZ_SHRINK", "0" if os.environ.get("HYPOTHESIS_PROFILE") == "ci" else "1") != "0"
+    os.environ.get("CONTEXTWARDEN_FUZZ_SHRINK", "0" if os.environ.get("HYPOTHESIS_PROFILE") == "ci" else "1") != "0"
 )
 """Minimize failing inputs: on by default, off in CI (``HYPOTHESIS_PROFILE=ci``), where minimizing a
-large hostile input can take minutes; ``CONTEXTKEEPER_FUZZ_SHRINK=1`` or ``0`` decides explicitly."""
+large hostile input can take minutes; ``CONTEXTWARDEN_FUZZ_SHRINK=1`` or ``0`` decides explicitly."""
 
 
 def fuzz_settings(n: int, *, shrink: bool = True, **kwargs: Any) -> settings:
@@ -71,7 +71,7 @@ class Tally:
     tried: int = 0
     """Generated inputs run through the entry point."""
     typed_errors: int = 0
-    """Inputs refused with a `ContextKeeperError` (allowed); the rest were accepted."""
+    """Inputs refused with a `ContextWardenError` (allowed); the rest were accepted."""
     raw_exceptions: int = 0
     """Inputs that raised anything else (a failure)."""
     invalid_views: int = 0
@@ -122,7 +122,7 @@ class Outcome:
     """What an entry point did with one input."""
 
     value: Any = None
-    error: ContextKeeperError | None = None
+    error: ContextWardenError | None = None
 
     @property
     def ok(self) -> bool:
@@ -134,7 +134,7 @@ class Probe:
         self.ledger = Ledger()
 
     def call(self, entry: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Outcome:
-        """Property 1: ``fn`` returns or raises a `ContextKeeperError`; nothing else. Counts one input tried."""
+        """Property 1: ``fn`` returns or raises a `ContextWardenError`; nothing else. Counts one input tried."""
         self.ledger.tally(entry).tried += 1
         return self._run(entry, fn, args, kwargs, counted=True)
 
@@ -146,7 +146,7 @@ class Probe:
         tally = self.ledger.tally(entry)
         try:
             value = fn(*args, **kwargs)
-        except ContextKeeperError as exc:
+        except ContextWardenError as exc:
             if counted:
                 tally.typed_errors += 1
             return Outcome(error=exc)

@@ -15,10 +15,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from contextkeeper import Session
-from contextkeeper.exceptions import BudgetExceeded, OverflowUnresolved
-from contextkeeper.messages import Message, ToolCall
-from contextkeeper.stores import MemoryStore, SqliteStore
+from contextwarden import Session
+from contextwarden.exceptions import BudgetExceeded, OverflowUnresolved
+from contextwarden.messages import Message, ToolCall
+from contextwarden.stores import MemoryStore, SqliteStore
 
 from ._harness import Failed, probe
 

@@ -1,7 +1,7 @@
 """The fuzz suite's report: inputs tried per entry point and what went wrong, as JSON and one line.
 
 At the end of a run that reached the fuzz tests, the totals go to ``.fuzz-report.json`` in the
-repository root (``CONTEXTKEEPER_FUZZ_REPORT`` names another file) and one line is printed:
+repository root (``CONTEXTWARDEN_FUZZ_REPORT`` names another file) and one line is printed:
 ``fuzz: N inputs tried over M entry points; raw exceptions 0, invalid views 0, data lost 0,
 cross-tenant reads 0``. Tests marked xfail (known defects still being fixed) are counted apart.
 """
@@ -31,7 +31,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def _report_path(config: pytest.Config) -> Path:
-    return Path(os.environ.get("CONTEXTKEEPER_FUZZ_REPORT") or config.rootpath / ".fuzz-report.json")
+    return Path(os.environ.get("CONTEXTWARDEN_FUZZ_REPORT") or config.rootpath / ".fuzz-report.json")
 
 
 def _summary(report: dict[str, Any]) -> str:

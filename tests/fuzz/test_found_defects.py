@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from contextkeeper import Session
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.exceptions import ConfigError, MessageError, SchemaError, UpstreamError
-from contextkeeper.llm import AnthropicModel, OpenAIChatModel, RetryPolicy
-from contextkeeper.messages import Message, ToolCall
-from contextkeeper.settings import load_settings, validate_config_file
-from contextkeeper.stores import MemoryStore
-from contextkeeper.testing import ScriptedError, ScriptedOpenAIServer, ScriptedStream
+from contextwarden import Session
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.exceptions import ConfigError, MessageError, SchemaError, UpstreamError
+from contextwarden.llm import AnthropicModel, OpenAIChatModel, RetryPolicy
+from contextwarden.messages import Message, ToolCall
+from contextwarden.settings import load_settings, validate_config_file
+from contextwarden.stores import MemoryStore
+from contextwarden.testing import ScriptedError, ScriptedOpenAIServer, ScriptedStream
 
 from ._strategies import deep_json_text, deep_value
 
@@ -114,7 +114,7 @@ def test_complete_keeps_a_reply_whose_tool_calls_share_an_id(api: str, server: S
 
 @pytest.mark.parametrize("check", ["load", "validate"])
 def test_a_config_file_with_a_5000_digit_integer_is_a_config_error(tmp_path: Path, check: str) -> None:
-    path = tmp_path / "contextkeeper.toml"
+    path = tmp_path / "contextwarden.toml"
     path.write_text("[compaction]\nkeep_recent_rounds = " + "9" * 5000 + "\n")
     if check == "load":
         with pytest.raises(ConfigError):

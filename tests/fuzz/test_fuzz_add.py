@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import given, strategies as st
 
-from contextkeeper.messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
+from contextwarden.messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
 
 from ._harness import fuzz_settings, probe
 from ._sessions import check_after, new_session, open_stores

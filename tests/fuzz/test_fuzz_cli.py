@@ -1,4 +1,4 @@
-"""CLI transcript files: ``contextkeeper count FILE`` and ``contextkeeper compact FILE``.
+"""CLI transcript files: ``contextwarden count FILE`` and ``contextwarden compact FILE``.
 
 A hostile file (messages in any format, mutated; JSONL; a request body; invalid JSON, invalid
 UTF-8, nesting thousands deep) ends in exit code 0, 1 or 2 with one ``error:`` line, never in an
@@ -16,9 +16,9 @@ from typing import Any
 from hypothesis import example, given, strategies as st
 from typer.testing import CliRunner
 
-from contextkeeper import toolpairs
-from contextkeeper.adapters import Format, anthropic as anthropic_adapter, to_messages
-from contextkeeper.cli import app
+from contextwarden import toolpairs
+from contextwarden.adapters import Format, anthropic as anthropic_adapter, to_messages
+from contextwarden.cli import app
 
 from ._harness import Failed, fuzz_settings, probe
 from ._strategies import hostile_json_text, lenient_dumps, mutated
@@ -75,14 +75,14 @@ def test_cli_transcript_files(tmp_path: Path) -> None:
     @example(raw=b'{"input": [{"role": "user", "content": [{"type": "thinking", "thinking": "", "signature": null}]}]}')
     def run(raw: bytes) -> None:
         path.write_bytes(raw)
-        probe.count("contextkeeper count")
-        _check_exit("contextkeeper count", runner.invoke(app, ["count", str(path), "--model", "gpt-4o"]))
-        probe.count("contextkeeper compact")
+        probe.count("contextwarden count")
+        _check_exit("contextwarden count", runner.invoke(app, ["count", str(path), "--model", "gpt-4o"]))
+        probe.count("contextwarden compact")
         result = runner.invoke(app, ["compact", str(path), "--window", "3000", "--model", "gpt-4o"])
-        _check_exit("contextkeeper compact", result)
+        _check_exit("contextwarden compact", result)
         if result.exit_code != 0:
             return
-        _check_view("contextkeeper compact", result)
+        _check_view("contextwarden compact", result)
 
     run()
 

@@ -17,9 +17,9 @@ import pytest
 import yaml
 from hypothesis import given, strategies as st
 
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.messages import Message, ToolCall
-from contextkeeper.settings import load_settings, validate_config_file
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.messages import Message, ToolCall
+from contextwarden.settings import load_settings, validate_config_file
 
 from ._harness import Failed, fuzz_settings, probe
 from ._sessions import check_after, new_session, open_stores
@@ -240,7 +240,7 @@ def test_config_files(tmp_path: Path, stores: dict[str, Any]) -> None:
     @given(file=config_files)
     def run(file: tuple[str, bytes]) -> None:
         suffix, raw = file
-        path = tmp_path / f"contextkeeper{suffix}"
+        path = tmp_path / f"contextwarden{suffix}"
         path.write_bytes(raw)
         checked = probe.check(entry, validate_config_file, path, environment=False)
         loaded = probe.call(entry, load_settings, path)

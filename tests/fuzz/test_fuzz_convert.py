@@ -2,7 +2,7 @@
 and written back in every format.
 
 `to_messages` (format detected, as the CLI and the proxy do) returns messages or raises a
-`ContextKeeperError`; whatever it returns converts to each of the four formats without error.
+`ContextWardenError`; whatever it returns converts to each of the four formats without error.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis import given, strategies as st
 
-from contextkeeper.adapters import FORMATS, from_messages, to_messages
+from contextwarden.adapters import FORMATS, from_messages, to_messages
 
 from ._harness import Failed, fuzz_settings, probe
 from ._strategies import hostile_any, mutated

@@ -4,7 +4,7 @@ The documents start as a real export (messages, a saved compaction state, snapsh
 events) and are then edited: lines replaced by hostile JSON texts, records mutated at random
 paths, lines dropped, duplicated, swapped or cut short, invalid UTF-8. The import either
 recreates a session that opens and compacts (its next view valid and within budget), or raises a
-`ContextKeeperError` and writes nothing; other sessions in the store are never touched.
+`ContextWardenError` and writes nothing; other sessions in the store are never touched.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from hypothesis import given, strategies as st
 
-from contextkeeper import Session
-from contextkeeper.exceptions import SessionNotFound
-from contextkeeper.messages import Message
-from contextkeeper.stores import MemoryStore
+from contextwarden import Session
+from contextwarden.exceptions import SessionNotFound
+from contextwarden.messages import Message
+from contextwarden.stores import MemoryStore
 
 from ._harness import Failed, fuzz_settings, probe
 from ._sessions import RESERVED, WINDOW, check_after, new_session, open_stores

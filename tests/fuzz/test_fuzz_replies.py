@@ -1,7 +1,7 @@
 """Model replies, JSON bodies and SSE streams, served over real HTTP by the scripted server.
 
 Every body and stream is first read by the client alone (`request`/`stream`), then by a session
-in a store (`Session.complete`/`Session.stream`): each returns or raises a `ContextKeeperError`
+in a store (`Session.complete`/`Session.stream`): each returns or raises a `ContextWardenError`
 (an `UpstreamError`, for a reply of the wrong shape). A reply the client could read is a reply
 that was paid for: `complete()` must keep it. After each reply the session's next view is valid
 and within budget and nothing it held is lost.
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from hypothesis import given, strategies as st
 
-from contextkeeper.llm import AnthropicModel, OpenAIChatModel, RetryPolicy
-from contextkeeper.testing import ScriptedError, ScriptedOpenAIServer, ScriptedStream
+from contextwarden.llm import AnthropicModel, OpenAIChatModel, RetryPolicy
+from contextwarden.testing import ScriptedError, ScriptedOpenAIServer, ScriptedStream
 
 from ._harness import Failed, fuzz_settings, probe
 from ._sessions import check_after, new_session, open_stores
@@ -282,6 +282,6 @@ def test_reply_streams(api: str, serving: Serving, models: dict[str, Any], store
 
 
 def _user() -> Any:
-    from contextkeeper.messages import Message
+    from contextwarden.messages import Message
 
     return Message.user("go")

@@ -3,7 +3,7 @@
 The memory and SQLite stores get the full runs; the server stores share their code above the
 wire, so a few inputs per property check what differs (encoding, key and schema layout). Each
 test uses its own Redis key prefix or Postgres schema and removes it afterwards. An unreachable
-server skips the test, or fails it under ``CONTEXTKEEPER_REQUIRE_SERVICES=1`` (as in CI).
+server skips the test, or fails it under ``CONTEXTWARDEN_REQUIRE_SERVICES=1`` (as in CI).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def server_store(request: pytest.FixtureRequest) -> Iterator[Any]:
     if request.param == "redis":
         import redis
 
-        from contextkeeper.stores.redis import RedisStore
+        from contextwarden.stores.redis import RedisStore
 
         prefix = f"ckfuzz:{uuid.uuid4().hex[:10]}"
         try:
@@ -48,7 +48,7 @@ def server_store(request: pytest.FixtureRequest) -> Iterator[Any]:
     else:
         import psycopg
 
-        from contextkeeper.stores.postgres import PostgresStore
+        from contextwarden.stores.postgres import PostgresStore
 
         schema = f"ckfuzz_{uuid.uuid4().hex[:10]}"
         try:

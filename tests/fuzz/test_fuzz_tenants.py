@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from hypothesis import assume, given, strategies as st
 
-from contextkeeper import Session
-from contextkeeper.exceptions import SessionNotFound, UsageError
-from contextkeeper.messages import Message
+from contextwarden import Session
+from contextwarden.exceptions import SessionNotFound, UsageError
+from contextwarden.messages import Message
 
 from ._harness import Failed, fuzz_settings, probe
 from ._sessions import RESERVED, WINDOW, history, open_stores

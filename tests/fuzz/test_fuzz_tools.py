@@ -1,4 +1,4 @@
-"""The arguments of contextkeeper's own tools, ``read_context`` and ``write_note``, as a model sends them.
+"""The arguments of contextwarden's own tools, ``read_context`` and ``write_note``, as a model sends them.
 
 `Session.handle_tool_call` must answer every argument text or dict with a text the model can
 read (never raise), and what the call stored (a note) must not stop the session from being saved.
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, strategies as st
 
-from contextkeeper.messages import Message
+from contextwarden.messages import Message
 
 from ._harness import Failed, fuzz_settings, probe
 from ._sessions import check_after, new_session, open_stores

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from contextkeeper.events import Alert, CompactionFinished, CompactionStarted, ContextStatus, Event
-from contextkeeper.health import AlertRules, HealthMonitor, ProcessHealth
+from contextwarden.events import Alert, CompactionFinished, CompactionStarted, ContextStatus, Event
+from contextwarden.health import AlertRules, HealthMonitor, ProcessHealth
 
 BUDGET = 10_000
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import contextkeeper.health as health
-import contextkeeper.replay as replay
+import contextwarden.health as health
+import contextwarden.replay as replay
 
 
 @pytest.mark.parametrize("module", [health, replay])

@@ -12,18 +12,18 @@ from typing import Any
 
 import pytest
 
-from contextkeeper import Message
-from contextkeeper.exceptions import UsageError
-from contextkeeper.health import HealthMonitor, ProcessHealth
-from contextkeeper.health.judge import (
+from contextwarden import Message
+from contextwarden.exceptions import UsageError
+from contextwarden.health import HealthMonitor, ProcessHealth
+from contextwarden.health.judge import (
     JUDGE_PROMPT,
     QUESTIONS_PROMPT,
     ajudge_fidelity,
     judge_fidelity,
     parse_questions,
 )
-from contextkeeper.llm import AsyncOpenAIChatModel, OpenAIChatModel
-from contextkeeper.testing import ScriptedOpenAIServer
+from contextwarden.llm import AsyncOpenAIChatModel, OpenAIChatModel
+from contextwarden.testing import ScriptedOpenAIServer
 
 BEFORE = [
     Message.system("You are a support agent."),

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from contextkeeper import AsyncSession, Message, Session, ToolCall
-from contextkeeper.events import Alert, Event
-from contextkeeper.exceptions import ConfigError, UsageError
-from contextkeeper.health import AlertRules, HealthMonitor, ProcessHealth
-from contextkeeper.stores import open_store
+from contextwarden import AsyncSession, Message, Session, ToolCall
+from contextwarden.events import Alert, Event
+from contextwarden.exceptions import ConfigError, UsageError
+from contextwarden.health import AlertRules, HealthMonitor, ProcessHealth
+from contextwarden.stores import open_store
 
 
 def _round(i: int, output_words: int = 60) -> list[Message]:
@@ -93,7 +93,7 @@ def test_critical_utilization_and_low_compression_when_compaction_cannot_bring_t
 
 
 def test_alerts_are_kept_in_the_store_audit_log(tmp_path: Path) -> None:
-    with open_store(f"sqlite:///{tmp_path / 'ck.db'}") as store:
+    with open_store(f"sqlite:///{tmp_path / 'cw.db'}") as store:
         session = Session("audited", window=4000, counter="heuristic", store=store)
         HealthMonitor(session, process=ProcessHealth())
         _stuck(session)

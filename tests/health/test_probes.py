@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from contextkeeper import Message, ToolCall
-from contextkeeper.compaction.summarizer import SummaryRequest
-from contextkeeper.health import extract_probes, probe_fidelity
-from contextkeeper.summarize import ExtractiveSummarizer
+from contextwarden import Message, ToolCall
+from contextwarden.compaction.summarizer import SummaryRequest
+from contextwarden.health import extract_probes, probe_fidelity
+from contextwarden.summarize import ExtractiveSummarizer
 
 HISTORY = [
     Message.system("You are a support agent."),

@@ -5,8 +5,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from contextkeeper import Message, Session
-from contextkeeper.health import HealthMonitor, ProcessHealth, PrometheusExporter, register_metrics
+from contextwarden import Message, Session
+from contextwarden.health import HealthMonitor, ProcessHealth, PrometheusExporter, register_metrics
 
 
 def _samples(body: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -33,19 +33,19 @@ def test_registry_exposes_totals_and_per_session_gauges() -> None:
     registry = CollectorRegistry()
     exporter = register_metrics(registry, process=process)
     samples = _samples(generate_latest(registry))
-    assert samples[("contextkeeper_turns_total", ())] == 60
-    assert samples[("contextkeeper_sessions", ())] == 2
+    assert samples[("contextwarden_turns_total", ())] == 60
+    assert samples[("contextwarden_sessions", ())] == 2
     evictions = sum(m.snapshot().compactions.get("evict", 0) for m in monitors)  # type: ignore[union-attr]
-    assert samples[("contextkeeper_compactions_total", (("layer", "evict"),))] == evictions > 0
-    assert samples[("contextkeeper_compaction_runs_total", ())] >= 2
-    assert samples[("contextkeeper_compression_ratio", ())] > 1
+    assert samples[("contextwarden_compactions_total", (("layer", "evict"),))] == evictions > 0
+    assert samples[("contextwarden_compaction_runs_total", ())] >= 2
+    assert samples[("contextwarden_compression_ratio", ())] > 1
     for m in monitors:
         snap = m.snapshot()
         assert snap is not None
         key = (("session", snap.session_id),)
-        assert samples[("contextkeeper_session_utilization", key)] == snap.utilization
-        assert samples[("contextkeeper_session_burn_rate_tokens", key)] == snap.burn_rate
-        assert samples[("contextkeeper_session_breaker_open", key)] == 0
+        assert samples[("contextwarden_session_utilization", key)] == snap.utilization
+        assert samples[("contextwarden_session_burn_rate_tokens", key)] == snap.burn_rate
+        assert samples[("contextwarden_session_breaker_open", key)] == 0
     assert exporter.render() == generate_latest(registry)
     registry.unregister(exporter)
     assert _samples(generate_latest(registry)) == {}
@@ -57,6 +57,6 @@ def test_alerts_are_counted_by_name_and_per_session_gauges_can_be_left_out() -> 
     monitor.record_fidelity(0.2, source="judge")
     monitor.record_fidelity(0.3, source="judge")
     samples = _samples(PrometheusExporter(process, per_session=False).render())
-    assert samples[("contextkeeper_alerts_total", (("alert", "low-fidelity"),))] == 2
-    assert samples[("contextkeeper_fidelity_mean", ())] == 0.25
-    assert not [name for name, _ in samples if name.startswith("contextkeeper_session_")]
+    assert samples[("contextwarden_alerts_total", (("alert", "low-fidelity"),))] == 2
+    assert samples[("contextwarden_fidelity_mean", ())] == 0.25
+    assert not [name for name, _ in samples if name.startswith("contextwarden_session_")]

@@ -7,11 +7,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from contextkeeper import AsyncSession, Message, Session
-from contextkeeper.exceptions import UpstreamError
-from contextkeeper.health.tracing import AsyncInstrumentedModel, InstrumentedModel, instrument
-from contextkeeper.llm import AsyncOpenAIChatModel, OpenAIChatModel
-from contextkeeper.testing import ScriptedError, ScriptedOpenAIServer, ScriptedReply
+from contextwarden import AsyncSession, Message, Session
+from contextwarden.exceptions import UpstreamError
+from contextwarden.health.tracing import AsyncInstrumentedModel, InstrumentedModel, instrument
+from contextwarden.llm import AsyncOpenAIChatModel, OpenAIChatModel
+from contextwarden.testing import ScriptedError, ScriptedOpenAIServer, ScriptedReply
 
 
 @pytest.fixture
@@ -35,21 +35,21 @@ def test_prepare_spans_with_compaction_children(spans: tuple[InMemorySpanExporte
     undo = instrument(session, tracer=provider.get_tracer("test"))
     _fill(session, 30)
     finished = exporter.get_finished_spans()
-    prepares = [s for s in finished if s.name == "contextkeeper.prepare"]
-    compactions = [s for s in finished if s.name == "contextkeeper.compaction"]
+    prepares = [s for s in finished if s.name == "contextwarden.prepare"]
+    compactions = [s for s in finished if s.name == "contextwarden.compaction"]
     assert len(prepares) == 30
     assert compactions, "a 4,000-token window compacts within 30 turns"
     by_id = {s.context.span_id: s for s in prepares}
     for c in compactions:
         assert c.parent is not None and c.parent.span_id in by_id
         attrs = c.attributes or {}
-        assert attrs["contextkeeper.tokens_after"] <= attrs["contextkeeper.tokens_before"]
+        assert attrs["contextwarden.tokens_after"] <= attrs["contextwarden.tokens_before"]
     last = prepares[-1].attributes or {}
-    assert last["contextkeeper.turn"] == 30 and last["contextkeeper.used"] == session.status().used
+    assert last["contextwarden.turn"] == 30 and last["contextwarden.used"] == session.status().used
     undo()
     session.add([Message.user("more")])
     session.prepare()
-    assert len([s for s in exporter.get_finished_spans() if s.name == "contextkeeper.prepare"]) == 30
+    assert len([s for s in exporter.get_finished_spans() if s.name == "contextwarden.prepare"]) == 30
 
 
 @pytest.mark.anyio
@@ -60,8 +60,8 @@ async def test_async_prepare_is_traced(spans: tuple[InMemorySpanExporter, Tracer
     session.add([Message.system("agent"), Message.user("hi")])
     prepared = await session.prepare()
     (span,) = exporter.get_finished_spans()
-    assert span.name == "contextkeeper.prepare"
-    assert (span.attributes or {})["contextkeeper.used"] == prepared.status.used
+    assert span.name == "contextwarden.prepare"
+    assert (span.attributes or {})["contextwarden.used"] == prepared.status.used
 
 
 def test_model_call_spans_carry_usage_and_errors(spans: tuple[InMemorySpanExporter, TracerProvider]) -> None:
@@ -73,7 +73,7 @@ def test_model_call_spans_carry_usage_and_errors(spans: tuple[InMemorySpanExport
         with pytest.raises(UpstreamError):
             model.request([Message.user("again")])
     ok, failed = exporter.get_finished_spans()
-    assert ok.name == failed.name == "contextkeeper.model_call"
+    assert ok.name == failed.name == "contextwarden.model_call"
     attrs = ok.attributes or {}
     assert (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"]) == (12, 3)
     assert not failed.status.is_ok and failed.events[0].name == "exception"
@@ -88,5 +88,5 @@ async def test_async_streamed_model_call_is_one_span(spans: tuple[InMemorySpanEx
             events = [e async for e in model.stream([Message.user("hi")])]
     assert events
     (span,) = exporter.get_finished_spans()
-    assert (span.attributes or {})["contextkeeper.stream"] is True
+    assert (span.attributes or {})["contextwarden.stream"] is True
     assert (span.attributes or {})["gen_ai.usage.output_tokens"] == 2

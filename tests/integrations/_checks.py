@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from contextkeeper import Message, from_messages
-from contextkeeper.testing import ScriptedOpenAIServer
-from contextkeeper.testing.tool_agent import broken_pairs, prompt_tokens
+from contextwarden import Message, from_messages
+from contextwarden.testing import ScriptedOpenAIServer
+from contextwarden.testing.tool_agent import broken_pairs, prompt_tokens
 
 from .conftest import WINDOW
 

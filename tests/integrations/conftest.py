@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from contextkeeper.testing import ScriptedOpenAIServer
-from contextkeeper.testing.tool_agent import ToolLoopModel, prompt_tokens
+from contextwarden.testing import ScriptedOpenAIServer
+from contextwarden.testing.tool_agent import ToolLoopModel, prompt_tokens
 
 WINDOW = 16_000
 """The server's context window: a request this long or longer is refused with a context-length error."""

@@ -1,4 +1,4 @@
-"""OpenAI Agents SDK with contextkeeper: a session whose items are the view, and a model-input filter."""
+"""OpenAI Agents SDK with contextwarden: a session whose items are the view, and a model-input filter."""
 
 from __future__ import annotations
 
@@ -20,17 +20,17 @@ from agents import (
 from agents.models.fake_id import FAKE_RESPONSES_ID
 from hypothesis import given, settings, strategies as st
 
-from contextkeeper import Session, UsageError, is_valid
-from contextkeeper.integrations.agents import (
-    ContextKeeperInputFilter,
-    ContextKeeperSession,
+from contextwarden import Session, UsageError, is_valid
+from contextwarden.integrations.agents import (
+    ContextWardenInputFilter,
+    ContextWardenSession,
     items_to_messages,
     messages_to_items,
 )
-from contextkeeper.stores import open_async_store
-from contextkeeper.testing import ScriptedOpenAIServer
-from contextkeeper.testing.agents_model import ChatCompletionsTestModel
-from contextkeeper.testing.tool_agent import ToolLoopModel, prompt_tokens, read_file as source_of, task
+from contextwarden.stores import open_async_store
+from contextwarden.testing import ScriptedOpenAIServer
+from contextwarden.testing.agents_model import ChatCompletionsTestModel
+from contextwarden.testing.tool_agent import ToolLoopModel, prompt_tokens, read_file as source_of, task
 
 from ._checks import assert_long_session_fits
 from .conftest import TURNS, WINDOW
@@ -54,11 +54,11 @@ def _agent(server: ScriptedOpenAIServer) -> Agent[Any]:
 
 
 @pytest.mark.anyio
-async def test_a_200_turn_conversation_in_a_contextkeeper_session_stays_under_the_window(
+async def test_a_200_turn_conversation_in_a_contextwarden_session_stays_under_the_window(
     server: ScriptedOpenAIServer,
 ) -> None:
     agent = _agent(server)
-    session = ContextKeeperSession("agents-e2e", window=WINDOW, reserved_output=2_000)
+    session = ContextWardenSession("agents-e2e", window=WINDOW, reserved_output=2_000)
     assert isinstance(session, AgentsSession)  # the SDK's runtime-checkable protocol
     for turn in range(TURNS):
         result = await Runner.run(agent, task(turn), session=session)
@@ -75,7 +75,7 @@ async def test_the_input_filter_manages_runs_that_keep_their_own_session(server:
     agent = _agent(server)
     own = SQLiteSession("own")  # the SDK's session keeps every item; the filter shapes each model input
     keeper = Session("filtered", window=WINDOW, reserved_output=2_000)
-    config = RunConfig(call_model_input_filter=ContextKeeperInputFilter(keeper))
+    config = RunConfig(call_model_input_filter=ContextWardenInputFilter(keeper))
     turns = TURNS // 2  # the SDK itself copies the growing input of such runs: half the turns keep this test short
     for turn in range(turns):
         await Runner.run(agent, task(turn), session=own, run_config=config)
@@ -92,7 +92,7 @@ async def test_the_input_filter_keeps_one_run_of_150_tool_calls_under_the_window
         default=ToolLoopModel(calls_per_request=calls), n_ctx=WINDOW, count_tokens=prompt_tokens
     ) as server:
         keeper = Session("one-long-run", window=WINDOW, reserved_output=2_000)
-        config = RunConfig(call_model_input_filter=ContextKeeperInputFilter(keeper))
+        config = RunConfig(call_model_input_filter=ContextWardenInputFilter(keeper))
         result = await Runner.run(_agent(server), task(1), run_config=config, max_turns=calls + 5)
         assert result.final_output.startswith("It defines")
         assert len(keeper.transcript) == 1 + 2 * calls  # the request, then each call and its result
@@ -105,23 +105,23 @@ async def test_items_persist_in_the_store_and_a_new_instance_resumes_them(
     server: ScriptedOpenAIServer, tmp_path: Any
 ) -> None:
     agent = _agent(server)
-    async with open_async_store(f"sqlite:///{tmp_path / 'ck.db'}") as store:
-        first = ContextKeeperSession("stored", store=store, window=WINDOW, reserved_output=2_000)
+    async with open_async_store(f"sqlite:///{tmp_path / 'cw.db'}") as store:
+        first = ContextWardenSession("stored", store=store, window=WINDOW, reserved_output=2_000)
         for turn in range(3):
             await Runner.run(agent, task(turn), session=first)
-        again = ContextKeeperSession("stored", store=store, window=WINDOW, reserved_output=2_000)
+        again = ContextWardenSession("stored", store=store, window=WINDOW, reserved_output=2_000)
         assert await again.get_items() == await first.get_items()
         assert len(await again.get_items()) == 12
         last = await again.pop_item()  # rebuilt in the store without it
-        third = ContextKeeperSession("stored", store=store, window=WINDOW, reserved_output=2_000)
+        third = ContextWardenSession("stored", store=store, window=WINDOW, reserved_output=2_000)
         assert [*await third.get_items(), last] == await first.get_items()
         await third.clear_session()
-        assert await ContextKeeperSession("stored", store=store, window=WINDOW).get_items() == []
+        assert await ContextWardenSession("stored", store=store, window=WINDOW).get_items() == []
 
 
 @pytest.mark.anyio
 async def test_pop_item_and_clear_session_follow_the_protocol(server: ScriptedOpenAIServer) -> None:
-    session = ContextKeeperSession("pop", window=WINDOW, reserved_output=2_000)
+    session = ContextWardenSession("pop", window=WINDOW, reserved_output=2_000)
     await Runner.run(_agent(server), task(1), session=session)
     items = await session.get_items()
     assert [i.get("type") for i in items] == [None, "function_call", "function_call_output", "message"]
@@ -134,9 +134,9 @@ async def test_pop_item_and_clear_session_follow_the_protocol(server: ScriptedOp
     assert await session.pop_item() is None
 
 
-def test_a_filter_needs_a_contextkeeper_session() -> None:
-    with pytest.raises(UsageError, match=r"session=SQLiteSession: pass a contextkeeper `Session`"):
-        ContextKeeperInputFilter(SQLiteSession("x"))  # type: ignore[arg-type]
+def test_a_filter_needs_a_contextwarden_session() -> None:
+    with pytest.raises(UsageError, match=r"session=SQLiteSession: pass a contextwarden `Session`"):
+        ContextWardenInputFilter(SQLiteSession("x"))  # type: ignore[arg-type]
 
 
 # --- conversion ---------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ def test_there_is_an_example_per_framework_and_plain_loop() -> None:
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_the_example_runs_offline(script: Path, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "CONTEXTKEEPER_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "CONTEXTWARDEN_"))}
     env.update(TURNS="4", PYTHONPATH=str(script.parents[1] / "src"))
     result = subprocess.run(
         [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False

@@ -1,4 +1,4 @@
-"""LangChain v1 agents and LangGraph's prebuilt agent with contextkeeper, end to end on a real local server."""
+"""LangChain v1 agents and LangGraph's prebuilt agent with contextwarden, end to end on a real local server."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.warnings import LangGraphDeprecatedSinceV10
 
-from contextkeeper import AsyncSession, Session, UsageError
-from contextkeeper.integrations.langchain import ContextKeeperMiddleware, pre_model_hook
-from contextkeeper.testing import ScriptedOpenAIServer
-from contextkeeper.testing.langchain_model import OpenAICompatibleChatModel
-from contextkeeper.testing.tool_agent import read_file as source_of, task
+from contextwarden import AsyncSession, Session, UsageError
+from contextwarden.integrations.langchain import ContextWardenMiddleware, pre_model_hook
+from contextwarden.testing import ScriptedOpenAIServer
+from contextwarden.testing.langchain_model import OpenAICompatibleChatModel
+from contextwarden.testing.tool_agent import read_file as source_of, task
 
 from ._checks import assert_long_session_fits
 from .conftest import TURNS, WINDOW
@@ -33,7 +33,7 @@ def _session(cls: type[Session] | type[AsyncSession] = Session) -> Session | Asy
 
 def test_a_200_turn_agent_stays_under_the_window_and_keeps_its_state_whole(server: ScriptedOpenAIServer) -> None:
     session = _session()
-    middleware = ContextKeeperMiddleware(session)
+    middleware = ContextWardenMiddleware(session)
     agent = create_agent(
         OpenAICompatibleChatModel(base_url=server.base_url),
         [read_file],
@@ -56,7 +56,7 @@ def test_a_200_turn_agent_stays_under_the_window_and_keeps_its_state_whole(serve
 async def test_an_async_agent_with_an_async_session_stays_under_the_window(server: ScriptedOpenAIServer) -> None:
     session = _session(AsyncSession)
     agent = create_agent(
-        OpenAICompatibleChatModel(base_url=server.base_url), [read_file], middleware=[ContextKeeperMiddleware(session)]
+        OpenAICompatibleChatModel(base_url=server.base_url), [read_file], middleware=[ContextWardenMiddleware(session)]
     )
     history: list = []
     for turn in range(TURNS):
@@ -72,20 +72,20 @@ def test_rewrite_state_replaces_the_state_by_the_view_and_the_transcript_stays_w
     agent = create_agent(
         OpenAICompatibleChatModel(base_url=server.base_url),
         [read_file],
-        middleware=[ContextKeeperMiddleware(session, rewrite_state=True)],
+        middleware=[ContextWardenMiddleware(session, rewrite_state=True)],
     )
     history: list = []
     for turn in range(80):
         history = agent.invoke({"messages": [*history, HumanMessage(task(turn))]})["messages"]
     assert len(history) < 4 * 80  # the state holds the compacted view ...
-    assert history[0].content.startswith("[contextkeeper]")  # ... led by the context block
+    assert history[0].content.startswith("[contextwarden]")  # ... led by the context block
     assert len(session.transcript) == 4 * 80  # ... while the transcript has every message, once
     assert_long_session_fits(server, session.transcript, requests=2 * 80)
 
 
 def test_read_context_is_offered_to_the_model_and_answered_by_the_session(server: ScriptedOpenAIServer) -> None:
     session = _session()
-    middleware = ContextKeeperMiddleware(session, include_read_tool=True)
+    middleware = ContextWardenMiddleware(session, include_read_tool=True)
     agent = create_agent(OpenAICompatibleChatModel(base_url=server.base_url), [read_file], middleware=[middleware])
     history = agent.invoke({"messages": [HumanMessage(task(0))]})["messages"]
     assert {t["function"]["name"] for t in server.requests[0]["tools"]} == {"read_file", "read_context"}
@@ -104,7 +104,7 @@ def test_one_session_per_thread_when_given_a_function_of_the_thread_id(server: S
     agent = create_agent(
         OpenAICompatibleChatModel(base_url=server.base_url),
         [read_file],
-        middleware=[ContextKeeperMiddleware(session_of)],
+        middleware=[ContextWardenMiddleware(session_of)],
     )
     for thread in ("a", "b"):
         agent.invoke({"messages": [HumanMessage(task(1))]}, {"configurable": {"thread_id": thread}})
@@ -128,22 +128,22 @@ def test_the_langgraph_pre_model_hook_sends_the_view_as_llm_input_messages(serve
 
 
 def test_bad_sessions_are_refused_with_the_fix() -> None:
-    with pytest.raises(UsageError, match=r"session=str: pass a contextkeeper `Session` or `AsyncSession`"):
-        ContextKeeperMiddleware("thread-1")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"session=str: pass a contextwarden `Session` or `AsyncSession`"):
+        ContextWardenMiddleware("thread-1")  # type: ignore[arg-type]
 
 
 def test_an_async_session_in_a_sync_run_names_the_async_call(server: ScriptedOpenAIServer) -> None:
     agent = create_agent(
         OpenAICompatibleChatModel(base_url=server.base_url),
         [read_file],
-        middleware=[ContextKeeperMiddleware(_session(AsyncSession))],
+        middleware=[ContextWardenMiddleware(_session(AsyncSession))],
     )
     with pytest.raises(UsageError, match="ainvoke"):
         agent.invoke({"messages": [HumanMessage(task(0))]})
 
 
 def test_read_context_with_wrong_arguments_tells_the_model_what_to_send() -> None:
-    from contextkeeper.integrations.langchain import read_context_tool
+    from contextwarden.integrations.langchain import read_context_tool
 
     read_back = read_context_tool(_session())
     assert read_back.invoke({}).startswith("error: ref must be a reference")
@@ -155,14 +155,14 @@ def test_a_rewritten_state_handed_to_another_middleware_adds_only_what_is_new(se
     first = create_agent(
         OpenAICompatibleChatModel(base_url=server.base_url),
         [read_file],
-        middleware=[ContextKeeperMiddleware(session, rewrite_state=True)],
+        middleware=[ContextWardenMiddleware(session, rewrite_state=True)],
     )
     history: list = []
     for turn in range(40):
         history = first.invoke({"messages": [*history, HumanMessage(task(turn))]})["messages"]
     assert len(history) < 4 * 40  # compacted copies in the state, under the transcript's ids
     second = create_agent(  # e.g. the process restarted: a new middleware, the same session
-        OpenAICompatibleChatModel(base_url=server.base_url), [read_file], middleware=[ContextKeeperMiddleware(session)]
+        OpenAICompatibleChatModel(base_url=server.base_url), [read_file], middleware=[ContextWardenMiddleware(session)]
     )
     second.invoke({"messages": [*history, HumanMessage(task(40))]})
     assert len(session.transcript) == 4 * 41

@@ -1,4 +1,4 @@
-"""LlamaIndex with contextkeeper: a chat memory for agents and chat engines, end to end on a real local server."""
+"""LlamaIndex with contextwarden: a chat memory for agents and chat engines, end to end on a real local server."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from llama_index.core.base.llms.types import ChatMessage, ImageBlock, TextBlock,
 from llama_index.core.memory import ChatMemoryBuffer
 from llama_index.core.tools import FunctionTool
 
-from contextkeeper import Message, UsageError, is_valid
-from contextkeeper.integrations.llamaindex import ContextKeeperMemory, from_messages, to_messages
-from contextkeeper.stores import open_async_store, open_store
-from contextkeeper.testing import ScriptedOpenAIServer
-from contextkeeper.testing.llamaindex_model import openai_mock_llm
-from contextkeeper.testing.tool_agent import read_file as source_of, task
+from contextwarden import Message, UsageError, is_valid
+from contextwarden.integrations.llamaindex import ContextWardenMemory, from_messages, to_messages
+from contextwarden.stores import open_async_store, open_store
+from contextwarden.testing import ScriptedOpenAIServer
+from contextwarden.testing.llamaindex_model import openai_mock_llm
+from contextwarden.testing.tool_agent import read_file as source_of, task
 
 from ._checks import assert_long_session_fits
 from .conftest import TURNS, WINDOW
@@ -45,7 +45,7 @@ def _agent(server: ScriptedOpenAIServer) -> FunctionAgent:
 @pytest.mark.anyio
 async def test_a_200_turn_function_agent_with_the_memory_stays_under_the_window(server: ScriptedOpenAIServer) -> None:
     agent = _agent(server)
-    memory = ContextKeeperMemory.from_defaults(window=WINDOW, reserved_output=2_000)
+    memory = ContextWardenMemory.from_defaults(window=WINDOW, reserved_output=2_000)
     for turn in range(TURNS):
         response = await agent.run(task(turn), memory=memory)
     assert str(response).startswith("It defines")
@@ -61,11 +61,11 @@ async def test_an_asynchronous_memory_in_an_async_store_resumes_by_session_id(
     server: ScriptedOpenAIServer, tmp_path: Any
 ) -> None:
     agent = _agent(server)
-    async with open_async_store(f"sqlite:///{tmp_path / 'ck.db'}") as store:
-        memory = ContextKeeperMemory(session_id="li-1", store=store, asynchronous=True, window=WINDOW)
+    async with open_async_store(f"sqlite:///{tmp_path / 'cw.db'}") as store:
+        memory = ContextWardenMemory(session_id="li-1", store=store, asynchronous=True, window=WINDOW)
         for turn in range(3):
             await agent.run(task(turn), memory=memory)
-        again = ContextKeeperMemory(session_id="li-1", store=store, asynchronous=True, window=WINDOW)
+        again = ContextWardenMemory(session_id="li-1", store=store, asynchronous=True, window=WINDOW)
         assert await again.aget_all() == await memory.aget_all()
         assert len(await again.aget()) == 12
         with pytest.raises(UsageError, match="call `aget` instead of `get`"):
@@ -75,8 +75,8 @@ async def test_an_asynchronous_memory_in_an_async_store_resumes_by_session_id(
 
 
 def test_put_get_set_and_reset_follow_llamaindex_memories(tmp_path: Any) -> None:
-    with open_store(f"sqlite:///{tmp_path / 'ck.db'}") as store:
-        memory = ContextKeeperMemory(session_id="li-2", store=store, window=WINDOW)
+    with open_store(f"sqlite:///{tmp_path / 'cw.db'}") as store:
+        memory = ContextWardenMemory(session_id="li-2", store=store, window=WINDOW)
         reference = ChatMemoryBuffer.from_defaults(token_limit=WINDOW)
         history = [ChatMessage(role="user", content="hello"), ChatMessage(role="assistant", content="hi")]
         for m in history:

@@ -1,4 +1,4 @@
-"""pydantic-ai with contextkeeper: a history processor (sync and async) and lossless message conversion."""
+"""pydantic-ai with contextwarden: a history processor (sync and async) and lossless message conversion."""
 
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from contextkeeper import AsyncSession, Message, Session, UsageError, is_valid
-from contextkeeper.integrations.pydantic_ai import from_messages, history_processor, to_messages
-from contextkeeper.testing import ScriptedOpenAIServer
-from contextkeeper.testing.pydantic_ai_model import openai_function_model
-from contextkeeper.testing.tool_agent import read_file as source_of, task
+from contextwarden import AsyncSession, Message, Session, UsageError, is_valid
+from contextwarden.integrations.pydantic_ai import from_messages, history_processor, to_messages
+from contextwarden.testing import ScriptedOpenAIServer
+from contextwarden.testing.pydantic_ai_model import openai_function_model
+from contextwarden.testing.tool_agent import read_file as source_of, task
 
 from ._checks import assert_long_session_fits
 from .conftest import TURNS, WINDOW
@@ -103,8 +103,8 @@ def test_a_history_stored_and_handed_back_adds_only_what_is_new(server: Scripted
     assert len(session.transcript) == 4 + 3
 
 
-def test_a_processor_needs_a_contextkeeper_session() -> None:
-    with pytest.raises(UsageError, match=r"session=list: pass a contextkeeper `Session` \(sync processor\)"):
+def test_a_processor_needs_a_contextwarden_session() -> None:
+    with pytest.raises(UsageError, match=r"session=list: pass a contextwarden `Session` \(sync processor\)"):
         history_processor([])  # type: ignore[arg-type]
 
 

@@ -6,14 +6,14 @@ from typing import Any, Literal
 import anyio.to_thread
 import pytest
 
-import contextkeeper.llm
-from contextkeeper.llm.base import ModelResponse, ResponseDone, StreamEvent
-from contextkeeper.messages import Message
-from contextkeeper.testing import ScriptedOpenAIServer
+import contextwarden.llm
+from contextwarden.llm.base import ModelResponse, ResponseDone, StreamEvent
+from contextwarden.messages import Message
+from contextwarden.testing import ScriptedOpenAIServer
 
 # No test may reach a paid API; local test servers stay reachable.
 # (The lead moves this to tests/conftest.py.)
-contextkeeper.llm.ALLOW_MODEL_REQUESTS = False
+contextwarden.llm.ALLOW_MODEL_REQUESTS = False
 
 Mode = Literal["sync", "async"]
 

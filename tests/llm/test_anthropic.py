@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from contextkeeper.exceptions import ContextOverflowError, StreamInterrupted
-from contextkeeper.llm import (
+from contextwarden.exceptions import ContextOverflowError, StreamInterrupted
+from contextwarden.llm import (
     AnthropicModel,
     AsyncAnthropicModel,
     ResponseDone,
@@ -18,8 +18,8 @@ from contextkeeper.llm import (
     ThinkingDelta,
     ToolCallDelta,
 )
-from contextkeeper.messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
-from contextkeeper.testing import ScriptedError, ScriptedOpenAIServer, ScriptedReply
+from contextwarden.messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
+from contextwarden.testing import ScriptedError, ScriptedOpenAIServer, ScriptedReply
 
 pytestmark = pytest.mark.anyio
 

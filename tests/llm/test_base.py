@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from contextkeeper.exceptions import ConfigError
-from contextkeeper.llm import ModelResponse, RetryPolicy
-from contextkeeper.messages import Message, ToolCall
+from contextwarden.exceptions import ConfigError
+from contextwarden.llm import ModelResponse, RetryPolicy
+from contextwarden.messages import Message, ToolCall
 
 
 def test_backoff_doubles_and_is_capped() -> None:

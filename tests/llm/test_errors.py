@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from contextkeeper.exceptions import ContextOverflowError, UpstreamError
-from contextkeeper.llm import OpenAIChatModel, RetryPolicy, classify_error, is_context_overflow
-from contextkeeper.llm.errors import transport_error
-from contextkeeper.messages import Message
-from contextkeeper.testing import ScriptedError, ScriptedOpenAIServer
+from contextwarden.exceptions import ContextOverflowError, UpstreamError
+from contextwarden.llm import OpenAIChatModel, RetryPolicy, classify_error, is_context_overflow
+from contextwarden.llm.errors import transport_error
+from contextwarden.messages import Message
+from contextwarden.testing import ScriptedError, ScriptedOpenAIServer
 
 URL = "http://localhost:8000/v1/chat/completions"
 

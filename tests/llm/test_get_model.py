@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import contextkeeper.llm
-from contextkeeper.exceptions import ConfigError
-from contextkeeper.llm import (
+import contextwarden.llm
+from contextwarden.exceptions import ConfigError
+from contextwarden.llm import (
     AnthropicModel,
     AsyncAnthropicModel,
     AsyncOpenAIChatModel,
@@ -16,8 +16,8 @@ from contextkeeper.llm import (
     get_async_model,
     get_model,
 )
-from contextkeeper.messages import Message
-from contextkeeper.testing import ScriptedOpenAIServer
+from contextwarden.messages import Message
+from contextwarden.testing import ScriptedOpenAIServer
 
 pytestmark = pytest.mark.anyio
 
@@ -112,8 +112,8 @@ def test_openai_uses_max_completion_tokens(server: ScriptedOpenAIServer) -> None
 def test_the_flag_is_read_at_request_time(server: ScriptedOpenAIServer) -> None:
     model = get_model("openai:gpt-4o")
     try:
-        assert contextkeeper.llm.ALLOW_MODEL_REQUESTS is False
-        with pytest.raises(contextkeeper.UsageError, match="ALLOW_MODEL_REQUESTS"):
+        assert contextwarden.llm.ALLOW_MODEL_REQUESTS is False
+        with pytest.raises(contextwarden.UsageError, match="ALLOW_MODEL_REQUESTS"):
             model.request([Message.user("x")])
     finally:
         model.close()  # type: ignore[attr-defined]
@@ -121,4 +121,4 @@ def test_the_flag_is_read_at_request_time(server: ScriptedOpenAIServer) -> None:
 
 def test_unknown_attribute() -> None:
     with pytest.raises(AttributeError):
-        contextkeeper.llm.NoSuchModel  # noqa: B018
+        contextwarden.llm.NoSuchModel  # noqa: B018

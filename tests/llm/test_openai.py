@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from contextkeeper.exceptions import ContextOverflowError, StreamInterrupted, UpstreamError, UsageError
-from contextkeeper.llm import (
+from contextwarden.exceptions import ContextOverflowError, StreamInterrupted, UpstreamError, UsageError
+from contextwarden.llm import (
     AsyncOpenAIChatModel,
     ModelResponse,
     OpenAIChatModel,
@@ -24,8 +24,8 @@ from contextkeeper.llm import (
     ThinkingDelta,
     ToolCallDelta,
 )
-from contextkeeper.messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
-from contextkeeper.testing import ScriptedDisconnect, ScriptedError, ScriptedOpenAIServer, ScriptedReply
+from contextwarden.messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
+from contextwarden.testing import ScriptedDisconnect, ScriptedError, ScriptedOpenAIServer, ScriptedReply
 
 pytestmark = pytest.mark.anyio
 
@@ -103,7 +103,7 @@ async def test_text_reply_usage_and_request_body(make_model: Callable[..., Any],
     headers = server.received[0].headers
     assert headers["authorization"] == "Bearer sk-test"
     assert headers["x-team"] == "agents"
-    assert headers["user-agent"].startswith("contextkeeper/")
+    assert headers["user-agent"].startswith("contextwarden/")
 
 
 async def test_user_images_and_developer_role_are_converted(

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from contextkeeper.exceptions import UpstreamError
-from contextkeeper.llm import AnthropicModel, AsyncAnthropicModel, AsyncOpenAIChatModel, OpenAIChatModel, RetryPolicy
-from contextkeeper.messages import Message
-from contextkeeper.testing import ScriptedError, ScriptedOpenAIServer, ScriptedStream
+from contextwarden.exceptions import UpstreamError
+from contextwarden.llm import AnthropicModel, AsyncAnthropicModel, AsyncOpenAIChatModel, OpenAIChatModel, RetryPolicy
+from contextwarden.messages import Message
+from contextwarden.testing import ScriptedError, ScriptedOpenAIServer, ScriptedStream
 
 pytestmark = pytest.mark.anyio
 

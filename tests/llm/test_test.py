@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from contextkeeper.exceptions import ContextOverflowError, UpstreamError, UsageError
-from contextkeeper.llm import (
+from contextwarden.exceptions import ContextOverflowError, UpstreamError, UsageError
+from contextwarden.llm import (
     AsyncFunctionModel,
     AsyncTestModel,
     FunctionModel,
@@ -20,9 +20,9 @@ from contextkeeper.llm import (
     TextDelta,
     ToolCallDelta,
 )
-from contextkeeper.llm.test import estimate_tokens
-from contextkeeper.messages import Message, ToolCall
-from contextkeeper.usage import RequestUsage
+from contextwarden.llm.test import estimate_tokens
+from contextwarden.messages import Message, ToolCall
+from contextwarden.usage import RequestUsage
 
 pytestmark = pytest.mark.anyio
 

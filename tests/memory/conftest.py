@@ -13,7 +13,7 @@ import pytest
 from _memory_helpers import Clock
 
 from _services import POSTGRES_URL, unavailable
-from contextkeeper.memory import InMemoryBackend, MemoryBackend, SQLiteMemoryBackend
+from contextwarden.memory import InMemoryBackend, MemoryBackend, SQLiteMemoryBackend
 
 
 @pytest.fixture
@@ -24,17 +24,17 @@ def clock() -> Clock:
 def _postgres() -> tuple[MemoryBackend, Callable[[], None]]:
     import psycopg
 
-    from contextkeeper.memory.backends.postgres import PostgresMemoryBackend
+    from contextwarden.memory.backends.postgres import PostgresMemoryBackend
 
     try:
         conn = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=3)
     except psycopg.Error as exc:
         message = (
-            f"Postgres at {POSTGRES_URL} is not reachable ({exc}); start it or set CONTEXTKEEPER_TEST_POSTGRES_URL."
-            " Set CONTEXTKEEPER_REQUIRE_SERVICES=1 to make this a failure."
+            f"Postgres at {POSTGRES_URL} is not reachable ({exc}); start it or set CONTEXTWARDEN_TEST_POSTGRES_URL."
+            " Set CONTEXTWARDEN_REQUIRE_SERVICES=1 to make this a failure."
         )
         unavailable(message)
-    schema = f"ck_mem_{uuid.uuid4().hex[:12]}"
+    schema = f"cw_mem_{uuid.uuid4().hex[:12]}"
     conn.execute(f"CREATE SCHEMA {schema}")
 
     def drop() -> None:
@@ -67,12 +67,12 @@ def pgvector_url() -> Iterator[str]:
             warnings.simplefilter("ignore")
             import pgserver
     except ImportError:
-        unavailable("pgserver is not installed (pip install 'contextkeeper[dev]'); it ships Postgres with pgvector.")
+        unavailable("pgserver is not installed (pip install 'contextwarden[dev]'); it ships Postgres with pgvector.")
     with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset (as in CI)
         warnings.simplefilter("ignore")
         # directly under the temp dir: run as root, pgserver starts Postgres as its own user, who
         # cannot enter pytest's private temp folders
-        data = tempfile.mkdtemp(prefix="ck_pgvector_")
+        data = tempfile.mkdtemp(prefix="cw_pgvector_")
         server = pgserver.get_server(data, cleanup_mode="stop")  # type: ignore[attr-defined]
     try:
         yield server.get_uri()

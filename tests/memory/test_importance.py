@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from contextkeeper.llm import OpenAIChatModel
-from contextkeeper.memory import HeuristicImportance, LLMImportance
-from contextkeeper.testing import ScriptedError, ScriptedOpenAIServer
+from contextwarden.llm import OpenAIChatModel
+from contextwarden.memory import HeuristicImportance, LLMImportance
+from contextwarden.testing import ScriptedError, ScriptedOpenAIServer
 
 
 def test_heuristic_ranks_constraints_errors_and_identifiers_above_chitchat() -> None:

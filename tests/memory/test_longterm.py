@@ -10,8 +10,8 @@ import pytest
 from _memory_helpers import Clock
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from contextkeeper.exceptions import MemoryQueryError
-from contextkeeper.memory import (
+from contextwarden.exceptions import MemoryQueryError
+from contextwarden.memory import (
     HashingEmbedder,
     LongTermMemory,
     MemoryBackend,

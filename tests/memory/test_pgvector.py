@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import pytest
 
 from _services import POSTGRES_URL, unavailable
-from contextkeeper.exceptions import ConfigError
-from contextkeeper.memory import HashingEmbedder, InMemoryBackend, LongTermMemory, MemoryRecord
+from contextwarden.exceptions import ConfigError
+from contextwarden.memory import HashingEmbedder, InMemoryBackend, LongTermMemory, MemoryRecord
 
 psycopg = pytest.importorskip("psycopg")
 
-from contextkeeper.memory.backends.postgres import PostgresMemoryBackend  # noqa: E402
+from contextwarden.memory.backends.postgres import PostgresMemoryBackend  # noqa: E402
 
 TEXTS = [
     "The staging database lives in eu-central-1.",
@@ -83,8 +83,8 @@ def test_a_session_recalls_through_pgvector_with_the_packaged_embedder(pgvector_
     pytest.importorskip("sentence_transformers")
     from test_session_memory import FACT, WINDOW, _blocks, _history, _run
 
-    from contextkeeper.memory import SentenceTransformerEmbedder
-    from contextkeeper.session import Session
+    from contextwarden.memory import SentenceTransformerEmbedder
+    from contextwarden.session import Session
 
     backend = PostgresMemoryBackend(pgvector_url, prefix=f"m{uuid.uuid4().hex[:8]}_", pgvector=True)
     memory = LongTermMemory(backend, embedder=SentenceTransformerEmbedder())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from _memory_helpers import Clock
 
-from contextkeeper.memory import LongTermMemory, MemoryBackend, MemoryRecord
-from contextkeeper.memory.priors import named_speakers, relevance_priors
+from contextwarden.memory import LongTermMemory, MemoryBackend, MemoryRecord
+from contextwarden.memory.priors import named_speakers, relevance_priors
 
 
 def _turn(text: str, speaker: str, position: int) -> MemoryRecord:

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from hypothesis import given, settings, strategies as st
 
-from contextkeeper.memory import Hit, MemoryRecord, pack_hits, render_hits
-from contextkeeper.tokens import get_counter
+from contextwarden.memory import Hit, MemoryRecord, pack_hits, render_hits
+from contextwarden.tokens import get_counter
 
 COUNTER = get_counter("heuristic")
 

@@ -10,13 +10,13 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from contextkeeper import toolpairs
-from contextkeeper.exceptions import ConfigError
-from contextkeeper.memory import LongTermMemory, MemoryBackend, OpenAIEmbedder, SQLiteMemoryBackend
-from contextkeeper.messages import Message, ToolCall
-from contextkeeper.recall import MEMORY_HEADER, RECALL_TOOL, SessionMemory
-from contextkeeper.session import AsyncSession, PreparedView, Session
-from contextkeeper.tokens.accountant import TokenAccountant
+from contextwarden import toolpairs
+from contextwarden.exceptions import ConfigError
+from contextwarden.memory import LongTermMemory, MemoryBackend, OpenAIEmbedder, SQLiteMemoryBackend
+from contextwarden.messages import Message, ToolCall
+from contextwarden.recall import MEMORY_HEADER, RECALL_TOOL, SessionMemory
+from contextwarden.session import AsyncSession, PreparedView, Session
+from contextwarden.tokens.accountant import TokenAccountant
 
 WINDOW = 3000
 FACT = "SHIP-4471"
@@ -47,7 +47,7 @@ def _history() -> list[list[Message]]:
 
 
 def _blocks(view: list[Message]) -> list[Message]:
-    return [m for m in view if m.extra.get("contextkeeper") == "memory"]
+    return [m for m in view if m.extra.get("contextwarden") == "memory"]
 
 
 def _run(session: Session, turns: list[list[Message]]) -> list[PreparedView]:
@@ -72,7 +72,7 @@ def test_an_evicted_output_is_recalled_before_the_request_that_needs_it() -> Non
     # labelled with source, step, time and score
     assert "[bash · #1 · " in block.text and "score " in block.text
     # the transcript is untouched and the recalled text is counted in the status
-    assert all(m.extra.get("contextkeeper") != "memory" for m in session.transcript)
+    assert all(m.extra.get("contextwarden") != "memory" for m in session.transcript)
     recount = TokenAccountant(session.accountant.counter, framing=session.accountant.framing).count_messages(final.view)
     assert final.status.used_raw == recount <= session.budget.effective
     memory = final.status.memory
@@ -128,7 +128,7 @@ def test_what_the_view_shows_is_not_recalled_again() -> None:
     session = Session(window=WINDOW, counter="heuristic", memory=True)
     views = _run(session, _history())
     final = views[-1].view
-    rest = "\n".join(m.text for m in final if m.extra.get("contextkeeper") != "memory")
+    rest = "\n".join(m.text for m in final if m.extra.get("contextwarden") != "memory")
     block = _blocks(final)[-1]
     body = [line for line in block.text.splitlines()[1:] if not line.startswith("[")]
     assert body and not [line for line in body if line in rest and len(line) > 20]
@@ -184,7 +184,7 @@ def test_memory_of_another_tenant_is_refused() -> None:
 def test_backends_and_the_packaged_embedder(backend: MemoryBackend) -> None:
     """Sessions write to and recall from every backend (Postgres against the real server), with the real MiniLM."""
     pytest.importorskip("sentence_transformers")
-    from contextkeeper.memory import SentenceTransformerEmbedder
+    from contextwarden.memory import SentenceTransformerEmbedder
 
     memory = LongTermMemory(backend, embedder=SentenceTransformerEmbedder())
     session = Session(window=WINDOW, counter="heuristic", memory=memory)
@@ -269,7 +269,7 @@ def test_views_with_memory_fit_keep_pairs_system_and_request(program: list[Any],
         assert request is None or any(m is request for m in view), "the current request stays"
         for block in _blocks(view):
             after = view[view.index(block) + 1]
-            assert after.role == "user" and after.extra.get("contextkeeper") is None
+            assert after.role == "user" and after.extra.get("contextwarden") is None
         assert session.transcript == added and all(a is b for a, b in zip(session.transcript, added, strict=True))
         assert len({m.message_id for m in view}) == len(view)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from contextkeeper.memory._text import tokenize
+from contextwarden.memory._text import tokenize
 
 
 def test_words_are_lowered_stemmed_and_stopwords_dropped() -> None:

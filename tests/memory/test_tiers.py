@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from _memory_helpers import Clock
 
-from contextkeeper.memory import HybridMemory, LongTermMemory, SensoryMemory, ShortTermMemory, from_messages
-from contextkeeper.messages import Message, ToolCall
+from contextwarden.memory import HybridMemory, LongTermMemory, SensoryMemory, ShortTermMemory, from_messages
+from contextwarden.messages import Message, ToolCall
 
 
 def test_sensory_keeps_the_latest_inputs() -> None:

@@ -19,9 +19,9 @@ import pytest
 import uvicorn
 
 from _services import POSTGRES_URL, REDIS_URL, unavailable
-from contextkeeper.service import create_app
-from contextkeeper.settings import Settings
-from contextkeeper.testing import ScriptedOpenAIServer
+from contextwarden.service import create_app
+from contextwarden.settings import Settings
+from contextwarden.testing import ScriptedOpenAIServer
 
 MODEL = "scripted-model"
 
@@ -38,7 +38,7 @@ def make_settings(store_url: str, upstream: str, *, window: int = 4000, **servic
     return Settings(
         store={"url": store_url},
         models={MODEL: {"context_length": window, "max_output": 200}},
-        service={"upstream_url": upstream, "upstream_api_key_env": "CK_TEST_UPSTREAM_KEY", **service},
+        service={"upstream_url": upstream, "upstream_api_key_env": "CW_TEST_UPSTREAM_KEY", **service},
     )
 
 
@@ -131,8 +131,8 @@ def redis_store_url() -> Iterator[str]:
         client.ping()
     except redis.RedisError as exc:
         message = (
-            f"Redis at {REDIS_URL} is not reachable ({exc}); start it, or point CONTEXTKEEPER_TEST_REDIS_URL at one. "
-            "Set CONTEXTKEEPER_REQUIRE_SERVICES=1 to make this a failure."
+            f"Redis at {REDIS_URL} is not reachable ({exc}); start it, or point CONTEXTWARDEN_TEST_REDIS_URL at one. "
+            "Set CONTEXTWARDEN_REQUIRE_SERVICES=1 to make this a failure."
         )
         client.close()
         unavailable(message)
@@ -157,7 +157,7 @@ def postgres_store_url() -> Iterator[str]:
     except psycopg.Error as exc:
         message = (
             f"Postgres at {POSTGRES_URL} is not reachable ({exc}); start it, or point "
-            "CONTEXTKEEPER_TEST_POSTGRES_URL at one. Set CONTEXTKEEPER_REQUIRE_SERVICES=1 to make this a failure."
+            "CONTEXTWARDEN_TEST_POSTGRES_URL at one. Set CONTEXTWARDEN_REQUIRE_SERVICES=1 to make this a failure."
         )
         unavailable(message)
     schema = f"ckt_{uuid.uuid4().hex[:12]}"

@@ -1,4 +1,4 @@
-"""`contextkeeper bench proxy` end to end on a tiny workload: real processes, both stores, the JSON layout."""
+"""`contextwarden bench proxy` end to end on a tiny workload: real processes, both stores, the JSON layout."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.services
 def test_bench_proxy_writes_the_json_layout(tmp_path: Path, redis_store_url: str) -> None:
     out = tmp_path / "proxy.json"
     args = [
-        sys.executable, "-m", "contextkeeper", "bench", "proxy", "--sessions", "3", "--max-messages", "12",
+        sys.executable, "-m", "contextwarden", "bench", "proxy", "--sessions", "3", "--max-messages", "12",
         "--turns", "3", "--think-ms", "10", "--soak", "45", "--runs", "1", "--redis-url", REDIS_URL, "--json", str(out),
     ]  # fmt: skip
     done = subprocess.run(args, capture_output=True, timeout=240)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from _services import unavailable
-from contextkeeper.testing import ScriptedOpenAIServer
+from contextwarden.testing import ScriptedOpenAIServer
 
 from .conftest import SYSTEM, Running, chat, user
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from contextkeeper.settings import Settings
-from contextkeeper.testing import ScriptedOpenAIServer
+from contextwarden.settings import Settings
+from contextwarden.testing import ScriptedOpenAIServer
 
 from .conftest import SYSTEM, Running, chat, make_settings, user
 from .sse import SSEReader

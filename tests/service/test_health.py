@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from contextkeeper.settings import Settings
-from contextkeeper.testing import ScriptedOpenAIServer
+from contextwarden.settings import Settings
+from contextwarden.testing import ScriptedOpenAIServer
 
 from .conftest import SYSTEM, Running, chat, make_settings, user
 
@@ -33,16 +33,16 @@ def test_metrics_count_requests_tokens_compactions_and_bound_the_session_gauges(
         history.append(r.json()["choices"][0]["message"])
     service.client.get("/v1/sessions/nope")
     text = service.client.get("/metrics").text
-    assert _value(text, "contextkeeper_requests_total", route="chat.completions", status="200") == 33
-    assert _value(text, "contextkeeper_requests_total", route="sessions", status="404") == 1
-    assert _value(text, "contextkeeper_request_seconds_count", route="chat.completions") == 33
-    assert _value(text, "contextkeeper_tokens_total", kind="input") > 0
-    assert _value(text, "contextkeeper_tokens_total", kind="output") > 0
-    assert _value(text, "contextkeeper_tokens_total", kind="saved") > 0
-    assert _value(text, "contextkeeper_compaction_runs_total") >= 1
-    assert _value(text, "contextkeeper_turns_total") >= 33
-    assert _value(text, "contextkeeper_requests_in_flight") == 0
-    gauges = re.findall(r'contextkeeper_context_utilization\{session="([^"]+)"\}', text)
+    assert _value(text, "contextwarden_requests_total", route="chat.completions", status="200") == 33
+    assert _value(text, "contextwarden_requests_total", route="sessions", status="404") == 1
+    assert _value(text, "contextwarden_request_seconds_count", route="chat.completions") == 33
+    assert _value(text, "contextwarden_tokens_total", kind="input") > 0
+    assert _value(text, "contextwarden_tokens_total", kind="output") > 0
+    assert _value(text, "contextwarden_tokens_total", kind="saved") > 0
+    assert _value(text, "contextwarden_compaction_runs_total") >= 1
+    assert _value(text, "contextwarden_turns_total") >= 33
+    assert _value(text, "contextwarden_requests_in_flight") == 0
+    gauges = re.findall(r'contextwarden_context_utilization\{session="([^"]+)"\}', text)
     assert sorted(gauges) == ["default/big", "default/m3"]  # the two most recently active
 
 

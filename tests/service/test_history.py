@@ -6,8 +6,8 @@ from typing import Any
 
 from hypothesis import given, strategies as st
 
-from contextkeeper.adapters import from_messages, to_messages
-from contextkeeper.service.history import message_key, new_from
+from contextwarden.adapters import from_messages, to_messages
+from contextwarden.service.history import message_key, new_from
 
 texts = st.sampled_from(["ok", "continue", "run the tests", "done", "I read the file", ""])
 users = st.builds(lambda t: {"role": "user", "content": t}, texts)

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from contextkeeper.service import jsonio
+from contextwarden.service import jsonio
 
 SAME = [
     b'{"model": "m", "messages": [{"role": "user", "content": "caf\\u00e9 \\ud83d\\ude00 \xc3\xa9"}]}',

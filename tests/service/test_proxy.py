@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from contextkeeper.settings import Settings
-from contextkeeper.stores import open_store
-from contextkeeper.testing import ScriptedOpenAIServer, ScriptedReply
+from contextwarden.settings import Settings
+from contextwarden.stores import open_store
+from contextwarden.testing import ScriptedOpenAIServer, ScriptedReply
 
 from .conftest import SYSTEM, Running, assistant, chat, make_settings, user
 

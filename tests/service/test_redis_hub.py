@@ -8,7 +8,7 @@ import asyncio
 import pytest
 import redis
 
-from contextkeeper.service.events import open_hub
+from contextwarden.service.events import open_hub
 
 pytestmark = pytest.mark.services
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from contextkeeper.stores import open_store
-from contextkeeper.testing import ScriptedOpenAIServer
+from contextwarden.stores import open_store
+from contextwarden.testing import ScriptedOpenAIServer
 
 from .conftest import MODEL, SYSTEM, chat, free_port, user
 from .sse import SSEReader
@@ -30,8 +30,8 @@ def _replica(tmp_path: Path, name: str, store_url: str, upstream: str) -> tuple[
     log = tmp_path / f"{name}.log"
     with log.open("wb") as err:
         process = subprocess.Popen(
-            [sys.executable, "-m", "contextkeeper", "serve", "--config", str(config), "--log-level", "warning"],
-            env={**os.environ, "CONTEXTKEEPER_HOME": str(tmp_path / name)},
+            [sys.executable, "-m", "contextwarden", "serve", "--config", str(config), "--log-level", "warning"],
+            env={**os.environ, "CONTEXTWARDEN_HOME": str(tmp_path / name)},
             stdout=subprocess.DEVNULL,
             stderr=err,
         )

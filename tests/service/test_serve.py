@@ -1,4 +1,4 @@
-"""`contextkeeper serve` as a real process: embedded defaults, a config file, the key helper."""
+"""`contextwarden serve` as a real process: embedded defaults, a config file, the key helper."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from contextkeeper.testing import ScriptedOpenAIServer
+from contextwarden.testing import ScriptedOpenAIServer
 
 from .conftest import MODEL, free_port
 
@@ -32,17 +32,17 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
 
 def test_serve_runs_on_embedded_defaults_and_a_config_file(tmp_path: Path) -> None:
     port = free_port()
-    config = tmp_path / "contextkeeper.toml"
+    config = tmp_path / "contextwarden.toml"
     with ScriptedOpenAIServer(default="from upstream", model=MODEL) as upstream:
         config.write_text(
             f'[service]\nupstream_url = "{upstream.base_url}"\nport = {port}\n'
             f'[models."{MODEL}"]\ncontext_length = 8000\n'
         )
-        env = {**os.environ, "CONTEXTKEEPER_HOME": str(tmp_path / "home")}
+        env = {**os.environ, "CONTEXTWARDEN_HOME": str(tmp_path / "home")}
         log = tmp_path / "serve.log"
         with log.open("wb") as err:
             process = subprocess.Popen(
-                [sys.executable, "-m", "contextkeeper", "serve", "--config", str(config), "--log-level", "warning"],
+                [sys.executable, "-m", "contextwarden", "serve", "--config", str(config), "--log-level", "warning"],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -66,6 +66,6 @@ def test_serve_runs_on_embedded_defaults_and_a_config_file(tmp_path: Path) -> No
 
 def test_hash_key_prints_the_sha256_for_the_config() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "contextkeeper", "serve", "--hash-key", "sk-test"], capture_output=True, check=True
+        [sys.executable, "-m", "contextwarden", "serve", "--hash-key", "sk-test"], capture_output=True, check=True
     )
     assert out.stdout.decode().strip() == hashlib.sha256(b"sk-test").hexdigest()

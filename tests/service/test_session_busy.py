@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from contextkeeper.adapters import to_messages
-from contextkeeper.messages import Message
-from contextkeeper.stores import AsyncSessionStore, open_async_store, open_store
-from contextkeeper.testing import ScriptedOpenAIServer
+from contextwarden.adapters import to_messages
+from contextwarden.messages import Message
+from contextwarden.stores import AsyncSessionStore, open_async_store, open_store
+from contextwarden.testing import ScriptedOpenAIServer
 
 from .conftest import SYSTEM, Running, chat, make_settings, start_service, user
 

@@ -6,11 +6,11 @@ from collections.abc import Callable
 
 import pytest
 
-from contextkeeper.adapters import from_messages, to_messages
-from contextkeeper.service.history import message_key
-from contextkeeper.settings import Settings
-from contextkeeper.stores import open_store
-from contextkeeper.testing import ScriptedOpenAIServer
+from contextwarden.adapters import from_messages, to_messages
+from contextwarden.service.history import message_key
+from contextwarden.settings import Settings
+from contextwarden.stores import open_store
+from contextwarden.testing import ScriptedOpenAIServer
 
 from .conftest import SYSTEM, Running, assistant, chat, make_settings, user
 

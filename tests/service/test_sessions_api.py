@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from contextkeeper.testing import ScriptedOpenAIServer
+from contextwarden.testing import ScriptedOpenAIServer
 
 from .conftest import SYSTEM, Running, chat, user
 

@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
-from contextkeeper.settings import Settings
-from contextkeeper.stores import open_store
-from contextkeeper.testing import ScriptedOpenAIServer
+from contextwarden.settings import Settings
+from contextwarden.stores import open_store
+from contextwarden.testing import ScriptedOpenAIServer
 
 from .conftest import SYSTEM, Running, chat, make_settings, user
 

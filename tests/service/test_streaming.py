@@ -8,7 +8,7 @@ import time
 import httpx
 import openai
 
-from contextkeeper.testing import ScriptedError, ScriptedOpenAIServer, ScriptedReply
+from contextwarden.testing import ScriptedError, ScriptedOpenAIServer, ScriptedReply
 
 from .conftest import SYSTEM, Running, chat, user
 from .test_proxy import stored
@@ -65,7 +65,7 @@ def test_a_context_length_error_is_answered_by_compaction_and_one_retry(
     assert second["messages"][-1] == user("and now?")
     assert stored(service, "ovf")[-1] == ("assistant", "fits now")
     metrics = service.client.get("/metrics").text
-    assert "contextkeeper_overflow_retries_total 1.0" in metrics
+    assert "contextwarden_overflow_retries_total 1.0" in metrics
 
 
 def test_a_second_context_length_error_reaches_the_client(service: Running, upstream: ScriptedOpenAIServer) -> None:
@@ -123,7 +123,7 @@ def test_a_client_that_goes_away_cancels_the_upstream_stream(service: Running, u
 def test_streamed_tool_calls_are_recorded_and_their_results_pair_with_them(
     service: Running, upstream: ScriptedOpenAIServer
 ) -> None:
-    from contextkeeper.messages import ToolCall
+    from contextwarden.messages import ToolCall
 
     call = ToolCall(call_id="call_read1", name="read_file", arguments='{"path": "src/app.py"}')
     upstream.push(ScriptedReply(tool_calls=[call]), "The file defines create_app.")

@@ -9,9 +9,9 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from contextkeeper.service import hash_key
-from contextkeeper.settings import Settings
-from contextkeeper.testing import ScriptedDisconnect, ScriptedError, ScriptedOpenAIServer, ScriptedReply
+from contextwarden.service import hash_key
+from contextwarden.settings import Settings
+from contextwarden.testing import ScriptedDisconnect, ScriptedError, ScriptedOpenAIServer, ScriptedReply
 
 from .conftest import Running, chat, make_settings, user
 from .test_proxy import stored
@@ -33,7 +33,7 @@ def keyed(
     sqlite_url: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Running:
-    monkeypatch.setenv("CK_TEST_UPSTREAM_KEY", SECRET)
+    monkeypatch.setenv("CW_TEST_UPSTREAM_KEY", SECRET)
     keys = [
         {"tenant": "acme", "key_sha256": hash_key("key-acme")},
         {"tenant": "globex", "key_sha256": hash_key("key-globex")},

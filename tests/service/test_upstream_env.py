@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from contextkeeper.service.upstream import Upstream, env_proxy
+from contextwarden.service.upstream import Upstream, env_proxy
 
 
 def _clear(monkeypatch: pytest.MonkeyPatch) -> None:

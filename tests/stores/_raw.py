@@ -58,7 +58,7 @@ _SQL = {
 def _sqlite(backend: Backend, session_id: str, field: Field, value: bytes | str) -> None:
     raw = sqlite3.connect(backend.path)
     try:
-        raw.execute(_SQL[field].format(t="ck_"), (value, session_id))
+        raw.execute(_SQL[field].format(t="cw_"), (value, session_id))
         raw.commit()
     finally:
         raw.close()
@@ -66,7 +66,7 @@ def _sqlite(backend: Backend, session_id: str, field: Field, value: bytes | str)
 
 def _postgres(backend: Backend, session_id: str, field: Field, value: bytes | str) -> None:
     text = value.decode() if isinstance(value, bytes) else value
-    statement = _SQL[field].format(t=f'"{backend.schema}".ck_').replace("?", "%s")
+    statement = _SQL[field].format(t=f'"{backend.schema}".cw_').replace("?", "%s")
     with psycopg.connect(backend.url, autocommit=True) as conn:
         conn.execute(statement, (text, session_id))
 

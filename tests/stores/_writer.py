@@ -9,9 +9,9 @@ from typing import Any
 
 import anyio
 
-from contextkeeper.exceptions import VersionConflict
-from contextkeeper.messages import Message
-from contextkeeper.stores import open_async_store, open_store
+from contextwarden.exceptions import VersionConflict
+from contextwarden.messages import Message
+from contextwarden.stores import open_async_store, open_store
 
 
 def batch(worker: int, number: int) -> list[Message]:

@@ -1,11 +1,11 @@
 """Fixtures for the session-store suites: real Redis and Postgres, one namespace per test.
 
-Servers come from ``CONTEXTKEEPER_TEST_REDIS_URL`` / ``CONTEXTKEEPER_TEST_POSTGRES_URL``
+Servers come from ``CONTEXTWARDEN_TEST_REDIS_URL`` / ``CONTEXTWARDEN_TEST_POSTGRES_URL``
 (defaults: the local servers). The Redis Cluster is started by the test run itself from the
 installed ``redis-server`` (three masters on free ports, stopped at the end), unless
-``CONTEXTKEEPER_TEST_REDIS_CLUSTER_URL`` names one (``redis+cluster://host:port/``). A test that
+``CONTEXTWARDEN_TEST_REDIS_CLUSTER_URL`` names one (``redis+cluster://host:port/``). A test that
 needs an unreachable server (or a missing ``redis-server``) skips, or fails when
-``CONTEXTKEEPER_REQUIRE_SERVICES=1`` (as in CI). Every Redis test gets its own key prefix and
+``CONTEXTWARDEN_REQUIRE_SERVICES=1`` (as in CI). Every Redis test gets its own key prefix and
 every Postgres test its own schema; both are removed afterwards.
 
 The `store` fixture runs each contract test on every backend, through the sync store and through
@@ -31,26 +31,26 @@ import redis.cluster
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from _services import POSTGRES_URL, REDIS_URL, unavailable
-from contextkeeper.stores import (
+from contextwarden.stores import (
     AsyncMemoryStore,
     AsyncSqliteStore,
     MemoryStore,
     SqliteStore,
 )
-from contextkeeper.stores.postgres import AsyncPostgresStore, PostgresStore
-from contextkeeper.stores.redis import AsyncRedisStore, RedisStore, _parse_url
+from contextwarden.stores.postgres import AsyncPostgresStore, PostgresStore
+from contextwarden.stores.redis import AsyncRedisStore, RedisStore, _parse_url
 
 from ._cluster import ClusterStartError, LocalCluster, find_binaries, start_cluster
 
-REDIS_CLUSTER_URL = os.environ.get("CONTEXTKEEPER_TEST_REDIS_CLUSTER_URL")
+REDIS_CLUSTER_URL = os.environ.get("CONTEXTWARDEN_TEST_REDIS_CLUSTER_URL")
 BACKENDS = ("memory", "sqlite", "redis", "redis-cluster", "postgres")
 
 
 def service_missing(what: str, variable: str, error: BaseException, *, problem: str = "is not reachable") -> NoReturn:
-    """Skip (or, with CONTEXTKEEPER_REQUIRE_SERVICES=1, fail) a test whose server is unreachable."""
+    """Skip (or, with CONTEXTWARDEN_REQUIRE_SERVICES=1, fail) a test whose server is unreachable."""
     message = (
         f"{what} {problem} ({type(error).__name__}: {error}); start it, or point {variable} at one. "
-        "Set CONTEXTKEEPER_REQUIRE_SERVICES=1 to make this a failure."
+        "Set CONTEXTWARDEN_REQUIRE_SERVICES=1 to make this a failure."
     )
     unavailable(message)
 
@@ -61,7 +61,7 @@ def redis_url() -> str:
     try:
         client.ping()
     except redis.RedisError as exc:
-        service_missing(f"Redis at {REDIS_URL}", "CONTEXTKEEPER_TEST_REDIS_URL", exc)
+        service_missing(f"Redis at {REDIS_URL}", "CONTEXTWARDEN_TEST_REDIS_URL", exc)
     finally:
         client.close()
     return REDIS_URL
@@ -83,14 +83,14 @@ def local_cluster(directory: Path) -> Iterator[LocalCluster]:
     if find_binaries() is None:
         service_missing(
             "Redis Cluster",
-            "CONTEXTKEEPER_TEST_REDIS_CLUSTER_URL",
+            "CONTEXTWARDEN_TEST_REDIS_CLUSTER_URL",
             FileNotFoundError("redis-server and redis-cli are not both on PATH"),
             problem="cannot be started here: install redis-server (it brings redis-cli)",
         )
     try:
         cluster = start_cluster(directory)
     except (ClusterStartError, OSError, subprocess.SubprocessError) as exc:
-        service_missing("Redis Cluster", "CONTEXTKEEPER_TEST_REDIS_CLUSTER_URL", exc, problem="did not start")
+        service_missing("Redis Cluster", "CONTEXTWARDEN_TEST_REDIS_CLUSTER_URL", exc, problem="did not start")
         raise  # unreachable: service_missing raises
     try:
         yield cluster
@@ -105,7 +105,7 @@ def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
         try:
             cluster_client(REDIS_CLUSTER_URL).close()
         except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
-            service_missing(f"Redis Cluster at {REDIS_CLUSTER_URL}", "CONTEXTKEEPER_TEST_REDIS_CLUSTER_URL", exc)
+            service_missing(f"Redis Cluster at {REDIS_CLUSTER_URL}", "CONTEXTWARDEN_TEST_REDIS_CLUSTER_URL", exc)
         yield REDIS_CLUSTER_URL
         return
     with local_cluster(tmp_path_factory.mktemp("redis-cluster")) as cluster:
@@ -140,7 +140,7 @@ def postgres_url() -> str:
     try:
         psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
     except psycopg.Error as exc:
-        service_missing(f"Postgres at {POSTGRES_URL}", "CONTEXTKEEPER_TEST_POSTGRES_URL", exc)
+        service_missing(f"Postgres at {POSTGRES_URL}", "CONTEXTWARDEN_TEST_POSTGRES_URL", exc)
     return POSTGRES_URL
 
 
@@ -237,7 +237,7 @@ class Backend:
             self.url = request.getfixturevalue("postgres_url")
             self.schema = request.getfixturevalue("pg_schema")
         elif name == "sqlite":
-            self.path = tmp_path / "ck.db"
+            self.path = tmp_path / "cw.db"
 
     def make(self, **options: Any) -> Any:
         """A new store over this test's namespace."""

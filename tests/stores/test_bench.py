@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from contextkeeper.stores.bench import main, make_round, run_stores_bench
+from contextwarden.stores.bench import main, make_round, run_stores_bench
 
 
 def test_bench_reports_the_documented_shape(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from contextkeeper.exceptions import (
+from contextwarden.exceptions import (
     LockTimeout,
     MessageError,
     MessageNotFound,
@@ -25,8 +25,8 @@ from contextkeeper.exceptions import (
     UsageError,
     VersionConflict,
 )
-from contextkeeper.messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
-from contextkeeper.stores import MemoryStore, SessionInfo
+from contextwarden.messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
+from contextwarden.stores import MemoryStore, SessionInfo
 
 Backend = Any
 FakeClock = Any
@@ -34,8 +34,8 @@ FakeClock = Any
 NASTY_IDS = [
     "../../etc/passwd",
     "a/b\\c",
-    "quote'\"; DROP TABLE ck_sessions; --",
-    "{ck:x}:meta",
+    "quote'\"; DROP TABLE cw_sessions; --",
+    "{cw:x}:meta",
     "x}",
     "with space",
     "%2F",
@@ -518,7 +518,7 @@ def test_export_import_round_trip(store: Any) -> None:
     lines = list(store.export_session("src"))
     assert all(line.endswith("\n") for line in lines)
     records = [json.loads(line) for line in lines]
-    assert records[0]["type"] == "session" and records[0]["format"] == "contextkeeper.session"
+    assert records[0]["type"] == "session" and records[0]["format"] == "contextwarden.session"
     assert sum(r["type"] == "message" for r in records) == 1203
     snapshot = next(r for r in records if r["type"] == "snapshot")
     assert base64.b64decode(snapshot["data_b64"]) == bytes(range(256))

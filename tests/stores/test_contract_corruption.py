@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from contextkeeper.exceptions import SchemaError
-from contextkeeper.messages import Message
+from contextwarden.exceptions import SchemaError
+from contextwarden.messages import Message
 
 from ._raw import POSTGRES_TYPED, Field, corrupt
 from .conftest import Backend

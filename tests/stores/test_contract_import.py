@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from contextkeeper.exceptions import SchemaError, SessionNotFound, UsageError
-from contextkeeper.messages import Message, TextPart, ToolCall
-from contextkeeper.session import Session
+from contextwarden.exceptions import SchemaError, SessionNotFound, UsageError
+from contextwarden.messages import Message, TextPart, ToolCall
+from contextwarden.session import Session
 
 from .conftest import Backend
 
@@ -26,7 +26,7 @@ SID = "imp"
 def _header(**session: Any) -> str:
     fields = {"session_id": SID, "tenant": "acme", "created_at": 1.0, "last_active": 2.0, "metadata": {}}
     fields.update(session)
-    return json.dumps({"type": "session", "format": "contextkeeper.session", "version": 1, "session": fields})
+    return json.dumps({"type": "session", "format": "contextwarden.session", "version": 1, "session": fields})
 
 
 def _message_line(message: Message | dict[str, Any], seq: int = 0) -> str:

@@ -21,12 +21,12 @@ import pytest
 import redis
 
 from compaction._helpers import Recorder
-from contextkeeper import toolpairs
-from contextkeeper.exceptions import LockTimeout, SessionLost, SessionNotFound, StoreUnavailable
-from contextkeeper.messages import Message
-from contextkeeper.session import AsyncSession, Session
-from contextkeeper.stores import DEFAULT_LOCK_LEASE, open_store
-from contextkeeper.stores.redis import AsyncRedisStore, RedisStore
+from contextwarden import toolpairs
+from contextwarden.exceptions import LockTimeout, SessionLost, SessionNotFound, StoreUnavailable
+from contextwarden.messages import Message
+from contextwarden.session import AsyncSession, Session
+from contextwarden.stores import DEFAULT_LOCK_LEASE, open_store
+from contextwarden.stores.redis import AsyncRedisStore, RedisStore
 
 from . import _writer
 from .conftest import service_missing
@@ -46,7 +46,7 @@ def _context() -> ForkServerContext:
 
 def _location(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
     if name == "sqlite":
-        return f"sqlite:///{tmp_path / 'ck.db'}", {}
+        return f"sqlite:///{tmp_path / 'cw.db'}", {}
     if name == "redis":
         return request.getfixturevalue("redis_url"), {"prefix": request.getfixturevalue("redis_prefix")}
     if name == "redis-cluster":

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import contextkeeper.stores as stores
-from contextkeeper.exceptions import ConfigError
-from contextkeeper.stores import (
+import contextwarden.stores as stores
+from contextwarden.exceptions import ConfigError
+from contextwarden.stores import (
     AsyncMemoryStore,
     AsyncSessionStore,
     AsyncSqliteStore,
@@ -25,13 +25,13 @@ from contextkeeper.stores import (
 def test_memory_and_sqlite_urls(tmp_path: Path) -> None:
     with open_store("memory://") as store:
         assert isinstance(store, MemoryStore)
-    with open_store(f"sqlite:///{tmp_path / 'ck.db'}") as store:
+    with open_store(f"sqlite:///{tmp_path / 'cw.db'}") as store:
         assert isinstance(store, SqliteStore)
     assert isinstance(open_async_store("memory://"), AsyncMemoryStore)
-    assert isinstance(open_async_store(f"sqlite:///{tmp_path / 'ck.db'}"), AsyncSqliteStore)
+    assert isinstance(open_async_store(f"sqlite:///{tmp_path / 'cw.db'}"), AsyncSqliteStore)
 
 
-@pytest.mark.parametrize("url", ["mysql://localhost/db", "ck.db", "", "memory"])
+@pytest.mark.parametrize("url", ["mysql://localhost/db", "cw.db", "", "memory"])
 def test_unknown_urls(url: str) -> None:
     with pytest.raises(ConfigError, match="store URL"):
         open_store(url)
@@ -47,8 +47,8 @@ def test_every_backend_satisfies_the_protocols(sync_backend: object) -> None:
 
 
 def test_lazy_exports() -> None:
-    assert stores.RedisStore.__module__ == "contextkeeper.stores.redis"
-    assert stores.AsyncPostgresStore.__module__ == "contextkeeper.stores.postgres"
+    assert stores.RedisStore.__module__ == "contextwarden.stores.redis"
+    assert stores.AsyncPostgresStore.__module__ == "contextwarden.stores.postgres"
     with pytest.raises(AttributeError):
         _ = stores.NoSuchStore  # type: ignore[attr-defined]
     assert len(set(stores.__all__)) == len(stores.__all__)
@@ -67,11 +67,11 @@ def test_a_missing_driver_names_the_extra(blocked: str, url: str, extra: str) ->
     # A fresh interpreter in which importing the driver fails, as if it were not installed.
     code = (
         f"import sys; sys.modules[{blocked!r}] = None\n"
-        "from contextkeeper.stores import open_store\n"
+        "from contextwarden.stores import open_store\n"
         f"open_store({url!r})\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError:")
-    assert f"pip install 'contextkeeper[{extra}]'" in last
+    assert f"pip install 'contextwarden[{extra}]'" in last

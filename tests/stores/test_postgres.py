@@ -11,9 +11,9 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from contextkeeper.exceptions import ConfigError, LockTimeout, SchemaError, StoreUnavailable, VersionConflict
-from contextkeeper.messages import Message
-from contextkeeper.stores import AsyncPostgresStore, PostgresStore, open_async_store, open_store
+from contextwarden.exceptions import ConfigError, LockTimeout, SchemaError, StoreUnavailable, VersionConflict
+from contextwarden.messages import Message
+from contextwarden.stores import AsyncPostgresStore, PostgresStore, open_async_store, open_store
 
 
 @pytest.fixture
@@ -32,17 +32,17 @@ def test_tables_and_migrations_live_in_the_schema(store: PostgresStore, postgres
     store.create_session("s")
     tables = _sql(postgres_url, f"SELECT tablename FROM pg_tables WHERE schemaname = '{pg_schema}' ORDER BY 1")
     assert [t[0] for t in tables] == [
-        "ck_audit",
-        "ck_locks",
-        "ck_messages",
-        "ck_migrations",
-        "ck_sessions",
-        "ck_snapshots",
-        "ck_state",
+        "cw_audit",
+        "cw_locks",
+        "cw_messages",
+        "cw_migrations",
+        "cw_sessions",
+        "cw_snapshots",
+        "cw_state",
     ]
-    assert _sql(postgres_url, f'SELECT version FROM "{pg_schema}".ck_migrations') == [(1,)]
+    assert _sql(postgres_url, f'SELECT version FROM "{pg_schema}".cw_migrations') == [(1,)]
     store.setup()  # idempotent
-    assert _sql(postgres_url, f'SELECT count(*) FROM "{pg_schema}".ck_migrations') == [(1,)]
+    assert _sql(postgres_url, f'SELECT count(*) FROM "{pg_schema}".cw_migrations') == [(1,)]
 
 
 def test_schemas_isolate_stores(postgres_url: str, pg_schema: str) -> None:
@@ -60,13 +60,13 @@ def test_schemas_isolate_stores(postgres_url: str, pg_schema: str) -> None:
 
 def test_owned_connections_use_generic_plans_and_the_commit_setting(postgres_url: str, pg_schema: str) -> None:
     with PostgresStore.from_url(
-        f"{postgres_url}?schema={pg_schema}&application_name=ck-test", synchronous_commit=False
+        f"{postgres_url}?schema={pg_schema}&application_name=cw-test", synchronous_commit=False
     ) as store:
         store.create_session("s")
         with store._pool.connection() as conn:
             assert conn.execute("SHOW plan_cache_mode").fetchone() == ("force_generic_plan",)
             assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
-            assert conn.execute("SHOW application_name").fetchone() == ("ck-test",)
+            assert conn.execute("SHOW application_name").fetchone() == ("cw-test",)
 
 
 def test_synchronous_commit_in_the_url(postgres_url: str, pg_schema: str) -> None:
@@ -102,8 +102,8 @@ def test_state_saves_and_appends_are_one_prepared_statement_each(postgres_url: s
         with store._pool.connection() as conn:
             added = _prepared(conn)[len(before) :]
         assert len(added) == 3, added  # the first save (an insert), the next ones (an update), the append
-        assert any("INSERT INTO" in text and "ck_state" in text for text in added)
-        assert any("UPDATE" in text and "ck_state" in text for text in added)
+        assert any("INSERT INTO" in text and "cw_state" in text for text in added)
+        assert any("UPDATE" in text and "cw_state" in text for text in added)
         # A save is one exchange; a stale save adds one read of the current version.
         assert _round_trips(store, lambda: store.save_state("s", {"v": 3}, expected_version=2)) == 1
         assert _round_trips(store, lambda: _stale_save(store)) == 2
@@ -163,7 +163,7 @@ def test_a_given_pool_stays_open(postgres_url: str, pg_schema: str) -> None:
         store.append_messages("s", [Message.user("x", message_id="a")])
         assert store.count_messages("s") == 1
     with pool.connection() as conn:
-        assert conn.execute(f'SELECT count(*) FROM "{pg_schema}".ck_messages').fetchone() == (1,)
+        assert conn.execute(f'SELECT count(*) FROM "{pg_schema}".cw_messages').fetchone() == (1,)
     pool.close()
 
 
@@ -212,7 +212,7 @@ def test_racing_duplicate_appends_store_each_message_once(postgres_url: str, pg_
     assert errors == []
     loaded = stores[0].load_messages("s")
     assert [m.message_id for m in loaded] == [m.message_id for batch in batches for m in batch]
-    rows = _sql(postgres_url, f'SELECT min(seq), max(seq), count(*) FROM "{pg_schema}".ck_messages')
+    rows = _sql(postgres_url, f'SELECT min(seq), max(seq), count(*) FROM "{pg_schema}".cw_messages')
     assert rows == [(0, 89, 90)]
     for store in stores:
         store.close()
@@ -221,28 +221,28 @@ def test_racing_duplicate_appends_store_each_message_once(postgres_url: str, pg_
 def test_corrupted_rows_and_newer_formats(store: PostgresStore, postgres_url: str, pg_schema: str) -> None:
     store.create_session("victim")
     store.append_messages("victim", [Message.user(f"m{i}", message_id=f"m{i}") for i in range(3)])
-    _sql(postgres_url, f"""UPDATE "{pg_schema}".ck_messages SET body = '{{"role": 1}}' WHERE seq = 2""")
+    _sql(postgres_url, f"""UPDATE "{pg_schema}".cw_messages SET body = '{{"role": 1}}' WHERE seq = 2""")
     with pytest.raises(SchemaError, match="position 2") as info:
         store.load_messages("victim")
     assert info.value.session_id == "victim"
-    _sql(postgres_url, f'UPDATE "{pg_schema}".ck_sessions SET format = 3')
+    _sql(postgres_url, f'UPDATE "{pg_schema}".cw_sessions SET format = 3')
     with pytest.raises(SchemaError, match="format 3"):
         store.append_messages("victim", [Message.user("x", message_id="new")])
-    assert _sql(postgres_url, f'SELECT count(*) FROM "{pg_schema}".ck_messages') == [(3,)]
+    assert _sql(postgres_url, f'SELECT count(*) FROM "{pg_schema}".cw_messages') == [(3,)]
 
 
 def test_a_database_from_a_newer_release_is_refused(store: PostgresStore, postgres_url: str, pg_schema: str) -> None:
     store.create_session("s")
-    _sql(postgres_url, f'INSERT INTO "{pg_schema}".ck_migrations (version, applied_at) VALUES (9, 0)')
+    _sql(postgres_url, f'INSERT INTO "{pg_schema}".cw_migrations (version, applied_at) VALUES (9, 0)')
     with PostgresStore.from_url(postgres_url, schema=pg_schema) as fresh:
         with pytest.raises(SchemaError, match="schema version 9") as info:
             fresh.get_session("s")
-    assert "upgrade contextkeeper" in str(info.value)
+    assert "upgrade contextwarden" in str(info.value)
 
 
 def test_dropped_tables_point_at_setup(store: PostgresStore, postgres_url: str, pg_schema: str) -> None:
     store.create_session("s")
-    _sql(postgres_url, f'DROP TABLE "{pg_schema}".ck_messages')
+    _sql(postgres_url, f'DROP TABLE "{pg_schema}".cw_messages')
     with pytest.raises(SchemaError, match="setup"):
         store.append_messages("s", [Message.user("x")])
 

@@ -13,15 +13,15 @@ import redis
 import redis.asyncio
 from redis.crc import key_slot
 
-from contextkeeper.exceptions import (
+from contextwarden.exceptions import (
     ConfigError,
     SchemaError,
     SessionNotFound,
     StoreUnavailable,
     VersionConflict,
 )
-from contextkeeper.messages import Message
-from contextkeeper.stores import AsyncRedisStore, RedisStore, open_async_store, open_store
+from contextwarden.messages import Message
+from contextwarden.stores import AsyncRedisStore, RedisStore, open_async_store, open_store
 
 from .conftest import PortalStore
 from .test_contract import NASTY_IDS
@@ -142,7 +142,7 @@ def test_a_namespace_from_a_newer_release_is_refused(redis_url: str, redis_prefi
     with RedisStore.from_url(redis_url, prefix=redis_prefix) as store:
         with pytest.raises(SchemaError, match="schema version '5'") as info:
             store.create_session("s")
-    assert "upgrade contextkeeper" in str(info.value)
+    assert "upgrade contextwarden" in str(info.value)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -16,10 +16,10 @@ import redis
 import redis.asyncio.cluster
 import redis.cluster
 
-from contextkeeper.exceptions import ConfigError, SessionNotFound, StoreError, StoreUnavailable
-from contextkeeper.messages import Message
-from contextkeeper.stores import AsyncRedisStore, RedisStore, open_async_store, open_store
-from contextkeeper.stores.redis import _parse_url
+from contextwarden.exceptions import ConfigError, SessionNotFound, StoreError, StoreUnavailable
+from contextwarden.messages import Message
+from contextwarden.stores import AsyncRedisStore, RedisStore, open_async_store, open_store
+from contextwarden.stores.redis import _parse_url
 
 from ._cluster import LocalCluster
 from .conftest import FakeClock, cluster_client, drop_cluster_prefix, local_cluster

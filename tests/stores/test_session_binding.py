@@ -24,13 +24,13 @@ import pytest
 from anyio.from_thread import BlockingPortal
 
 from compaction._helpers import Recorder, make_text, tool_round
-from contextkeeper import toolpairs
-from contextkeeper.adapters import from_messages
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.exceptions import SchemaError, SessionLost, SessionNotFound, SnapshotError
-from contextkeeper.messages import Message
-from contextkeeper.session import AsyncSession, PreparedView, Session
-from contextkeeper.snapshots import MemorySnapshotStore
+from contextwarden import toolpairs
+from contextwarden.adapters import from_messages
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.exceptions import SchemaError, SessionLost, SessionNotFound, SnapshotError
+from contextwarden.messages import Message
+from contextwarden.session import AsyncSession, PreparedView, Session
+from contextwarden.snapshots import MemorySnapshotStore
 
 from .conftest import BACKENDS, Backend, FakeClock
 

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from compaction._helpers import make_text, tool_round
-from contextkeeper.compaction.config import CompactionConfig
-from contextkeeper.compaction.summarizer import SummaryRequest
-from contextkeeper.exceptions import MessageError, UsageError
-from contextkeeper.messages import Message, TextPart, ToolCall
-from contextkeeper.session import Session
+from contextwarden.compaction.config import CompactionConfig
+from contextwarden.compaction.summarizer import SummaryRequest
+from contextwarden.exceptions import MessageError, UsageError
+from contextwarden.messages import Message, TextPart, ToolCall
+from contextwarden.session import Session
 
 from .conftest import Backend
 

@@ -9,27 +9,27 @@ from pathlib import Path
 import anyio
 import pytest
 
-from contextkeeper.exceptions import ConfigError, SchemaError, StoreError, StoreUnavailable
-from contextkeeper.messages import Message
-from contextkeeper.stores import AsyncSqliteStore, SqliteStore, open_async_store, open_store
-from contextkeeper.stores.sqlite import sqlite_path_from_url
+from contextwarden.exceptions import ConfigError, SchemaError, StoreError, StoreUnavailable
+from contextwarden.messages import Message
+from contextwarden.stores import AsyncSqliteStore, SqliteStore, open_async_store, open_store
+from contextwarden.stores.sqlite import sqlite_path_from_url
 
 
 def test_wal_busy_timeout_and_migrations_table(tmp_path: Path) -> None:
-    path = tmp_path / "ck.db"
+    path = tmp_path / "cw.db"
     with SqliteStore.connect(path, busy_timeout=2.5) as store:
         store.create_session("s")
         assert store._conn.execute("PRAGMA busy_timeout").fetchone() == (2500,)
     raw = sqlite3.connect(path)
     assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-    assert [row[0] for row in raw.execute("SELECT version FROM ck_migrations")] == [1]
+    assert [row[0] for row in raw.execute("SELECT version FROM cw_migrations")] == [1]
     tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {"ck_sessions", "ck_messages", "ck_state", "ck_snapshots", "ck_audit", "ck_locks"} <= tables
+    assert {"cw_sessions", "cw_messages", "cw_state", "cw_snapshots", "cw_audit", "cw_locks"} <= tables
     raw.close()
 
 
 def test_sessions_survive_reopening(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'ck.db'}"
+    url = f"sqlite:///{tmp_path / 'cw.db'}"
     messages = [Message.user(f"m{i}") for i in range(5)]
     with open_store(url) as store:
         store.create_session("s")
@@ -41,15 +41,15 @@ def test_sessions_survive_reopening(tmp_path: Path) -> None:
 
 
 def test_a_given_connection_stays_open(tmp_path: Path) -> None:
-    conn = sqlite3.connect(tmp_path / "ck.db", check_same_thread=False)
+    conn = sqlite3.connect(tmp_path / "cw.db", check_same_thread=False)
     with SqliteStore(conn) as store:
         store.create_session("s")
-    assert conn.execute("SELECT count(*) FROM ck_sessions").fetchone() == (1,)
+    assert conn.execute("SELECT count(*) FROM cw_sessions").fetchone() == (1,)
     conn.close()
 
 
 def test_a_closed_store_refuses_work(tmp_path: Path) -> None:
-    store = SqliteStore.connect(tmp_path / "ck.db")
+    store = SqliteStore.connect(tmp_path / "cw.db")
     store.close()
     with pytest.raises(StoreError, match="closed"):
         store.create_session("s")
@@ -57,7 +57,7 @@ def test_a_closed_store_refuses_work(tmp_path: Path) -> None:
 
 @pytest.fixture
 def filled(tmp_path: Path) -> Path:
-    path = tmp_path / "ck.db"
+    path = tmp_path / "cw.db"
     with SqliteStore.connect(path) as store:
         store.create_session("victim/1")
         store.append_messages("victim/1", [Message.user(f"m{i}", message_id=f"m{i}") for i in range(3)])
@@ -73,7 +73,7 @@ def _corrupt(path: Path, sql: str) -> None:
 
 
 def test_a_corrupted_message_row_names_the_session_and_the_fix(filled: Path) -> None:
-    _corrupt(filled, 'UPDATE ck_messages SET body = \'{"role": "user", "parts": [\' WHERE seq = 1')
+    _corrupt(filled, 'UPDATE cw_messages SET body = \'{"role": "user", "parts": [\' WHERE seq = 1')
     with SqliteStore.connect(filled) as store, pytest.raises(SchemaError) as info:
         store.load_messages("victim/1")
     assert info.value.session_id == "victim/1"
@@ -81,7 +81,7 @@ def test_a_corrupted_message_row_names_the_session_and_the_fix(filled: Path) -> 
 
 
 def test_a_message_of_unknown_shape_is_a_schema_error(filled: Path) -> None:
-    _corrupt(filled, 'UPDATE ck_messages SET body = \'{"role": "robot", "parts": []}\' WHERE seq = 2')
+    _corrupt(filled, 'UPDATE cw_messages SET body = \'{"role": "robot", "parts": []}\' WHERE seq = 2')
     with SqliteStore.connect(filled) as store:
         assert len(store.load_messages("victim/1", limit=2)) == 2
         with pytest.raises(SchemaError, match="position 2"):
@@ -89,15 +89,15 @@ def test_a_message_of_unknown_shape_is_a_schema_error(filled: Path) -> None:
 
 
 def test_invalid_utf8_in_a_row_is_a_schema_error(filled: Path) -> None:
-    _corrupt(filled, "UPDATE ck_messages SET body = CAST(X'FFFE7B7D' AS TEXT) WHERE seq = 0")
+    _corrupt(filled, "UPDATE cw_messages SET body = CAST(X'FFFE7B7D' AS TEXT) WHERE seq = 0")
     with SqliteStore.connect(filled) as store, pytest.raises(SchemaError, match="position 0") as info:
         store.load_messages("victim/1")
     assert info.value.session_id == "victim/1"
 
 
 def test_corrupted_state_and_metadata(filled: Path) -> None:
-    _corrupt(filled, "UPDATE ck_state SET body = 'nope'")
-    _corrupt(filled, "UPDATE ck_sessions SET metadata = '[1]'")
+    _corrupt(filled, "UPDATE cw_state SET body = 'nope'")
+    _corrupt(filled, "UPDATE cw_sessions SET metadata = '[1]'")
     with SqliteStore.connect(filled) as store:
         with pytest.raises(SchemaError, match="state 'view' is corrupted"):
             store.load_state("victim/1")
@@ -106,7 +106,7 @@ def test_corrupted_state_and_metadata(filled: Path) -> None:
 
 
 def test_a_session_in_a_newer_format_is_refused(filled: Path) -> None:
-    _corrupt(filled, "UPDATE ck_sessions SET format = 9")
+    _corrupt(filled, "UPDATE cw_sessions SET format = 9")
     with SqliteStore.connect(filled) as store:
         for call in (
             lambda: store.get_session("victim/1"),
@@ -116,16 +116,16 @@ def test_a_session_in_a_newer_format_is_refused(filled: Path) -> None:
             with pytest.raises(SchemaError, match="format 9") as info:
                 call()
             assert info.value.session_id == "victim/1"
-            assert "upgrade contextkeeper" in str(info.value)
-        assert store._conn.execute("SELECT count(*) FROM ck_messages").fetchone() == (3,)
+            assert "upgrade contextwarden" in str(info.value)
+        assert store._conn.execute("SELECT count(*) FROM cw_messages").fetchone() == (3,)
 
 
 def test_a_database_from_a_newer_release_is_refused(filled: Path) -> None:
-    _corrupt(filled, "INSERT INTO ck_migrations (version, applied_at) VALUES (42, 0)")
+    _corrupt(filled, "INSERT INTO cw_migrations (version, applied_at) VALUES (42, 0)")
     with SqliteStore.connect(filled) as store, pytest.raises(SchemaError, match="schema version 42") as info:
         store.count_messages("victim/1")
     assert str(filled) in str(info.value)
-    assert "upgrade contextkeeper" in str(info.value)
+    assert "upgrade contextwarden" in str(info.value)
 
 
 def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
@@ -136,7 +136,7 @@ def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
 
 
 def test_a_writer_stuck_behind_another_process_gets_store_unavailable(tmp_path: Path) -> None:
-    path = tmp_path / "ck.db"
+    path = tmp_path / "cw.db"
     with SqliteStore.connect(path) as store:
         store.create_session("s")
     blocker = sqlite3.connect(path, isolation_level=None)
@@ -152,7 +152,7 @@ def test_a_writer_stuck_behind_another_process_gets_store_unavailable(tmp_path: 
 
 
 def test_threads_share_one_store(tmp_path: Path) -> None:
-    with SqliteStore.connect(tmp_path / "ck.db") as store:
+    with SqliteStore.connect(tmp_path / "cw.db") as store:
         store.create_session("s")
 
         def work(worker: int) -> None:
@@ -170,17 +170,17 @@ def test_threads_share_one_store(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("url", "path", "options"),
     [
-        ("sqlite:///ck.db", "ck.db", {}),
-        ("sqlite:////var/lib/ck.db", "/var/lib/ck.db", {}),
+        ("sqlite:///cw.db", "cw.db", {}),
+        ("sqlite:////var/lib/cw.db", "/var/lib/cw.db", {}),
         ("sqlite:///:memory:", ":memory:", {}),
-        ("sqlite:///data/ck.db?busy_timeout=10", "data/ck.db", {"busy_timeout": "10"}),
+        ("sqlite:///data/cw.db?busy_timeout=10", "data/cw.db", {"busy_timeout": "10"}),
     ],
 )
 def test_sqlite_urls(url: str, path: str, options: dict[str, str]) -> None:
     assert sqlite_path_from_url(url) == (path, options)
 
 
-@pytest.mark.parametrize("url", ["sqlite://ck.db", "sqlite:///", "sqlite:///ck.db?journal=off"])
+@pytest.mark.parametrize("url", ["sqlite://cw.db", "sqlite:///", "sqlite:///cw.db?journal=off"])
 def test_bad_sqlite_urls(url: str) -> None:
     with pytest.raises(ConfigError):
         open_store(url).close()
@@ -194,7 +194,7 @@ def test_in_memory_sqlite_url_works() -> None:
 
 @pytest.mark.anyio
 async def test_async_store_from_url(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'ck.db'}?busy_timeout=1"
+    url = f"sqlite:///{tmp_path / 'cw.db'}?busy_timeout=1"
     async with AsyncSqliteStore.from_url(url) as store:
         await store.create_session("s")
         assert await store.append_messages("s", [Message.user("hi", message_id="a")]) == 1
@@ -209,7 +209,7 @@ async def test_async_store_from_url(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_an_async_write_behind_another_process_waits_without_holding_the_event_loop(tmp_path: Path) -> None:
-    path = tmp_path / "ck.db"
+    path = tmp_path / "cw.db"
     async with AsyncSqliteStore.from_url(f"sqlite:///{path}") as store:
         await store.create_session("s")
         assert await store.append_messages("s", [Message.user("first", message_id="a")]) == 1
@@ -243,7 +243,7 @@ async def test_an_async_write_behind_another_process_waits_without_holding_the_e
 @pytest.mark.anyio
 @pytest.mark.parametrize("inline", [True, False])
 async def test_async_calls_from_many_tasks_interleave_safely(tmp_path: Path, inline: bool) -> None:
-    async with AsyncSqliteStore.connect(tmp_path / "ck.db", inline=inline) as store:
+    async with AsyncSqliteStore.connect(tmp_path / "cw.db", inline=inline) as store:
         await store.create_session("s")
 
         async def work(worker: int) -> None:
@@ -260,7 +260,7 @@ async def test_async_calls_from_many_tasks_interleave_safely(tmp_path: Path, inl
 @pytest.mark.anyio
 async def test_inline_writes_leave_the_lock_wait_off_and_every_other_call_waits_again(tmp_path: Path) -> None:
     # the pragma is sent only when the wait changes: not around every inline write
-    async with AsyncSqliteStore.connect(tmp_path / "ck.db", busy_timeout=2.5) as store:
+    async with AsyncSqliteStore.connect(tmp_path / "cw.db", busy_timeout=2.5) as store:
         await store.create_session("s")
         conn = store._sync._conn
         for number in range(3):

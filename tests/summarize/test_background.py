@@ -7,18 +7,18 @@ from dataclasses import replace
 
 import pytest
 
-from contextkeeper.exceptions import SummaryRejected
-from contextkeeper.llm import AsyncFunctionModel, FunctionModel, RecordedRequest
-from contextkeeper.messages import Message
-from contextkeeper.session import AsyncSession, Session
-from contextkeeper.summarize import (
+from contextwarden.exceptions import SummaryRejected
+from contextwarden.llm import AsyncFunctionModel, FunctionModel, RecordedRequest
+from contextwarden.messages import Message
+from contextwarden.session import AsyncSession, Session
+from contextwarden.summarize import (
     AsyncBackgroundSummarizer,
     AsyncLLMSummarizer,
     BackgroundSummarizer,
     ExtractiveSummarizer,
     LLMSummarizer,
 )
-from contextkeeper.tokens import get_counter
+from contextwarden.tokens import get_counter
 
 from ._histories import coding_session, request, support_history
 from .test_llm import faithful
@@ -173,7 +173,7 @@ async def test_async_twin_answers_at_once_and_merges_later() -> None:
 def test_a_degraded_request_queues_no_model_job() -> None:
     from dataclasses import dataclass
 
-    from contextkeeper.compaction.summarizer import SummaryRequest
+    from contextwarden.compaction.summarizer import SummaryRequest
 
     @dataclass(frozen=True, kw_only=True)
     class DegradedRequest(SummaryRequest):

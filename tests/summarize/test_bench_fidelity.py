@@ -1,4 +1,4 @@
-"""The fidelity benchmark (contextkeeper.benchmarks.fidelity) on a small synthetic probe file."""
+"""The fidelity benchmark (contextwarden.benchmarks.fidelity) on a small synthetic probe file."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from contextkeeper.adapters import from_messages
-from contextkeeper.benchmarks.fidelity import evicted_part, main, run_fidelity
-from contextkeeper.messages import Message
+from contextwarden.adapters import from_messages
+from contextwarden.benchmarks.fidelity import evicted_part, main, run_fidelity
+from contextwarden.messages import Message
 
 from ._histories import coding_session, support_history
 

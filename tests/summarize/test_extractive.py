@@ -5,10 +5,10 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from contextkeeper.compaction.summarizer import check_summary
-from contextkeeper.messages import Message
-from contextkeeper.session import AsyncSession, Session
-from contextkeeper.summarize import (
+from contextwarden.compaction.summarizer import check_summary
+from contextwarden.messages import Message
+from contextwarden.session import AsyncSession, Session
+from contextwarden.summarize import (
     AsyncExtractiveSummarizer,
     ExtractiveSummarizer,
     condense,
@@ -16,8 +16,8 @@ from contextkeeper.summarize import (
     fit_summary,
     message_identifiers,
 )
-from contextkeeper.summarize._sections import parse_summary
-from contextkeeper.tokens import get_counter
+from contextwarden.summarize._sections import parse_summary
+from contextwarden.tokens import get_counter
 
 from ._histories import call, coding_session, request, support_history
 
@@ -158,7 +158,7 @@ def test_sessions_use_it_as_the_summary_layer() -> None:
     session.add(msgs)
     view = session.prepare(format="internal")
     assert view.status.compactions.get("summarize") == 1
-    context = next(m for m in view.view if m.extra.get("contextkeeper") == "context")
+    context = next(m for m in view.view if m.extra.get("contextwarden") == "context")
     assert "Summary of messages" in context.text
     summary = session.engine.summary
     assert summary is not None and facts["error"] in summary

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from contextkeeper.messages import Message
-from contextkeeper.summarize import ExtractiveSummarizer, fidelity_report, open_items
-from contextkeeper.tokens import get_counter
+from contextwarden.messages import Message
+from contextwarden.summarize import ExtractiveSummarizer, fidelity_report, open_items
+from contextwarden.tokens import get_counter
 
 from ._histories import call, request, support_history
 

@@ -8,9 +8,9 @@ from typing import Any, Literal
 
 import pytest
 
-from contextkeeper.compaction.summarizer import SummaryRequest
-from contextkeeper.exceptions import ConfigError, SummaryRejected
-from contextkeeper.llm import (
+from contextwarden.compaction.summarizer import SummaryRequest
+from contextwarden.exceptions import ConfigError, SummaryRejected
+from contextwarden.llm import (
     AsyncFunctionModel,
     AsyncOpenAIChatModel,
     AsyncTestModel,
@@ -19,12 +19,12 @@ from contextkeeper.llm import (
     RecordedRequest,
     TestModel,
 )
-from contextkeeper.messages import Message
-from contextkeeper.session import Session
-from contextkeeper.summarize import AsyncLLMSummarizer, ExtractiveSummarizer, LLMSummarizer, SummaryResult
-from contextkeeper.summarize._sections import parse_summary
-from contextkeeper.testing import ScriptedError, ScriptedOpenAIServer, ScriptedReply
-from contextkeeper.tokens import get_counter
+from contextwarden.messages import Message
+from contextwarden.session import Session
+from contextwarden.summarize import AsyncLLMSummarizer, ExtractiveSummarizer, LLMSummarizer, SummaryResult
+from contextwarden.summarize._sections import parse_summary
+from contextwarden.testing import ScriptedError, ScriptedOpenAIServer, ScriptedReply
+from contextwarden.tokens import get_counter
 
 from ._histories import coding_session, request, support_history
 

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from contextkeeper.testing import ScriptedDisconnect, ScriptedError, ScriptedOpenAIServer, ScriptedReply, ScriptedStream
+from contextwarden.testing import ScriptedDisconnect, ScriptedError, ScriptedOpenAIServer, ScriptedReply, ScriptedStream
 
 
 def _post(server: ScriptedOpenAIServer, body: dict[str, Any], path: str = "/v1/chat/completions") -> httpx.Response:

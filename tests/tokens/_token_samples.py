@@ -6,7 +6,7 @@ import json
 import random
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[2] / "src" / "contextkeeper"
+SRC = Path(__file__).resolve().parents[2] / "src" / "contextwarden"
 
 PROSE = [
     "The migration finished late on Thursday evening, and for a while everything looked fine. Then the "

@@ -13,10 +13,10 @@ import pytest
 import tiktoken
 from hypothesis import given, settings, strategies as st
 
-from contextkeeper.exceptions import ConfigError
-from contextkeeper.tokens import get_counter, tiktoken as tiktoken_module
-from contextkeeper.tokens.bpe_engine import ENGINE_NAME, engine_for
-from contextkeeper.tokens.tiktoken import _CL100K_PAT, _R50K_PAT, TiktokenCounter, load_encoding
+from contextwarden.exceptions import ConfigError
+from contextwarden.tokens import get_counter, tiktoken as tiktoken_module
+from contextwarden.tokens.bpe_engine import ENGINE_NAME, engine_for
+from contextwarden.tokens.tiktoken import _CL100K_PAT, _R50K_PAT, TiktokenCounter, load_encoding
 
 # pieces that decide where the split patterns cut: every kind of whitespace and line break,
 # contractions in both cases, letters with marks, digits in runs, CJK, emoji with modifiers,

@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from contextkeeper.exceptions import ConfigError, UsageError
-from contextkeeper.tokens import Calibration
+from contextwarden.exceptions import ConfigError, UsageError
+from contextwarden.tokens import Calibration
 
 
 def test_starts_neutral():

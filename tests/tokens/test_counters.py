@@ -10,9 +10,9 @@ import pytest
 from _token_samples import ZH, samples
 from hypothesis import given, strategies as st
 
-from contextkeeper.exceptions import ConfigError, MessageError
-from contextkeeper.tokens import HeuristicCounter, TokenCounter, counter_for_model, get_counter
-from contextkeeper.tokens.tiktoken import TiktokenCounter, encoding_available, load_encoding
+from contextwarden.exceptions import ConfigError, MessageError
+from contextwarden.tokens import HeuristicCounter, TokenCounter, counter_for_model, get_counter
+from contextwarden.tokens.tiktoken import TiktokenCounter, encoding_available, load_encoding
 
 tiktoken = pytest.importorskip("tiktoken")
 CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
@@ -110,13 +110,13 @@ def test_encoding_in_cache_dir_under_tiktoken_name_is_used(tmp_path):
 def test_an_encoding_tiktoken_already_built_is_shared_not_built_twice(tmp_path, monkeypatch):
     from tiktoken import registry
 
-    import contextkeeper.tokens.tiktoken as ck_tiktoken
+    import contextwarden.tokens.tiktoken as cw_tiktoken
 
     # tiktoken builds cl100k_base from its cache (the bundled file under tiktoken's cache name)
     shutil.copyfile(bundled_cl100k_file(), tmp_path / hashlib.sha1(CL100K_URL.encode()).hexdigest())
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(registry, "ENCODINGS", {})
-    monkeypatch.setattr(ck_tiktoken, "_loaded", {})
+    monkeypatch.setattr(cw_tiktoken, "_loaded", {})
     theirs = tiktoken.get_encoding("cl100k_base")
     ours = load_encoding("cl100k_base", cache_dir=tmp_path / "empty")
     assert ours is theirs
@@ -127,12 +127,12 @@ def test_an_encoding_tiktoken_already_built_is_shared_not_built_twice(tmp_path, 
 def test_an_encoding_registered_under_the_name_with_another_definition_is_not_shared(monkeypatch):
     from tiktoken import registry
 
-    import contextkeeper.tokens.tiktoken as ck_tiktoken
+    import contextwarden.tokens.tiktoken as cw_tiktoken
 
     ranks = {bytes([b]): b for b in range(256)}
     other = tiktoken.Encoding(name="cl100k_base", pat_str=r"\S+|\s+", mergeable_ranks=ranks, special_tokens={})
     monkeypatch.setattr(registry, "ENCODINGS", {"cl100k_base": other})
-    monkeypatch.setattr(ck_tiktoken, "_loaded", {})
+    monkeypatch.setattr(cw_tiktoken, "_loaded", {})
     enc = load_encoding("cl100k_base")
     assert enc is not other
     assert len(enc.encode_ordinary("hello world")) == 2  # the real cl100k_base, not one byte a token
@@ -141,13 +141,13 @@ def test_an_encoding_registered_under_the_name_with_another_definition_is_not_sh
 def test_an_object_registered_under_the_name_that_is_not_a_tiktoken_encoding_is_not_shared(monkeypatch):
     from tiktoken import registry
 
-    import contextkeeper.tokens.tiktoken as ck_tiktoken
+    import contextwarden.tokens.tiktoken as cw_tiktoken
 
     class NamedOnly:
         name = "cl100k_base"
 
     monkeypatch.setattr(registry, "ENCODINGS", {"cl100k_base": NamedOnly()})
-    monkeypatch.setattr(ck_tiktoken, "_loaded", {})
+    monkeypatch.setattr(cw_tiktoken, "_loaded", {})
     assert len(load_encoding("cl100k_base").encode_ordinary("hello world")) == 2
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from contextkeeper import Message, TextPart
-from contextkeeper.exceptions import MessageError
-from contextkeeper.session import Session
-from contextkeeper.tokens import TokenAccountant, get_counter
-from contextkeeper.tokens.lines import LineCounts
-from contextkeeper.tokens.tiktoken import _R50K_PAT, TiktokenCounter
+from contextwarden import Message, TextPart
+from contextwarden.exceptions import MessageError
+from contextwarden.session import Session
+from contextwarden.tokens import TokenAccountant, get_counter
+from contextwarden.tokens.lines import LineCounts
+from contextwarden.tokens.tiktoken import _R50K_PAT, TiktokenCounter
 
 tiktoken = pytest.importorskip("tiktoken")
 

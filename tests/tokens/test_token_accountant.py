@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from contextkeeper.exceptions import ConfigError, MessageError
-from contextkeeper.messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
-from contextkeeper.tokens import (
+from contextwarden.exceptions import ConfigError, MessageError
+from contextwarden.messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
+from contextwarden.tokens import (
     ANTHROPIC_FRAMING,
     GEMINI_FRAMING,
     OPENAI_FRAMING,

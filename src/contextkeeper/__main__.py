@@ -1,8 +1,0 @@
-"""``python -m contextkeeper`` runs the command line."""
-
-from __future__ import annotations
-
-from .cli import main
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,77 @@
+"""``contextwarden bench proxy``: the proxy's added latency, throughput and a bounded soak (see
+`contextwarden.service.bench`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from ._common import CLIError, err, out
+from .bench import JsonPath
+
+__all__ = ["bench_proxy_command"]
+
+
+def bench_proxy_command(
+    stores: Annotated[str, typer.Option(help="Comma list of stores to measure: sqlite, redis.")] = "sqlite,redis",
+    redis_url: Annotated[str, typer.Option(help="Redis server for the redis store (a key prefix of its own).")] = (
+        "redis://127.0.0.1:6379/0"
+    ),
+    sessions: Annotated[int, typer.Option(min=1, help="Concurrent conversations.")] = 50,
+    max_messages: Annotated[int, typer.Option(min=4, help="Messages a conversation's history grows to.")] = 200,
+    turns: Annotated[int, typer.Option(min=2, help="Turns per conversation after it joins with its history.")] = 6,
+    think_ms: Annotated[float, typer.Option(min=0, help="Pause between turns in the latency phase (ms).")] = 1000.0,
+    soak: Annotated[int, typer.Option(min=0, help="Proxied requests of the memory soak (0: none).")] = 5_000,
+    runs: Annotated[int, typer.Option(min=1, help="Repetitions (the table shows the range).")] = 3,
+    json_out: JsonPath = None,
+) -> None:
+    """Latency the proxy adds over a direct call, requests/s and a soak, on each store."""
+    try:
+        from ..service.bench import ProxyBenchConfig, run_proxy_bench
+    except ImportError as exc:
+        raise CLIError(
+            f"bench proxy needs the service extra ({exc.name} is missing): pip install 'contextwarden[service]'."
+        ) from None
+    chosen = [s.strip() for s in stores.split(",") if s.strip()]
+    unknown = sorted(set(chosen) - {"sqlite", "redis"})
+    if unknown or not chosen:
+        raise typer.BadParameter(f"{stores!r}: choose from sqlite, redis", param_hint="--stores")
+    config = ProxyBenchConfig(
+        stores=chosen,
+        redis_url=redis_url,
+        sessions=sessions,
+        max_messages=max_messages,
+        turns=turns,
+        think_ms=think_ms,
+        soak=soak,
+        runs=runs,
+    )
+    result = run_proxy_bench(config, progress=lambda line: err.print(line))
+    table = Table(title=f"proxy: {sessions} sessions, histories up to {max_messages} messages, {runs} runs")
+    for column in ("store", "added p50 ms", "added p99 ms", "requests/s", "errors", "soak RSS growth MB"):
+        table.add_column(column)
+    for store, summary in result["stores"].items():
+        ranges = summary["ranges"]
+        growth = [r["soak"].get("rss_growth_mb") for r in result["runs"][store]]
+        table.add_row(
+            store,
+            "{:.2f} ({:.2f}-{:.2f})".format(summary["added_ms_p50"], *ranges["added_ms_p50"]),
+            "{:.2f} ({:.2f}-{:.2f})".format(summary["added_ms_p99"], *ranges["added_ms_p99"]),
+            "{:.0f} ({:.0f}-{:.0f})".format(summary["requests_per_s"], *ranges["requests_per_s"]),
+            str(summary["errors"]),
+            ", ".join(str(g) for g in growth),
+        )
+    out.print(table)
+    cpu = (
+        "{} {:.2f}-{:.2f}".format(store, *summary["ranges"]["proxy_cpu_ms_per_request"])
+        for store, summary in result["stores"].items()
+    )
+    out.print(f"proxy CPU per request, ms: {', '.join(cpu)}")
+    loads = [r["load_average_1m"] for runs in result["runs"].values() for r in runs]
+    out.print(f"load average (1 min) at the start of each store's run: {min(loads):.2f} to {max(loads):.2f}")
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(result, indent=2) + "\n")

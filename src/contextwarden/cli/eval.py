@@ -1,0 +1,121 @@
+"""``contextwarden eval FILE``: fidelity of compaction on a transcript, by deterministic probes and an LLM judge."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from ..health import HealthMonitor, ProcessHealth, probe_fidelity
+from ..replay import split_turns
+from ._common import build_session, err, get_settings, load_transcript, out, plain, print_json
+from .transcript import FormatOpt, ModelOpt, WindowOpt, summarizer_for
+
+__all__ = ["eval_command"]
+
+_KIND_NAMES = {"identifier": "identifiers", "constraint": "user constraints", "decision": "decisions",
+               "open-item": "open items"}  # fmt: skip
+
+
+def eval_command(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="Transcript: JSON list, JSONL, or a request body.", show_default=False)],
+    budget: Annotated[
+        int | None, typer.Option("--budget", "-b", min=1, help="Token budget of the view (default: the model's).")
+    ] = None,
+    model: ModelOpt = None,
+    window: WindowOpt = None,
+    format: FormatOpt = "auto",
+    judge: Annotated[
+        str | None,
+        typer.Option("--judge", help="Also ask this model (OpenAI-compatible) to judge answers before/after."),
+    ] = None,
+    base_url: Annotated[
+        str, typer.Option("--base-url", help="The judge's API root (ending in /v1).")
+    ] = "https://api.openai.com/v1",
+    api_key_env: Annotated[
+        str, typer.Option("--api-key-env", help="Environment variable holding the judge's API key.")
+    ] = "OPENAI_API_KEY",
+    questions: Annotated[
+        list[str] | None, typer.Option("--question", "-q", help="A question for the judge (repeat); default: asked.")
+    ] = None,
+    n_questions: Annotated[int, typer.Option(min=1, help="Questions the judge model writes when none are given.")] = 8,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Replay a transcript turn by turn, then report what compaction kept.
+
+    Deterministic probes: identifiers the user gave or the agent came back to, user constraints,
+    decisions and open items of the transcript, looked up in the final view; and the same probes
+    on each compaction's input against its output (the health monitor's score). With --judge, an
+    LLM answers the same questions from the transcript and from the view, and judges whether the
+    answers agree.
+    """
+    settings = get_settings(ctx)
+    loaded = load_transcript(file, format=format)
+    summarizer, note = summarizer_for(settings)
+    session = build_session(
+        settings, model=model, window=window, budget=budget, tools=loaded.tools, summarizer=summarizer
+    )
+    monitor = HealthMonitor(session, process=ProcessHealth())
+    scores: list[float] = []
+    for chunk in split_turns(loaded.messages):
+        if chunk:
+            session.add(chunk)
+        session.prepare(format="internal")
+        latest = monitor.samples[-1] if monitor.samples else None
+        if latest is not None and latest.fidelity is not None:
+            scores.append(latest.fidelity)
+    view = session.prepare(format="internal").view
+    report = probe_fidelity(loaded.messages, view)
+    result: dict[str, Any] = {
+        "file": str(file),
+        "messages": len(loaded.messages),
+        "view_messages": len(view),
+        "budget": session.budget.effective,
+        "summarizer": note,
+        "probes": report.to_dict(),
+        "compactions": {
+            "count": len(scores),
+            "mean_fidelity": round(sum(scores) / len(scores), 4) if scores else None,
+            "min_fidelity": round(min(scores), 4) if scores else None,
+        },
+        "alerts": dict(monitor.alert_counts),
+    }
+    if judge is not None:
+        from ..health.judge import judge_fidelity
+        from ..llm.openai import OpenAIChatModel
+
+        key = os.environ.get(api_key_env)
+        with OpenAIChatModel(judge, base_url=base_url, api_key=key) as llm, err.status("asking the judge…"):
+            verdicts = judge_fidelity(llm, loaded.messages, view, questions=questions or (), n_questions=n_questions)
+        result["judge"] = {"model": judge, **verdicts.to_dict()}
+    if json_out:
+        print_json(result)
+        return
+    table = Table(title=f"{plain(file.name)}: {len(loaded.messages)} messages → view of {len(view)} "
+                        f"(budget {session.budget.effective:,}; {plain(note)})")  # fmt: skip
+    for col in ("check", "kept", "total", "score"):
+        table.add_column(col, justify="left" if col == "check" else "right")
+    for kind, (kept, total) in report.by_kind().items():
+        table.add_row(f"probes: {_KIND_NAMES.get(kind, kind)}", str(kept), str(total), f"{kept / total:.2f}")
+    table.add_row("[b]probes: all[/b]", str(len(report.probes) - len(report.lost)), str(len(report.probes)),
+                  f"[b]{report.score:.2f}[/b]")  # fmt: skip
+    comp = result["compactions"]
+    if comp["count"]:
+        table.add_row("each compaction (mean / min)", "", str(comp["count"]),
+                      f"{comp['mean_fidelity']:.2f} / {comp['min_fidelity']:.2f}")  # fmt: skip
+    if "judge" in result:
+        j = result["judge"]
+        table.add_row(f"LLM judge ({plain(judge or '')})", str(j["agree"]), str(j["questions"]), f"{j['fidelity']:.2f}")
+    out.print(table)
+    if report.lost:
+        lost = "; ".join(f"{p.kind}: {p.text[:80]}" for p in report.lost[:10])
+        err.print(f"lost ({len(report.lost)}): {plain(lost)}", soft_wrap=True)
+    if result["alerts"]:
+        err.print(f"health alerts: {plain(json.dumps(result['alerts']))}")
+    if judge is not None and result["judge"]["unparsed"]:
+        err.print(f"the judge answered {result['judge']['unparsed']} verdict(s) out of format (counted as disagreeing)")

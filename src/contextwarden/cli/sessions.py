@@ -1,0 +1,308 @@
+"""``contextwarden sessions list|show|export|import|delete`` and ``contextwarden inspect SESSION``."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from .._store_url import check_store_url, sqlite_file
+from ..exceptions import SessionNotFound
+from ..settings import Settings
+from ..stores import SessionInfo, SessionStore, open_store
+from ._common import CLIError, atomic_write, build_session, err, get_settings, out, plain, print_json
+
+__all__ = ["STATUS_SLOT", "inspect_command", "open_cli_store", "sessions_app"]
+
+STATUS_SLOT = "status"
+"""State slot where the CLI (the demo) saves a session's final view status, ledger and summary."""
+
+sessions_app = typer.Typer(help="List, show, export, import and delete stored sessions.", no_args_is_help=True)
+
+StoreOpt = Annotated[
+    str | None,
+    typer.Option("--store", "-s", help="Session store URL (default: \\[store] url, else SQLite in the user dir)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+@contextlib.contextmanager
+def open_cli_store(settings: Settings) -> Iterator[SessionStore]:
+    """Open the store of the settings (creating the directory of a SQLite file, the user dir by default).
+
+    Raises:
+        ConfigError: the URL is invalid (checked before anything is created or connected).
+    """
+    url = settings.store_url
+    check_store_url(url)
+    database = sqlite_file(url)
+    if database is not None:  # the directory of the database file (the user dir by default)
+        database.parent.mkdir(parents=True, exist_ok=True)
+    store = open_store(url)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _settings(ctx: typer.Context, store: str | None) -> Settings:
+    return get_settings(ctx, store={"url": store} if store else None)
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _get(store: SessionStore, session_id: str) -> SessionInfo:
+    try:
+        return store.get_session(session_id)
+    except SessionNotFound:
+        raise CLIError(
+            f"no session {session_id!r} in the store; list them with `contextwarden sessions list`."
+        ) from None
+
+
+@sessions_app.command("list")
+def list_command(
+    ctx: typer.Context,
+    store: StoreOpt = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's sessions.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many sessions.")] = 100,
+    all_: Annotated[bool, typer.Option("--all", help="Include archived sessions.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """List sessions (ordered by id)."""
+    settings = _settings(ctx, store)
+    rows: list[SessionInfo] = []
+    with open_cli_store(settings) as st:
+        cursor: str | None = None
+        while len(rows) < limit:
+            page, cursor = st.list_sessions(
+                tenant=tenant, limit=min(100, limit - len(rows)), cursor=cursor, include_archived=all_
+            )
+            rows.extend(page)
+            if cursor is None:
+                break
+    if json_out:
+        print_json({"store": settings.store_url, "sessions": [r.to_dict() for r in rows]})
+        return
+    table = Table(title=f"{len(rows)} session(s) in {plain(settings.store_url)}")
+    for col in ("session", "tenant", "model", "window", "messages", "last active", "archived"):
+        table.add_column(col, justify="right" if col in ("window", "messages") else "left")
+    for r in rows:
+        table.add_row(
+            Text(r.session_id),
+            Text(r.tenant),
+            Text(r.model or "-"),
+            f"{r.window:,}" if r.window else "-",
+            f"{r.message_count:,}",
+            _when(r.last_active),
+            "yes" if r.archived else "",
+        )
+    out.print(table)
+
+
+@sessions_app.command("show")
+def show_command(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(help="Session id.")],
+    store: StoreOpt = None,
+    tail: Annotated[int, typer.Option(min=0, help="Show the last N messages.")] = 10,
+    json_out: JsonOpt = False,
+) -> None:
+    """Metadata, counts and the last messages of a session."""
+    settings = _settings(ctx, store)
+    with open_cli_store(settings) as st:
+        info = _get(st, session_id)
+        total = st.count_messages(session_id)
+        last = st.load_messages(session_id, start=max(0, total - tail)) if tail else []
+        snapshots = st.list_snapshots(session_id)
+    if json_out:
+        print_json(
+            {
+                "session": info.to_dict(),
+                "messages": total,
+                "snapshots": len(snapshots),
+                "tail": [m.to_dict() for m in last],
+            }
+        )
+        return
+    out.print(
+        Panel.fit(
+            Text(
+                f"tenant {info.tenant} · model {info.model or '-'} · window {info.window or '-'}\n"
+                f"created {_when(info.created_at)} · last active {_when(info.last_active)}"
+                f"{' · archived ' + _when(info.archived_at) if info.archived else ''}\n"
+                f"{total:,} messages · {len(snapshots):,} snapshots · metadata {dict(info.metadata) or '-'}"
+            ),
+            title=plain(info.session_id),
+        )
+    )
+    if last:
+        table = Table(title=f"last {len(last)} message(s)")
+        for col in ("#", "role", "id", "text"):
+            table.add_column(col)
+        for i, m in enumerate(last, total - len(last)):
+            calls = ", ".join(c.name for c in m.tool_calls)
+            text = " ".join(m.text.split())[:100] or (f"→ {calls}" if calls else "")
+            table.add_row(str(i), m.role, Text(m.message_id), Text(text))
+        out.print(table)
+
+
+@sessions_app.command("export")
+def export_command(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(help="Session id.")],
+    store: StoreOpt = None,
+    out_path: Annotated[Path | None, typer.Option("--out", "-o", help="Write here (default: stdout).")] = None,
+) -> None:
+    """Export a session as JSONL (transcript, state, snapshots, audit) for `sessions import`."""
+    settings = _settings(ctx, store)
+    with open_cli_store(settings) as st:
+        _get(st, session_id)
+        lines = list(st.export_session(session_id))
+    text = "".join(lines)
+    if out_path is None:
+        typer.echo(text, nl=False)
+    else:
+        atomic_write(out_path, text)
+        err.print(f"exported {plain(session_id)} ({len(lines)} lines) to {plain(str(out_path))}")
+
+
+@sessions_app.command("import")
+def import_command(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="A `sessions export` file ('-' for stdin).")],
+    store: StoreOpt = None,
+    session_id: Annotated[
+        str | None, typer.Option("--id", help="Import under this id (default: the exported id).")
+    ] = None,
+) -> None:
+    """Import a session exported with `sessions export`."""
+    settings = _settings(ctx, store)
+    if str(file) == "-":
+        lines: list[str] = sys.stdin.readlines()
+    else:
+        if not file.is_file():
+            raise CLIError(f"{file}: no such file; check the path.", exit_code=2)
+        try:
+            lines = file.read_text(encoding="utf-8").splitlines(keepends=True)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CLIError(f"{file}: cannot read the file ({exc}).") from None
+    with open_cli_store(settings) as st:
+        info = st.import_session(lines, session_id=session_id)
+    err.print(f"imported {plain(info.session_id)} ({info.message_count:,} messages) into {plain(settings.store_url)}")
+
+
+@sessions_app.command("delete")
+def delete_command(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(help="Session id.")],
+    store: StoreOpt = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a session and everything stored under it."""
+    settings = _settings(ctx, store)
+    with open_cli_store(settings) as st:
+        info = _get(st, session_id)
+        if not yes and not typer.confirm(
+            f"delete session {session_id} ({info.message_count:,} messages) from {settings.store_url}?"
+        ):
+            raise CLIError("not deleted.")
+        st.delete_session(session_id)
+    err.print(f"deleted {plain(session_id)}")
+
+
+def inspect_command(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(help="Session id.")],
+    store: StoreOpt = None,
+    ledger_tokens: Annotated[int, typer.Option(min=0, help="Show at most this many tokens of the ledger.")] = 600,
+    json_out: JsonOpt = False,
+) -> None:
+    """Status, ledger, summary, snapshots and compaction history of a stored session.
+
+    The session is resumed from the store (transcript and saved view state; nothing is written);
+    the status the demo saves at its end is shown beside it.
+    """
+    settings = _settings(ctx, store)
+    with open_cli_store(settings) as st:
+        info = _get(st, session_id)
+        snapshots = st.list_snapshots(session_id)
+        audit = st.read_audit(session_id)
+        saved, version = st.load_state(session_id, slot=STATUS_SLOT)
+        # A session built on the store resumes it: the transcript and the saved view state are loaded,
+        # nothing is written (status() does not prepare a view).
+        with err.status(f"loading {session_id}…") if not json_out else contextlib.nullcontext():
+            session = build_session(settings, session_id=session_id, model=info.model, window=info.window, store=st)
+        status = session.status()
+        messages = session.transcript
+    ledger_text = session.ledger.render(max_tokens=ledger_tokens, count=session.accountant.count_text)
+    kinds = Counter(str(e.get("kind")) for e in audit)
+    layers = Counter(
+        str(e.get("layer")) for e in audit if e.get("kind") == "compaction.finished" and int(e.get("items") or 0) > 0
+    )
+    result: dict[str, Any] = {
+        "session": info.to_dict(),
+        "messages": len(messages),
+        "view": {
+            "used": status.used,
+            "budget": status.budget,
+            "ratio": status.ratio,
+            "state": status.state,
+            "breakdown": status.breakdown,
+            "view_messages": status.view_messages,
+            "compactions": status.compactions,
+        },
+        "saved_status": saved.get("status") if saved else None,
+        "saved_version": version,
+        "summary": (saved or {}).get("summary") or session.engine.summary,
+        "ledger": ledger_text,
+        "snapshots": {"count": len(snapshots), "ids": snapshots[:20]},
+        "audit": {"events": len(audit), "by_kind": dict(kinds), "compactions_by_layer": dict(layers)},
+    }
+    if json_out:
+        print_json(result)
+        return
+    r = result["view"]
+    out.print(
+        Panel.fit(
+            Text(
+                f"model {info.model or '-'} · window {info.window or '-'} · {len(messages):,} messages in the "
+                f"transcript\nview now: {r['used']:,} / {r['budget']:,} tokens ({r['ratio']:.1%}, {r['state']}), "
+                f"{r['view_messages']} messages; breakdown {r['breakdown']}"
+            ),
+            title=f"inspect {plain(session_id)}",
+        )
+    )
+    if saved and saved.get("status"):
+        s = saved["status"]
+        out.print(
+            Text(
+                f"saved status (v{version}): {s.get('used', 0):,} / {s.get('budget', 0):,} tokens, state "
+                f"{s.get('state')}, compactions {s.get('compactions')}"
+            )
+        )
+    table = Table(title=f"audit log: {len(audit)} events")
+    table.add_column("kind")
+    table.add_column("count", justify="right")
+    for kind, n in kinds.most_common():
+        table.add_row(Text(kind), str(n))
+    for layer, n in layers.most_common():
+        table.add_row(f"  compactions: {layer}", str(n))
+    out.print(table)
+    out.print(Text(f"snapshots: {len(snapshots):,}" + (f" (first: {', '.join(snapshots[:3])})" if snapshots else "")))
+    # model-written text: shown as is (a "[/x]" in a summary must not be read as markup)
+    out.print(Panel(Text(result["summary"] or "(no summary: the summary layer has not run)"), title="summary"))
+    out.print(Panel(Text(ledger_text or "(empty: nothing has left the view)"), title="progress ledger"))

@@ -1,0 +1,169 @@
+"""`ViewStatus`: the accounting of one prepared view (tokens used, state, breakdown, counters), and
+`StatusReading`: what it is computed from, read when the view is served."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..budget import Budget, PressureState
+from .pressure import PressureInputs, PressureMode, pressure_state
+
+if TYPE_CHECKING:
+    from ..memory.status import RecallStatus
+
+__all__ = ["StatusReading", "ViewStatus"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ViewStatus:
+    """Accounting of one prepared view.
+
+    ``used`` and ``budget`` are in the provider's tokens: the counter's count times the applied
+    calibration (``calibration``, 1.0 until enough usage was reported); ``used_raw`` is the
+    counter's own count and ``breakdown`` is in the counter's tokens too.
+    """
+
+    used: int
+    budget: int
+    ratio: float
+    state: str
+    layer: str | None
+    """The last layer that ran in this prepare (None: the view only appended)."""
+    breakdown: dict[str, int]
+    """Tokens by component: system, context (summary + ledger), history, tool_results."""
+    turn: int
+    compactions: dict[str, int]
+    """Layer runs so far in this session."""
+    transcript_messages: int
+    view_messages: int
+    breaker: str
+    subscriber_errors: int = 0
+    hook_errors: int = 0
+    used_raw: int = 0
+    """The view's tokens as the counter counts them (before calibration)."""
+    calibration: float = 1.0
+    """The calibration factor applied to the counts (provider tokens per counted token)."""
+    window: int = 0
+    """The context window the budget uses: the configured one, or the smaller one the server serves."""
+    served_window: int | None = None
+    """The window a context-length error reported, when the session adopted it (smaller than configured)."""
+    degraded: str | None = None
+    """Why the session's store does not have this view: ``store-unavailable`` (compacted in memory, saved
+    when the store is back) or ``store-lost`` (see `Session.restore_to_store`); None when it has it."""
+    memory: RecallStatus | None = None
+    """What long-term memory added to the view (`contextwarden.recall`); None when the session has no memory."""
+
+
+class StatusReading:
+    """What the engine read of a view when it served it; `status` computes the `ViewStatus` from it.
+
+    Reading is a few attribute loads. Computing the status (calibration, the pressure state, the
+    breakdown) costs more than the rest of a turn that only appended, and most agent loops never
+    look at it on such a turn, so a prepared view computes it when its status is first read.
+    The reading holds values, not the engine: the status is the one of the turn it was read on.
+    """
+
+    __slots__ = (
+        "_status",
+        "behind",
+        "breaker",
+        "budget",
+        "compactions",
+        "context",
+        "floor",
+        "growth",
+        "high_water",
+        "hook_errors",
+        "layer",
+        "mode",
+        "served_window",
+        "subscriber_errors",
+        "system",
+        "tool_results",
+        "transcript_messages",
+        "turn",
+        "used",
+        "view_messages",
+    )
+
+    def __init__(
+        self,
+        *,
+        budget: Budget,
+        used: int,
+        layer: str | None,
+        system: int,
+        context: int,
+        tool_results: int,
+        turn: int,
+        compactions: dict[str, int],
+        transcript_messages: int,
+        view_messages: int,
+        breaker: str,
+        subscriber_errors: int,
+        hook_errors: int,
+        served_window: int | None,
+        high_water: float,
+        growth: float,
+        floor: int,
+        behind: bool,
+        mode: PressureMode,
+    ) -> None:
+        self.budget, self.used, self.layer = budget, used, layer
+        self.system, self.context, self.tool_results = system, context, tool_results
+        self.turn, self.compactions = turn, compactions
+        self.transcript_messages, self.view_messages = transcript_messages, view_messages
+        self.breaker, self.subscriber_errors, self.hook_errors = breaker, subscriber_errors, hook_errors
+        self.served_window = served_window
+        self.high_water, self.growth, self.floor, self.behind, self.mode = high_water, growth, floor, behind, mode
+        self._status: ViewStatus | None = None
+
+    def report_subscriber_errors(self, errors: int) -> None:
+        """Count ``errors`` subscriber failures, those of the status event sent for this view."""
+        self.subscriber_errors = errors
+        self._status = None
+
+    def state(self) -> PressureState:
+        """The pressure state of the view (see `contextwarden.compaction.pressure`)."""
+        budget = self.budget
+        inputs = PressureInputs(
+            used=self.used,
+            effective=budget.effective,
+            high_water=self.high_water,
+            growth=self.growth,
+            floor=self.floor,
+            behind=self.behind,
+        )
+        return pressure_state(inputs, mode=self.mode, thresholds=budget.thresholds)
+
+    def status(self) -> ViewStatus:
+        """The view's `ViewStatus` (computed once)."""
+        if self._status is None:
+            budget, used = self.budget, self.used
+            effective = budget.effective
+            self._status = ViewStatus(
+                used=budget.calibrated(used),
+                used_raw=used,
+                budget=budget.calibrated_effective,
+                calibration=budget.scale,
+                window=budget.window,
+                served_window=self.served_window,
+                ratio=round(used / effective, 4) if effective else 0.0,
+                state=self.state(),
+                layer=self.layer,
+                breakdown={
+                    "system": self.system,
+                    "context": self.context,
+                    "history": used - self.system - self.context - self.tool_results,
+                    "tool_results": self.tool_results,
+                },
+                turn=self.turn,
+                compactions=dict(self.compactions),  # the caller's copy: the engine's own stays unchanged
+                transcript_messages=self.transcript_messages,
+                view_messages=self.view_messages,
+                breaker=self.breaker,
+                subscriber_errors=self.subscriber_errors,
+                hook_errors=self.hook_errors,
+            )
+        return self._status
