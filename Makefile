@@ -4,14 +4,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck unit bench-trim bench-probes bench clean
+.PHONY: demo test lint typecheck unit docs bench-trim bench-probes bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
 $(STAMP): $(PY) pyproject.toml
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,docs]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -26,6 +26,10 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(PY) -m pytest -q
+
+# The documentation site (mkdocs.yml, docs/) into site/; warnings fail the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 test: lint typecheck unit
 
