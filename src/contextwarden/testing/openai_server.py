@@ -18,7 +18,9 @@ answering), or a function of the request body returning one of those.
 ``POST /v1/embeddings`` answers with one vector per input (OpenAI's format): by default a
 deterministic hashed vector of ``embedding_dim`` floats, or whatever the ``embed`` function
 returns for the inputs (vectors, or a `ScriptedError` to fail).
-``GET /v1/models`` lists the server's model. It exists so that agents and the library's own
+``GET /v1/models`` lists the server's model. ``routes`` adds endpoints of other servers
+(llama.cpp's ``GET /props``, Ollama's ``POST /api/show``, ...), each answered with a fixed JSON
+payload or a function of the request body. The server exists so that agents and the library's own
 tests can exercise real HTTP (retries, timeouts, streaming) without a model or a network.
 
 With ``n_ctx`` the server also has a context window: it counts each request's prompt
@@ -51,6 +53,7 @@ __all__ = [
     "ScriptedOpenAIServer",
     "ScriptedReply",
     "ScriptedStream",
+    "ServerRoute",
     "ServerScriptItem",
     "hashed_embedding",
 ]
@@ -171,6 +174,10 @@ ServerScriptItem = (
 """One entry of the server's script; a function gets the request's JSON body."""
 
 
+ServerRoute = Mapping[str, Any] | Sequence[Any] | ScriptedError | Callable[[Any], "Mapping[str, Any] | ScriptedError"]
+"""The answer of an extra route: a JSON payload (HTTP 200), an error, or a function of the request body."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ReceivedRequest:
     """A request the server received."""
@@ -281,9 +288,23 @@ class _Handler(BaseHTTPRequestHandler):
         self._write(b"0\r\n\r\n")
 
     # --- routes --------------------------------------------------------------------------
+    def _route(self, method: str, body: Any) -> bool:
+        """Answer from the server's extra ``routes``; False when none matches."""
+        route = self.server.owner.routes.get(f"{method} {self.path.rstrip('/')}")
+        if route is None:
+            return False
+        answer = route(body) if callable(route) else route
+        if isinstance(answer, ScriptedError):
+            self._error("openai", answer, stream=False)
+        else:
+            self._send_json(200, answer)
+        return True
+
     def do_GET(self) -> None:
         self.server.record(ReceivedRequest(method="GET", path=self.path, headers=self._headers(), body=None))
         try:
+            if self._route("GET", None):
+                return
             if self.path.rstrip("/") in ("/v1/models", "/models"):
                 model = {"id": self.server.model, "object": "model", "created": 0, "owned_by": "contextwarden"}
                 self._send_json(200, {"object": "list", "data": [model]})
@@ -303,6 +324,10 @@ class _Handler(BaseHTTPRequestHandler):
             body = None
         api = _api(self.path)
         try:
+            if self.server.owner.routes.get(f"POST {self.path.rstrip('/')}") is not None:
+                self.server.record(ReceivedRequest(method="POST", path=self.path, headers=self._headers(), body=body))
+                self._route("POST", body)
+                return
             if api is None and self.path.rstrip("/") in ("/v1/embeddings", "/embeddings"):
                 self.server.record(ReceivedRequest(method="POST", path=self.path, headers=self._headers(), body=body))
                 self._embeddings(body)
@@ -675,6 +700,9 @@ class ScriptedOpenAIServer:
         embed: Answers ``POST /v1/embeddings``: the inputs in, one vector per input (or a
             `ScriptedError`) out; default: `hashed_embedding` of ``embedding_dim`` floats.
         embedding_dim: The length of the default vectors.
+        routes: Extra endpoints, keyed ``"GET /props"`` or ``"POST /api/show"`` (the path without a
+            trailing slash), each answered with a JSON payload, a `ScriptedError`, or a function of
+            the request's JSON body returning either.
     """
 
     def __init__(
@@ -691,8 +719,10 @@ class ScriptedOpenAIServer:
         overflow_stream: Literal["error", "empty"] = "error",
         embed: Callable[[list[str]], Sequence[Sequence[float]] | ScriptedError] | None = None,
         embedding_dim: int = 8,
+        routes: Mapping[str, ServerRoute] | None = None,
     ) -> None:
         self.model = model
+        self.routes: dict[str, ServerRoute] = dict(routes or {})
         self.embedding_dim = embedding_dim
         self._embed = embed
         self.default = default
@@ -725,7 +755,7 @@ class ScriptedOpenAIServer:
         messages, None in the completion)..."), except on a streamed request: that one gets HTTP
         200 and an empty event stream. Streams carry no usage, even when asked for.
         """
-        return cls(
+        server = cls(
             script,
             n_ctx=n_ctx,
             count_tokens=count_tokens,
@@ -733,6 +763,26 @@ class ScriptedOpenAIServer:
             overflow_stream="empty",
             **kwargs,
         )
+        # its extras: a token count, and a plain completion that refuses an over-long prompt
+        server.routes.setdefault("POST /extras/tokenize/count", server._count_text)
+        server.routes.setdefault("POST /v1/completions", server._completion)
+        return server
+
+    def _count_text(self, body: Any) -> Mapping[str, Any] | ScriptedError:
+        text = body.get("input") if isinstance(body, Mapping) else None
+        if not isinstance(text, str):
+            return ScriptedError(status=422, message="input: field required", type="invalid_request_error")
+        return {"count": self.prompt_tokens({"messages": [{"role": "user", "content": text}]})}
+
+    def _completion(self, body: Any) -> Mapping[str, Any] | ScriptedError:
+        prompt = body.get("prompt") if isinstance(body, Mapping) else None
+        if not isinstance(prompt, str):
+            return ScriptedError(status=422, message="prompt: field required", type="invalid_request_error")
+        as_chat = {"messages": [{"role": "user", "content": prompt}], "max_tokens": body.get("max_tokens")}
+        overflow = self._overflow(as_chat)
+        if overflow is not None:
+            return overflow
+        return {"object": "text_completion", "choices": [{"index": 0, "text": "ok", "finish_reason": "stop"}]}
 
     def embed(self, inputs: list[str]) -> Sequence[Sequence[float]] | ScriptedError:
         """The server's answer to an embeddings request for ``inputs``."""
