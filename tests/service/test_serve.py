@@ -69,3 +69,26 @@ def test_hash_key_prints_the_sha256_for_the_config() -> None:
         [sys.executable, "-m", "contextwarden", "serve", "--hash-key", "sk-test"], capture_output=True, check=True
     )
     assert out.stdout.decode().strip() == hashlib.sha256(b"sk-test").hexdigest()
+
+
+def test_serve_prints_the_dashboard_url_and_the_window_the_upstream_serves(tmp_path: Path) -> None:
+    props = {"default_generation_settings": {"n_ctx": 8192}, "model_path": "/m/small.gguf", "total_slots": 1}
+    with ScriptedOpenAIServer(default="ok", model=MODEL, routes={"GET /props": props}) as upstream:
+        env = {**os.environ, "CONTEXTWARDEN_HOME": str(tmp_path / "home")}
+        argv = [sys.executable, "-m", "contextwarden", "serve", "--port", "0", "--upstream", upstream.base_url]
+        process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            assert process.stdout is not None
+            window = process.stdout.readline().decode()
+            banner = process.stdout.readline().decode()
+            assert window.startswith("contextwarden: window 8,192 tokens, as llama.cpp serves it (GET /props)")
+            url = banner.split("dashboard ", 1)[1].split()[0]
+            assert url.startswith("http://127.0.0.1:") and not url.startswith("http://127.0.0.1:0/")
+            assert f"clients use {url}v1" in banner
+            wait_ready(url.rstrip("/"), process, tmp_path / "none.log")
+            assert httpx.get(url, timeout=5).status_code == 200
+        finally:
+            process.terminate()
+            process.wait(timeout=15)
+            assert process.stdout is not None
+            process.stdout.close()

@@ -21,6 +21,7 @@ from .bench import bench_app
 from .bench_proxy import bench_proxy_command
 from .config import config_app
 from .demo import demo_command
+from .doctor import doctor_command
 from .eval import eval_command
 from .replay import replay_command
 from .serve import serve_command
@@ -179,6 +180,7 @@ app.add_typer(sessions_app, name="sessions")
 app.add_typer(config_app, name="config")
 app.add_typer(bench_app, name="bench")
 app.command("serve")(serve_command)
+app.command("doctor")(doctor_command)
 bench_app.command("proxy")(bench_proxy_command)
 
 

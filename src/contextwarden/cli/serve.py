@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
+import socket
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from ..exceptions import ContextWardenError
+from ..llm.served_window import probe
+from ..settings import Settings
 from ._common import CLIError, get_settings, state
 
 __all__ = ["serve_command"]
@@ -29,6 +33,14 @@ def serve_command(
         str | None, typer.Option("--hash-key", help="Print the SHA-256 of an API key for `[service] api_keys`, exit.")
     ] = None,
     log_level: Annotated[str, typer.Option(help="Log level: debug, info, warning, error.")] = "info",
+    detect_window: Annotated[
+        bool,
+        typer.Option(
+            "--detect-window/--no-detect-window",
+            help="Ask the upstream for the window it serves (llama.cpp /props, vLLM /v1/models, Ollama /api/show) "
+            "when none is configured.",
+        ),
+    ] = True,
 ) -> None:
     """Run the OpenAI-compatible proxy: sessions API, SSE events, /metrics and the dashboard at /."""
     try:
@@ -36,6 +48,7 @@ def serve_command(
 
         from ..service import create_app
         from ..service.auth import hash_key as digest
+        from ..service.upstream import redact_url
     except ImportError as exc:
         raise CLIError(
             f"`contextwarden serve` needs the service extra ({exc.name} is missing); install it with "
@@ -63,12 +76,57 @@ def serve_command(
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise CLIError(f"--log-level {log_level!r}: use debug, info, warning or error.", exit_code=2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if detect_window and settings.window_for(settings.model) is None:
+        detected = served_window_flags(settings)
+        if detected:
+            flags = {**flags, **detected}
+            settings = get_settings(ctx, **flags)
     app = create_app(settings)
-    uvicorn.run(
-        app,
-        host=settings.service.host,
-        port=settings.service.port,
-        log_level=log_level.lower(),
-        access_log=False,
-        timeout_graceful_shutdown=5,
-    )
+    listener = _listen(settings.service.host, settings.service.port)
+    base = _url(settings.service.host, listener.getsockname()[1])
+    upstream_shown = redact_url(settings.service.upstream_url)
+    typer.echo(f"contextwarden: dashboard {base}/  ·  clients use {base}/v1  ·  upstream {upstream_shown}")
+    server = uvicorn.Config(app, log_level=log_level.lower(), access_log=False, timeout_graceful_shutdown=5)
+    uvicorn.Server(server).run(sockets=[listener])
+
+
+def served_window_flags(settings: Settings) -> dict[str, object]:
+    """Settings flags for the window the upstream says it serves (none when it does not say).
+
+    A single-model server (llama.cpp, llama-cpp-python) serves its window whatever model a client
+    names, so it becomes the window of every session; a server of several models (vLLM, Ollama)
+    gives the window of the model it was asked about.
+    """
+    try:
+        served = probe(settings.service.upstream_url, model=settings.model, timeout=5.0, overflow_probe=False)
+    except ContextWardenError as exc:
+        typer.echo(f"contextwarden: the upstream's window is unknown ({exc}); the model registry applies")
+        return {}
+    if served.window is None:
+        return {}
+    typer.echo(f"contextwarden: window {served.window:,} tokens, as {served.server} serves it ({served.source})")
+    if served.server in ("llama.cpp", "llama-cpp-python") or served.model is None:
+        return {"agent_context": {"max_context_tokens": served.window}}
+    models = {name: override.model_dump(exclude_none=True) for name, override in settings.models.items()}
+    models[served.model] = {**models.get(served.model, {}), "context_length": served.window}
+    return {"models": models}
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound now so that the printed URL has the real port (also for port 0)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as exc:
+        listener.close()
+        raise CLIError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another with --port.") from None
+    listener.listen(2048)
+    listener.set_inheritable(True)
+    return listener
+
+
+def _url(host: str, port: int) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else "[::1]" if host == "::" else host
+    return f"http://[{shown}]:{port}" if ":" in shown and not shown.startswith("[") else f"http://{shown}:{port}"
