@@ -22,8 +22,9 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Literal
 
 from .events import Alert, EventBus
-from .exceptions import SessionLost, SessionNotFound, SnapshotError, StoreError, StoreUnavailable
+from .exceptions import SessionLost, SessionNotFound, SnapshotError, StoreError, StoreUnavailable, VersionConflict
 from .messages import Message
+from .timeline import STATUS_SLOT
 
 __all__ = ["AsyncStoreLink", "StoreLink", "StoreProblem"]
 
@@ -243,6 +244,31 @@ class StoreLink(_Link):
         with self._calls():
             self.store.count_messages(self.session_id, tenant=self.tenant)
 
+    def load_status(self) -> tuple[dict[str, Any] | None, int]:
+        """The saved figures and timeline (`contextwarden.timeline.STATUS_SLOT`) and their version."""
+        try:
+            return self.store.load_state(self.session_id, slot=STATUS_SLOT, tenant=self.tenant)  # type: ignore[no-any-return]
+        except StoreError:
+            return None, 0
+
+    def save_status(self, record: Mapping[str, Any], *, version: int) -> int:
+        """Save the figures and timeline; the new version (``version`` unchanged when the store refused).
+
+        A display record: another writer's newer record is overwritten (it holds the same session's
+        figures), and a store failure leaves it for the next save.
+        """
+        for _ in range(2):
+            try:
+                saved: int = self.store.save_state(
+                    self.session_id, record, expected_version=version, slot=STATUS_SLOT, tenant=self.tenant
+                )
+                return saved
+            except VersionConflict as exc:
+                version = exc.actual
+            except StoreError:
+                break
+        return version
+
     def restore(self, transcript: Sequence[Message], *, model: str | None, window: int) -> None:
         """Create the session again and write ``transcript`` (messages the store has are skipped)."""
         self.store.create_session(self.session_id, tenant=self.tenant, model=model, window=window)
@@ -314,6 +340,25 @@ class AsyncStoreLink(_Link):
     async def probe(self) -> None:
         async with self._calls():
             await self.store.count_messages(self.session_id, tenant=self.tenant)
+
+    async def load_status(self) -> tuple[dict[str, Any] | None, int]:
+        try:
+            return await self.store.load_state(self.session_id, slot=STATUS_SLOT, tenant=self.tenant)  # type: ignore[no-any-return]
+        except StoreError:
+            return None, 0
+
+    async def save_status(self, record: Mapping[str, Any], *, version: int) -> int:
+        for _ in range(2):
+            try:
+                saved: int = await self.store.save_state(
+                    self.session_id, record, expected_version=version, slot=STATUS_SLOT, tenant=self.tenant
+                )
+                return saved
+            except VersionConflict as exc:
+                version = exc.actual
+            except StoreError:
+                break
+        return version
 
     async def restore(self, transcript: Sequence[Message], *, model: str | None, window: int) -> None:
         await self.store.create_session(self.session_id, tenant=self.tenant, model=model, window=window)

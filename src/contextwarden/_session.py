@@ -36,11 +36,13 @@ from .exceptions import (
     SnapshotError,
     UsageError,
 )
+from .figures import measure
 from .ledger import Ledger, StepStatus
 from .messages import Message, ToolCall
 from .models import lookup_model
 from .notes import NOTES_TOOL, Notes
 from .snapshots import READ_CONTEXT_TOOL, FileSnapshotStore, MemorySnapshotStore, SnapshotStore, read_context
+from .timeline import Timeline
 from .tokens import TokenCounter, counter_for_model, get_counter
 from .tokens.accountant import OPENAI_FRAMING, Framing, TokenAccountant
 from .usage import RequestUsage, SessionUsage
@@ -120,11 +122,25 @@ def _weak_budget(method: Callable[[], Budget]) -> Callable[[], Budget]:
     return budget
 
 
+def _weak_sink(method: Callable[[Mapping[str, Any]], None]) -> Callable[[Mapping[str, Any]], None]:
+    """The session's timeline sink, held weakly by its event bus (see `_weak_budget`)."""
+    ref = weakref.WeakMethod(method)
+
+    def sink(record: Mapping[str, Any]) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(record)
+
+    return sink
+
+
 def _positive_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 _SAVE_ATTEMPTS = 3
+STATUS_EVERY = 10
+"""A session with a store saves its figures and timeline at least every this many turns (and after compactions)."""
 """Compactions of one prepare that may lose a compare-and-set (a holder whose lock lease ran out)."""
 
 
@@ -258,6 +274,12 @@ class _BaseSession:
         self.model = model
         self.usage = SessionUsage()
         """Tokens the provider reported over this session's `complete()` calls."""
+        self.timeline = Timeline()
+        """Status points, compactions and alerts of this session, bounded (`contextwarden.timeline`)."""
+        self._status_version = 0
+        self._status_saved_turn = 0
+        self._status_due = False
+        self.events.sinks.append(_weak_sink(self._on_record))
         self._delegable: list[DelegableTask] = []
 
     def _reset_engine(self) -> None:
@@ -719,10 +741,66 @@ class _BaseSession:
             logger.exception("memory failed for session %s", self.session_id)
         return view, with_memory_status(status, memory, budget=budget)
 
+    def _on_record(self, record: Mapping[str, Any]) -> None:
+        """The timeline's event sink: compactions that changed the view, and alerts."""
+        kind = record.get("kind")
+        turn = self.engine.counters.turn
+        if kind == "compaction.finished" and int(record.get("items") or 0) > 0:
+            budget = self.budget
+            self.timeline.compaction(
+                turn=turn,
+                layer=str(record.get("layer")),
+                trigger=str(record.get("trigger")),
+                before=budget.calibrated(int(record.get("tokens_before") or 0)),
+                after=budget.calibrated(int(record.get("tokens_after") or 0)),
+                items=int(record.get("items") or 0),
+                ts=float(record.get("ts") or 0.0),
+            )
+            self._status_due = True
+        elif kind == "alert":
+            self.timeline.alert(
+                turn=turn,
+                alert=str(record.get("alert")),
+                detail=str(record.get("detail")),
+                ts=float(record.get("ts") or 0.0),
+            )
+            self._status_due = True
+
+    def _load_timeline(self, record: Mapping[str, Any] | None) -> None:
+        if record and isinstance(record.get("timeline"), dict):
+            self.timeline.load(record["timeline"])
+
+    def status_record(self) -> dict[str, Any]:
+        """What the session saves in the store's ``status`` slot: its `figures` and its `timeline`."""
+        from .figures import figures
+
+        usage = self.usage
+        cache = {
+            "requests": usage.requests,
+            "input_tokens": usage.input_tokens,
+            "cache_read_tokens": usage.cache_read_tokens,
+            "reuse": round(usage.cache_read_tokens / usage.input_tokens, 4) if usage.input_tokens else None,
+        }
+        return {"figures": figures(self.status()), "timeline": self.timeline.to_dict(), "cache": cache}
+
+    def _note_point(self, status: ViewStatus | StatusReading) -> None:
+        """A point of the timeline for the served view (cheap: no `ViewStatus` is computed for it)."""
+        if isinstance(status, StatusReading):
+            used_raw, turn = status.used, status.turn
+        else:
+            used_raw, turn = status.used_raw, status.turn
+        used, _, ratio = measure(self.budget, used_raw)
+        self.timeline.point(turn, used, ratio)
+        if turn - self._status_saved_turn >= STATUS_EVERY or self._status_saved_turn > turn:
+            self._status_due = True
+        if self._status_due:
+            self._status_saved_turn = turn
+
     def _finish(self, result: Served, format: OutputFormat | None) -> PreparedView:
         if self.memory is not None and not self._recalled_async:
             result = self._recalled(result)
         view, status = result
+        self._note_point(status)
         if self._store_problem() is not None:
             status = self._with_store(_resolved(status))
         fmt = format or self.format

@@ -98,7 +98,27 @@ class AsyncSession(_BaseSession):
             self.engine.add(stored)
         if state is not None:
             self.engine.import_state(state)
+        record, self._status_version = await self._alink.load_status()
+        self._load_timeline(record)
         self._loaded = True
+
+    async def _served(self, result: Served, format: OutputFormat | None) -> PreparedView:
+        """The prepared view (memories recalled), saving the figures when they are due."""
+        view = self._finish(await self._arecalled(result), format)
+        if self._status_due and self._alink is not None and self._alink.problem is None:
+            await self.save_status()
+        return view
+
+    async def save_status(self) -> None:
+        """Save the current figures and the timeline to the store (slot ``status``), for the CLI and dashboard.
+
+        The session saves them itself after a compaction and every few turns; call this at the end of
+        a run so readers see its last turn. A store failure leaves them for the next save.
+        """
+        if self._alink is None or not self._loaded:
+            return
+        self._status_version = await self._alink.save_status(self.status_record(), version=self._status_version)
+        self._status_due = False
 
     def _persist_messages(self, fresh: Sequence[Message]) -> None:
         if self.store is not None:
@@ -133,11 +153,11 @@ class AsyncSession(_BaseSession):
             await self._resync()
         if link is None or not self.engine.needs_compaction():
             appended = self.engine.prepare_appended()
-            return self._finish(await self._arecalled(appended or await self._drive(self._flow(False))), format)
+            return await self._served(appended or await self._drive(self._flow(False)), format)
         if link.problem is not None:  # the store fails: compact in memory; a later prepare saves it all
             link.unsaved = True
-            return self._finish(await self._arecalled(await self._drive(self._flow(False))), format)
-        return self._finish(await self._arecalled(await self._compact_saved(reactive=False)), format)
+            return await self._served(await self._drive(self._flow(False)), format)
+        return await self._served(await self._compact_saved(reactive=False), format)
 
     async def on_context_overflow(
         self, *, format: OutputFormat | None = None, error: ContextOverflowError | None = None
@@ -150,12 +170,12 @@ class AsyncSession(_BaseSession):
             self._adopt_served_window(error)
         link = self._alink
         if link is None:
-            return self._finish(await self._arecalled(await self._drive(self._flow(True))), format)
+            return await self._served(await self._drive(self._flow(True)), format)
         await self._resync()
         if link.problem is not None:
             link.unsaved = True
-            return self._finish(await self._arecalled(await self._drive(self._flow(True))), format)
-        return self._finish(await self._arecalled(await self._compact_saved(reactive=True)), format)
+            return await self._served(await self._drive(self._flow(True)), format)
+        return await self._served(await self._compact_saved(reactive=True), format)
 
     async def _resync(self) -> None:
         """Write what waits for the store (messages, a view compacted in memory), or note that it still fails."""

@@ -47,6 +47,10 @@ class ContextStatus:
     state: PressureLevel
     compact_layer: str | None = None
     """The layer that last ran in this prepare, or None."""
+    last_layer: str | None = None
+    """The layer that last changed the view in this session (`ViewStatus.last_layer`)."""
+    rule: Literal["band", "ratio"] | None = None
+    """How ``state`` is named (`contextwarden.figures.StateRule`)."""
     turn: int | None = None
     """The turn of a prepared view; None on the status after a single compaction layer."""
     ts: float = field(default_factory=time.time)

@@ -508,16 +508,25 @@ def coerce_memory(memory: SessionMemory | LongTerm | bool | None) -> SessionMemo
 
 def with_memory_status(status: ViewStatus, memory: SessionMemory, *, budget: Budget) -> ViewStatus:
     """``status`` (the pipeline's) with the recalled blocks counted in and the whole budget as the limit."""
+    from .figures import components, measure
+
     tokens = memory.tokens
     used_raw = status.used_raw + tokens
-    effective = budget.effective
+    used, effective, ratio = measure(budget, used_raw)
+    breakdown = {**status.breakdown, "memory": tokens}
+    state = status.state
+    if status.rule is not None and status.rule.mode == "ratio":  # fixed thresholds: the state of the shown ratio
+        state = budget.thresholds.state(used_raw / budget.effective)
     return replace(
         status,
         used_raw=used_raw,
-        used=budget.calibrated(used_raw),
-        budget=budget.calibrated_effective,
-        ratio=round(used_raw / effective, 4) if effective else 0.0,
-        breakdown={**status.breakdown, "memory": tokens},
+        used=used,
+        budget=effective,
+        tool_schemas=budget.calibrated(budget.tool_schemas),
+        ratio=ratio,
+        state=state,
+        breakdown=breakdown,
+        components=components(budget, used, breakdown),
         view_messages=status.view_messages + memory.blocks,
         memory=memory.status(),
     )

@@ -95,6 +95,24 @@ class Session(_BaseSession):
         if state is not None:
             self.engine.import_state(state)
         self.events.sinks.append(self._link.audit)
+        record, self._status_version = self._link.load_status()
+        self._load_timeline(record)
+
+    def _persisted(self, view: PreparedView) -> PreparedView:
+        if self._status_due and self._link is not None and self._link.problem is None:
+            self.save_status()
+        return view
+
+    def save_status(self) -> None:
+        """Save the current figures and the timeline to the store (slot ``status``), for the CLI and dashboard.
+
+        The session saves them itself after a compaction and every few turns; call this at the end of
+        a run so readers see its last turn. A store failure leaves them for the next save.
+        """
+        if self._link is None:
+            return
+        self._status_version = self._link.save_status(self.status_record(), version=self._status_version)
+        self._status_due = False
 
     def _persist_messages(self, fresh: Sequence[Message]) -> None:
         if self._link is not None and fresh:
@@ -113,11 +131,11 @@ class Session(_BaseSession):
             self._resync()
         if link is None or not self.engine.needs_compaction():
             appended = self.engine.prepare_appended()
-            return self._finish(appended or self._drive(self._flow(False)), format)
+            return self._persisted(self._finish(appended or self._drive(self._flow(False)), format))
         if link.problem is not None:  # the store fails: compact in memory; a later prepare saves the view
             link.unsaved = True
-            return self._finish(self._drive(self._flow(False)), format)
-        return self._finish(self._compact_saved(reactive=False), format)
+            return self._persisted(self._finish(self._drive(self._flow(False)), format))
+        return self._persisted(self._finish(self._compact_saved(reactive=False), format))
 
     def _compact_saved(self, *, reactive: bool) -> Served:
         """Compact under the session's lock and save the view state (CAS); in memory while the store fails."""
@@ -223,14 +241,14 @@ class Session(_BaseSession):
             self._adopt_served_window(error)
         link = self._link
         if link is None:
-            return self._finish(self._drive(self._flow(True)), format)
+            return self._persisted(self._finish(self._drive(self._flow(True)), format))
         if link.problem is not None:
             self._resync()
         if link.problem is not None:
             link.unsaved = True
-            return self._finish(self._drive(self._flow(True)), format)
+            return self._persisted(self._finish(self._drive(self._flow(True)), format))
         # saved like any compaction: a restart resumes this view
-        return self._finish(self._compact_saved(reactive=True), format)
+        return self._persisted(self._finish(self._compact_saved(reactive=True), format))
 
     def _drive(self, flow: Generator[SummaryRequest, SummaryReply, Served]) -> Served:
         try:

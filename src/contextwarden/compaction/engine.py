@@ -29,6 +29,7 @@ from typing import Any
 from ..budget import Budget, PressureState
 from ..events import Alert, CompactionFinished, CompactionStarted, ContextStatus, EventBus, Trigger
 from ..exceptions import BudgetExceeded, MessageError
+from ..figures import measure
 from ..ledger import Ledger
 from ..messages import INSTRUCTION_ROLES, Message
 from ..notes import Notes
@@ -307,6 +308,8 @@ class ContextEngine:
             floor=book.room.floor,
             behind=book.room.tight or counters.thrash_streak > 0,
             mode=config.pressure_states,
+            low_water=config.low_water,
+            last_layer=counters.last_layer,
         )
 
     def _pressure(self, *, used: int) -> PressureState:
@@ -324,6 +327,8 @@ class ContextEngine:
             ratio=s.ratio,
             state=state,
             compact_layer=s.layer,
+            last_layer=s.last_layer,
+            rule=s.rule.mode if s.rule is not None else None,
             turn=s.turn,
         )
 
@@ -431,16 +436,17 @@ class ContextEngine:
         after = change.tokens_after
         duration = (time.perf_counter() - started) * 1000
         if self.events.listening:
-            budget = self.budget
-            effective = budget.effective
+            used, effective, ratio = measure(self.budget, after)
             self.events.emit(
                 ContextStatus(
                     session_id=self.session_id,
-                    used=budget.calibrated(after),
-                    budget=budget.calibrated_effective,
-                    ratio=round(after / effective, 4) if effective else 0.0,
+                    used=used,
+                    budget=effective,
+                    ratio=ratio,
                     state=self._pressure(used=after),
                     compact_layer=change.layer,
+                    last_layer=change.layer if change.items else self.counters.last_layer,
+                    rule=self.config.pressure_states,
                 )
             )
         self.events.emit(
@@ -469,6 +475,7 @@ class ContextEngine:
         # a new mapping, not an update in place: readings of earlier turns hold the old one
         compactions = self.counters.compactions
         self.counters.compactions = {**compactions, layer: compactions.get(layer, 0) + 1}
+        self.counters.last_layer = layer
 
     def _budget_error(self, effective: int, *, system: int | None = None, what: str = "") -> BudgetExceeded:
         """The protected part of the view does not fit ``effective``.

@@ -58,6 +58,8 @@ class Counters:
     """Compactions in a row that came within the thrash window of the one before."""
     last_compaction_reply: int | None = None
     """The reply count (`RoundBook.replies`) when the last compaction ran."""
+    last_layer: str | None = None
+    """The layer that last changed the view (`ViewStatus.last_layer`)."""
 
 
 def export_state(book: RoundBook, counters: Counters, calibration: Calibration) -> dict[str, Any]:
@@ -90,6 +92,7 @@ def export_state(book: RoundBook, counters: Counters, calibration: Calibration) 
         "summarized_upto": book.summarized_upto,
         "turn": counters.turn,
         "compactions": dict(counters.compactions),
+        "last_layer": counters.last_layer,
         "deepen": counters.deepen,
         "breaker": {"failures": counters.breaker_failures, "total_failures": counters.breaker_total_failures},
         "calibration": calibration.to_dict(),
@@ -164,6 +167,7 @@ def import_state(
         gate_floor=float(view.get("gate_floor", 0.0)),
         thrash_streak=int(view.get("thrash_streak", 0)),
         last_compaction_reply=int(last) if last is not None else None,
+        last_layer=str(state["last_layer"]) if state.get("last_layer") else None,
     )
     if "calibration" in state:
         calibration = type(calibration).from_dict(state["calibration"])

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..budget import Budget, PressureState
+from ..figures import StateRule, components, measure, state_rule
 from .pressure import PressureInputs, PressureMode, pressure_state
 
 if TYPE_CHECKING:
@@ -21,7 +22,9 @@ class ViewStatus:
 
     ``used`` and ``budget`` are in the provider's tokens: the counter's count times the applied
     calibration (``calibration``, 1.0 until enough usage was reported); ``used_raw`` is the
-    counter's own count and ``breakdown`` is in the counter's tokens too.
+    counter's own count and ``breakdown`` is in the counter's tokens too. Every figure is defined
+    in `contextwarden.figures`; ``components`` is the breakdown in the provider's tokens, adding up
+    to ``used``.
     """
 
     used: int
@@ -53,6 +56,17 @@ class ViewStatus:
     when the store is back) or ``store-lost`` (see `Session.restore_to_store`); None when it has it."""
     memory: RecallStatus | None = None
     """What long-term memory added to the view (`contextwarden.recall`); None when the session has no memory."""
+    reserved_output: int = 0
+    """Tokens kept free for the reply (provider's tokens)."""
+    tool_schemas: int = 0
+    """Tokens of the tool schemas sent with every request (provider's tokens): ``window − reserved_output −
+    tool_schemas`` is ``budget``."""
+    rule: StateRule | None = None
+    """How ``state`` was named, and the marks it uses (`contextwarden.figures.StateRule`)."""
+    last_layer: str | None = None
+    """The compaction layer that last changed the view in this session (``layer`` is this prepare's only)."""
+    components: dict[str, int] | None = None
+    """``breakdown`` in the provider's tokens, adding up to ``used``."""
 
 
 class StatusReading:
@@ -75,7 +89,9 @@ class StatusReading:
         "growth",
         "high_water",
         "hook_errors",
+        "last_layer",
         "layer",
+        "low_water",
         "mode",
         "served_window",
         "subscriber_errors",
@@ -109,6 +125,8 @@ class StatusReading:
         floor: int,
         behind: bool,
         mode: PressureMode,
+        low_water: float = 0.0,
+        last_layer: str | None = None,
     ) -> None:
         self.budget, self.used, self.layer = budget, used, layer
         self.system, self.context, self.tool_results = system, context, tool_results
@@ -117,6 +135,7 @@ class StatusReading:
         self.breaker, self.subscriber_errors, self.hook_errors = breaker, subscriber_errors, hook_errors
         self.served_window = served_window
         self.high_water, self.growth, self.floor, self.behind, self.mode = high_water, growth, floor, behind, mode
+        self.low_water, self.last_layer = low_water, last_layer
         self._status: ViewStatus | None = None
 
     def report_subscriber_errors(self, errors: int) -> None:
@@ -141,23 +160,29 @@ class StatusReading:
         """The view's `ViewStatus` (computed once)."""
         if self._status is None:
             budget, used = self.budget, self.used
-            effective = budget.effective
+            calibrated, effective, ratio = measure(budget, used)
+            breakdown = {
+                "system": self.system,
+                "context": self.context,
+                "history": used - self.system - self.context - self.tool_results,
+                "tool_results": self.tool_results,
+            }
             self._status = ViewStatus(
-                used=budget.calibrated(used),
+                used=calibrated,
                 used_raw=used,
-                budget=budget.calibrated_effective,
+                budget=effective,
                 calibration=budget.scale,
                 window=budget.window,
+                reserved_output=budget.reserved_output,
+                tool_schemas=budget.calibrated(budget.tool_schemas),
                 served_window=self.served_window,
-                ratio=round(used / effective, 4) if effective else 0.0,
+                ratio=ratio,
                 state=self.state(),
+                rule=state_rule(self.mode, budget.thresholds, high_water=self.high_water, low_water=self.low_water),
                 layer=self.layer,
-                breakdown={
-                    "system": self.system,
-                    "context": self.context,
-                    "history": used - self.system - self.context - self.tool_results,
-                    "tool_results": self.tool_results,
-                },
+                last_layer=self.layer or self.last_layer,
+                breakdown=breakdown,
+                components=components(budget, calibrated, breakdown),
                 turn=self.turn,
                 compactions=dict(self.compactions),  # the caller's copy: the engine's own stays unchanged
                 transcript_messages=self.transcript_messages,
