@@ -6,13 +6,13 @@ Every route is the tenant's: a session of another tenant answers 404, exactly li
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..exceptions import SessionNotFound, SnapshotError, UsageError
-from ..session import AsyncSession
+from ..timeline import STATUS_SLOT
+from .describe import describe_live, describe_stored, listed_figures
 from .errors import ServiceError
 from .events import sse_stream
 from .runtime import ServiceState, state_of
@@ -40,24 +40,6 @@ async def _lease(svc: ServiceState, tenant: str, session_id: str) -> Lease:
         raise _not_found(session_id) from None
 
 
-def _describe(session: AsyncSession) -> dict[str, Any]:
-    status = dataclasses.asdict(session.status())
-    engine = session.engine
-    span = engine.summary_span
-    return {
-        "status": status,
-        "ledger": session.ledger.to_dict(),
-        "summary": {"text": engine.summary, "span": list(span) if span else None},
-        "notes": session.notes.to_dict(),
-        "budget": {
-            "window": session.budget.window,
-            "reserved_output": session.budget.reserved_output,
-            "effective": status["budget"],
-            "thresholds": dataclasses.asdict(session.budget.thresholds),
-        },
-    }
-
-
 async def list_sessions(request: Request) -> Response:
     """``GET /v1/sessions``: one page of the tenant's sessions (``limit``, ``cursor``)."""
     svc = state_of(request)
@@ -73,27 +55,36 @@ async def list_sessions(request: Request) -> Response:
     for info in sessions:
         item = info.to_dict()
         loaded = svc.pool.loaded(tenant, info.session_id)
-        if loaded is not None:
-            status = loaded.status()
-            item["status"] = {
-                "used": status.used,
-                "budget": status.budget,
-                "ratio": status.ratio,
-                "state": status.state,
-            }
+        record = None
+        if loaded is None:
+            record, _ = await svc.store.load_state(info.session_id, slot=STATUS_SLOT, tenant=tenant)
+        shown = listed_figures(loaded, record)
+        if shown is not None:
+            item["figures"] = shown
+            item["status"] = {k: shown[k] for k in ("used", "ratio", "state")} | {"budget": shown["effective"]}
         data.append(item)
     return JSONResponse({"object": "list", "data": data, "next_cursor": cursor})
 
 
 async def get_session(request: Request) -> Response:
-    """``GET /v1/sessions/{id}``: metadata, status (breakdown by component), ledger, summary, notes."""
+    """``GET /v1/sessions/{id}``: metadata, figures, timeline, cache reuse, ledger, working set, summary.
+
+    A session this process holds is described live; any other from what the store saved.
+    """
     svc = state_of(request)
     tenant = svc.tenants.tenant(request)
     session_id = request.path_params["session_id"]
-    lease = await _lease(svc, tenant, session_id)
     try:
         info = await svc.store.get_session(session_id, tenant=tenant)
-        return JSONResponse({"session": info.to_dict(), **_describe(lease.session)})
+    except (SessionNotFound, UsageError):
+        raise _not_found(session_id) from None
+    if svc.pool.loaded(tenant, session_id) is None:
+        return JSONResponse(await describe_stored(svc.store, info))
+    lease = await _lease(svc, tenant, session_id)
+    try:
+        described = describe_live(info, lease.session)
+        described["status"] = dataclasses.asdict(lease.session.status())
+        return JSONResponse(described)
     finally:
         svc.pool.release(lease)
 

@@ -47,15 +47,19 @@ def _counter_for(model: str) -> TokenCounter:
     return counter_for_model(model)
 
 
-def session_options(settings: Settings, model: str | None) -> dict[str, Any]:
+def session_options(settings: Settings, model: str | None, *, window: int | None = None) -> dict[str, Any]:
     """Keyword arguments of the `AsyncSession` a request for ``model`` gets, from the settings.
+
+    ``window``: the window the stored session was made with; it wins over the configured and the
+    registry's (the session keeps the budget it was made with, whoever serves it).
 
     Raises:
         UnknownModelError: the model is not in the registry and no window is configured for it.
     """
     from ..models import lookup_model
 
-    window = settings.window_for(model)
+    if window is None:
+        window = settings.window_for(model)
     if window is None:
         window = lookup_model(model or "").context_window
     options: dict[str, Any] = {
@@ -269,12 +273,22 @@ class SessionPool:
             if len(cached.session.engine.transcript) == stored:
                 self._open.move_to_end(key)
                 return cached, True
+        created = False
         if create:
-            info = await self.store.create_session(session_id, tenant=tenant, model=model)
+            try:
+                info = await self.store.get_session(session_id, tenant=tenant)
+            except SessionNotFound:
+                # a request that cannot be served (an unknown model) must not leave a session behind:
+                # the options are checked before the session is created
+                options = session_options(self.settings, model)
+                info = await self.store.create_session(
+                    session_id, tenant=tenant, model=model, window=int(options["window"])
+                )
+                created = True
         else:
             info = await self.store.get_session(session_id, tenant=tenant)
         # new here, or another replica (or a failed request) changed it: read it again from the store
-        options = session_options(self.settings, model or info.model)
+        options = session_options(self.settings, model or info.model, window=info.window)
         store = _CheckedStore(self.store)
         session = await AsyncSession.open(session_id, store=store, tenant=tenant, tools=tools, **options)
         session.subscribe(lambda event: self.on_event(tenant, session_id, event))
