@@ -53,6 +53,7 @@ from .exceptions import (
     UsageError,
     VersionConflict,
 )
+from .instructions import Instruction, UserInstructions
 from .ledger import Ledger, LedgerEntry
 from .messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
 from .models import ModelInfo, list_models, lookup_model, register_model
@@ -110,6 +111,7 @@ __all__ = [
     "Framing",
     "HybridWeights",
     "ImagePart",
+    "Instruction",
     "LLMSummarizer",
     "Ledger",
     "LedgerEntry",
@@ -154,6 +156,7 @@ __all__ = [
     "UnknownModelError",
     "UpstreamError",
     "UsageError",
+    "UserInstructions",
     "VersionConflict",
     "ViewStatus",
     "counter_for_model",

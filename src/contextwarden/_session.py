@@ -37,6 +37,7 @@ from .exceptions import (
     UsageError,
 )
 from .figures import measure
+from .instructions import UserInstructions
 from .ledger import Ledger, StepStatus
 from .messages import Message, ToolCall
 from .models import lookup_model
@@ -521,6 +522,12 @@ class _BaseSession:
     def ledger(self) -> Ledger:
         """The task-progress ledger."""
         return self.engine.ledger
+
+    @property
+    def instructions(self) -> UserInstructions:
+        """The user's own words the view keeps for the whole session (``instructions.current()``: the
+        task, standing rules, corrections, values and decisions in force, oldest first)."""
+        return self.engine.instructions
 
     def status(self) -> ViewStatus:
         """Accounting of the current view (``degraded`` says when the store does not have it yet)."""

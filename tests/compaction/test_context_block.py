@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextwarden.compaction import context_block
 from contextwarden.compaction.base import Room
 from contextwarden.compaction.config import CompactionConfig
+from contextwarden.instructions import HEADER
 from contextwarden.messages import Message
 
 from ._helpers import make_book, make_text, tool_round
@@ -42,16 +43,17 @@ def test_the_block_lists_the_evicted_steps_within_its_room() -> None:
     assert book.evicted_at_render == book.n_evicted
 
 
-def test_sections_come_before_the_ledger_summary_first() -> None:
+def test_sections_come_before_the_ledger_user_words_first_then_summary() -> None:
     book = book_with_evictions()
     book.summary, book.summary_span = "Matched INV-700 to INV-705.", ("m1", "m2")
     book.notes.handle_tool_call({"action": "add", "kind": "decision", "text": "Use the March rates."}, turn=1)
     room = context_block.context_room(book, CONFIG, None)
     parts = context_block.sections(book, room)
-    assert parts[0].startswith("Summary of messages m1..m2:") and "Use the March rates." in parts[1]
+    assert parts[0].startswith(HEADER) and "Reconcile March." in parts[0]
+    assert parts[1].startswith("Summary of messages m1..m2:") and "Use the March rates." in parts[2]
     context_block.render(book, CONFIG)
     text = book.context.text  # type: ignore[union-attr]
-    assert text.index("Summary of messages") < text.index("Use the March rates.")
+    assert text.index(HEADER) < text.index("Summary of messages") < text.index("Use the March rates.")
 
 
 def test_without_room_the_block_falls_back_to_its_header() -> None:

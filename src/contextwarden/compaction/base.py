@@ -72,14 +72,33 @@ class Room:
     """Most tokens the working set may take in the context block (``working_set_share`` of ``ledger_cap``)."""
     work_need: int = 0
     """Tokens the working set needs in the context block (with its header), measured when a compaction starts."""
+    user_cap: int = 0
+    """Most tokens the user's instructions may take in the context block (``instructions_share``)."""
+    user_need: int = 0
+    """Tokens the user's instructions need in the context block, measured when a compaction starts."""
 
     @classmethod
     def of(
-        cls, effective: int, config: CompactionConfig, *, tight: bool = False, floor: int = 0, work_need: int = 0
+        cls,
+        effective: int,
+        config: CompactionConfig,
+        *,
+        tight: bool = False,
+        floor: int = 0,
+        work_need: int = 0,
+        user_need: int = 0,
     ) -> Room:
         """The room of a budget under ``config``."""
         ledger_cap = min(config.ledger_max_tokens, int(config.ledger_share * effective))
         work_cap = int(ledger_cap * config.working_set_share)
+        user_cap = min(config.instructions_max_tokens, int(config.instructions_share * effective))
         return cls(
-            effective=effective, ledger_cap=ledger_cap, tight=tight, floor=floor, work_cap=work_cap, work_need=work_need
+            effective=effective,
+            ledger_cap=ledger_cap,
+            tight=tight,
+            floor=floor,
+            work_cap=work_cap,
+            work_need=work_need,
+            user_cap=user_cap,
+            user_need=min(user_need, user_cap),
         )

@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import Literal
 
 from ..events import EventBus, SnapshotWritten
+from ..instructions import UserInstructions
 from ..keyinfo import is_error_line, key_lines, salient_facts
 from ..ledger import Ledger
 from ..ledger_entries import LedgerEntry, entry_for_round, request_facts
@@ -100,6 +101,8 @@ class RoundBook:
         """Structured notes (decisions, finished subtasks, lessons, open items), shown in the context block."""
         self.working_set = WorkingSet()
         """Files, commands, errors and symbols the agent acted on, ranked; shown in the context block."""
+        self.instructions = UserInstructions()
+        """The user's own words (rules, corrections, values, the task), shown first in the context block."""
         self.summary: str | None = None
         self.summary_span: tuple[str, str] | None = None
         self.summarized_upto = -1
@@ -362,6 +365,12 @@ class RoundBook:
             keep.add(conversation[-1].ordinal)
         return keep
 
+    def read_instructions(self) -> UserInstructions:
+        """The user's instructions, with every round added so far read."""
+        rounds, transcript = self.rounds, self.transcript
+        self.instructions.catch_up(len(rounds), lambda step: transcript[rounds[step].start])
+        return self.instructions
+
     def messages(self, r: BookRound) -> list[Message]:
         """The round's transcript messages."""
         return [self.transcript[i] for i in r.indices]
@@ -386,11 +395,13 @@ class RoundBook:
         room = self.room
         grown = self.n_evicted - self.evicted_at_render
         base = self.context_tokens or 48  # the header of a first block
-        expected = min(max(room.ledger_cap + room.work_need, self.context_tokens), base + 24 * max(0, grown))
+        sections = room.work_need + room.user_need
+        expected = min(max(room.ledger_cap + sections, self.context_tokens), base + 24 * max(0, grown))
         if room.tight:
             expected = max(expected, min(room.ledger_cap, room.effective // 4))
-        # the working set is kept ahead of the newest rounds' bulk: a large recent output shrinks first
-        return max(expected, room.work_need)
+        # the user's words and the working set are kept ahead of the newest rounds' bulk: a large
+        # recent output shrinks first
+        return max(expected, sections)
 
     # --- facts ----------------------------------------------------------------------------
     def message_facts(self, index: int) -> list[str]:

@@ -123,6 +123,7 @@ _INT_FIELDS: dict[str, tuple[int, int]] = {
     "preview_tail_chars": (0, _MAX_INT),
     "ledger_max_tokens": (1, _MAX_INT),
     "ledger_max_entries": (1, _MAX_INT),
+    "instructions_max_tokens": (0, _MAX_INT),
     "summary_max_tokens": (1, _MAX_INT),
     "max_summarizer_failures": (1, _MAX_INT),
     "reactive_keep_rounds": (0, _MAX_INT),
@@ -140,6 +141,7 @@ _FLOAT_FIELDS: dict[str, tuple[float, float, bool, bool]] = {
     "merge_similarity": (0.0, 1.0, True, False),
     "ledger_share": (0.0, 0.9, True, False),
     "working_set_share": (0.0, 1.0, False, False),
+    "instructions_share": (0.0, 0.9, False, False),
     "summary_min_identifiers": (0.0, 1.0, False, False),
     "breaker_cooldown_s": (0.0, 1e12, False, False),
     "reactive_low_water": (0.0, 1.0, True, True),
@@ -294,6 +296,12 @@ class CompactionConfig:
     on) may take; the ledger gets what it leaves. 0 turns the working set off."""
     ledger_max_entries: int = 200
     """Entries kept in the ledger; older ones roll up into counts per status and tool."""
+    instructions_share: float = 0.25
+    """Largest share of the budget the user's instructions may take (the context block's first section,
+    on top of the ledger's room). Users write little: the section is usually far smaller. 0 turns it off."""
+    instructions_max_tokens: int = 3000
+    """Absolute cap on the user's instructions section; past it, requests leave first and every step
+    left out is named (see `contextwarden.instructions`)."""
     summary_max_tokens: int = 1500
     """Largest running summary (summarize layer)."""
     summary_min_identifiers: float = 0.3

@@ -4,6 +4,9 @@ It is rendered only when a compaction runs (so the prefix a provider cached stay
 between compactions) and holds, top to bottom:
 
 * a header naming how to read any step back (``read_context("#<step>")``);
+* the user's own words (`contextwarden.instructions`): the task, standing rules, corrections,
+  named values and decisions, verbatim, for the whole session, with their own room
+  (``instructions_share``; see `instructions_need`). It changes only when the user speaks;
 * the sections of `sections`: the running summary of the evicted span, the agent's notes, the
   working set (files, commands, errors and symbols the agent acted on: it outranks what merely
   appeared in outputs, and the view keeps room for it, see `working_set_need`);
@@ -27,7 +30,15 @@ from ..summarize.extractive import fit_summary
 from .book import RoundBook
 from .config import CompactionConfig
 
-__all__ = ["CONTEXT_HEADER", "context_id", "context_room", "render", "sections", "working_set_need"]
+__all__ = [
+    "CONTEXT_HEADER",
+    "context_id",
+    "context_room",
+    "instructions_need",
+    "render",
+    "sections",
+    "working_set_need",
+]
 
 CONTEXT_HEADER = "[contextwarden] Earlier conversation was compacted"
 SUMMARY_SHARE = 0.4
@@ -51,6 +62,15 @@ def working_set_need(book: RoundBook) -> int:
     return tokens + SECTION_HEADER if text else 0
 
 
+def instructions_need(book: RoundBook) -> int:
+    """Tokens the block needs to show the user's instructions, within their cap (`Room.user_cap`)."""
+    cap = book.room.user_cap
+    if cap <= 0:
+        return 0
+    _, tokens = book.read_instructions().render(max_tokens=cap, count=book.accountant.count_text)
+    return tokens + 1 if tokens else 0
+
+
 def context_room(book: RoundBook, config: CompactionConfig, target: int | None) -> int:
     """Tokens the context block may take now (see the module docstring)."""
     room = book.room
@@ -58,15 +78,16 @@ def context_room(book: RoundBook, config: CompactionConfig, target: int | None) 
     rest = book.rounds_total + book.accountant.framing.reply_priming
     # the working set comes on top of the ledger's share: what the agent acted on must not push
     # out the facts the ledger keeps (user constraints, ids)
-    cap = room.ledger_cap + room.work_need
+    cap = room.ledger_cap + room.work_need + room.user_need
     tokens = max(0, min(cap, effective - rest))
     if target is not None and not room.tight:
         # aim at the low-water mark, but the ledger keeps up to half its share (as far as the
         # rounds that must stay allow): the settle step evicts more rounds for it when its facts
         # need the room (only then: a short ledger renders short)
-        half_share = min(cap, int(effective * config.ledger_share / 2) + room.work_need)
+        half_share = min(cap, int(effective * config.ledger_share / 2) + room.work_need + room.user_need)
         if target < config.low_water * effective - 1:  # a deeper cut (thrashing, reactive) must land
-            half_share = min(half_share, target - room.floor)
+            # ...but not by cutting the user's words: they are few and nothing else stands in for them
+            half_share = min(half_share, max(target - room.floor, room.user_need + SECTION_HEADER))
         tokens = min(tokens, max(target - rest, half_share))
     return tokens
 
@@ -80,6 +101,11 @@ def _counted_sections(book: RoundBook, room: int) -> list[tuple[str, int]]:
     """`sections` with each one's tokens (bare text, as counted when it was fitted)."""
     count_text = book.accountant.count_text
     out: list[tuple[str, int]] = []
+    # the user's words first: what the user asked and ruled outranks everything compaction keeps
+    user = user_section(book, room)
+    if user[0]:
+        out.append(user)
+        room -= user[1]
     if book.summary and book.summary_span:
         a, b = book.summary_span
         limit = max(0, int(room * SUMMARY_SHARE) - SECTION_HEADER)
@@ -99,6 +125,14 @@ def _counted_sections(book: RoundBook, room: int) -> list[tuple[str, int]]:
     return out
 
 
+def user_section(book: RoundBook, room: int) -> tuple[str, int]:
+    """The user's instructions within their cap and ``room`` (with the header's share kept free), and its tokens."""
+    cap = min(book.room.user_cap, room - SECTION_HEADER)
+    if cap <= 0:
+        return "", 0
+    return book.read_instructions().render(max_tokens=cap, count=book.accountant.count_text)
+
+
 def render(book: RoundBook, config: CompactionConfig, *, target: int | None = None) -> None:
     """Render the context block into the room left in the budget (`RoundBook.context`)."""
     book.evicted_at_render = book.n_evicted
@@ -112,6 +146,7 @@ def render(book: RoundBook, config: CompactionConfig, *, target: int | None = No
     head = CONTEXT_HEADER + ('; read_context("#<step>") shows any step in full.' if span else ".")
     counted = _counted_sections(book, room)
     parts = [head, *(text for text, _ in counted)]
+    user = user_section(book, room)
     source_ids = span or ()
 
     def block(text: str) -> Message:
@@ -143,6 +178,11 @@ def render(book: RoundBook, config: CompactionConfig, *, target: int | None = No
         ledger_room -= tokens - room + 8
     if tokens > room and len(parts) > 1:  # no room for the ledger: keep the sections, drop the ledger
         msg = block("\n".join(parts))
+        tokens = count_rendered(msg)
+    if tokens > room and len(parts) > 2 and user[0]:  # then the other sections: the user's words stay
+        user_cap = max(0, room - count_message(Message.user(head)) - 4)
+        words = book.read_instructions().render(max_tokens=user_cap, count=book.accountant.count_text)[0]
+        msg = block("\n".join([head, words] if words else [head]))
         tokens = count_rendered(msg)
     if tokens > room and config.require_user_first:
         # No room for sections or ledger: a bare header still gives the view the user turn that

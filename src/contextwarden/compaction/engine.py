@@ -30,6 +30,7 @@ from ..budget import Budget, PressureState
 from ..events import Alert, CompactionFinished, CompactionStarted, ContextStatus, EventBus, Trigger
 from ..exceptions import BudgetExceeded, MessageError
 from ..figures import measure
+from ..instructions import UserInstructions
 from ..ledger import Ledger
 from ..messages import INSTRUCTION_ROLES, Message
 from ..notes import Notes
@@ -111,6 +112,11 @@ class ContextEngine:
     @property
     def ledger(self) -> Ledger:
         return self.book.ledger
+
+    @property
+    def instructions(self) -> UserInstructions:
+        """The user's instructions, with every round added so far read (see `contextwarden.instructions`)."""
+        return self.book.read_instructions()
 
     @property
     def notes(self) -> Notes:
@@ -361,13 +367,19 @@ class ContextEngine:
         layer: str | None = None
         protected = book.protected(plan.keep_rounds)
         room = book.room
-        book.room = Room.of(effective, config, tight=room.tight, floor=room.floor, work_need=room.work_need)
+        book.room = Room.of(
+            effective, config, tight=room.tight, floor=room.floor, work_need=room.work_need, user_need=room.user_need
+        )
         self._pre_ratio = book.total() / effective if effective else 1.0
         hard = book.protected(0)
         floor = sum(book.rounds[o].view_tokens for o in hard) + self.accountant.framing.reply_priming
         tight = floor + min(book.room.ledger_cap, effective // 10) > target
-        book.room = Room.of(effective, config, tight=tight, floor=floor, work_need=book.room.work_need)
-        book.room = replace(book.room, work_need=context_block.working_set_need(book))
+        book.room = Room.of(
+            effective, config, tight=tight, floor=floor, work_need=book.room.work_need, user_need=book.room.user_need
+        )
+        book.room = replace(
+            book.room, work_need=context_block.working_set_need(book), user_need=context_block.instructions_need(book)
+        )
         if "clear" in config.layers and self._open("clear", trigger) and book.total() > target:
             layer = self._run("clear", trigger, target, lambda: clear.run(book, target, config, protected=protected))
         if "evict" in config.layers and self._open("evict", trigger) and book.total() > target:
@@ -520,7 +532,12 @@ class ContextEngine:
         book = self.book
         room = book.room
         book.room = Room.of(
-            self.budget.effective, self.config, tight=room.tight, floor=room.floor, work_need=room.work_need
+            self.budget.effective,
+            self.config,
+            tight=room.tight,
+            floor=room.floor,
+            work_need=room.work_need,
+            user_need=room.user_need,
         )
         if not saved_view(state):  # saved by a version that did not keep the context block
             context_block.render(book, self.config)
