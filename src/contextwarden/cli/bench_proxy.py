@@ -20,6 +20,9 @@ def bench_proxy_command(
     redis_url: Annotated[str, typer.Option(help="Redis server for the redis store (a key prefix of its own).")] = (
         "redis://127.0.0.1:6379/0"
     ),
+    dialects: Annotated[
+        str, typer.Option(help="Comma list of wire dialects to measure: chat, messages (Anthropic), responses.")
+    ] = "chat,messages,responses",
     sessions: Annotated[int, typer.Option(min=1, help="Concurrent conversations.")] = 50,
     max_messages: Annotated[int, typer.Option(min=4, help="Messages a conversation's history grows to.")] = 200,
     turns: Annotated[int, typer.Option(min=2, help="Turns per conversation after it joins with its history.")] = 6,
@@ -30,7 +33,7 @@ def bench_proxy_command(
 ) -> None:
     """Latency the proxy adds over a direct call, requests/s and a soak, on each store."""
     try:
-        from ..service.bench import ProxyBenchConfig, run_proxy_bench
+        from ..service.bench import DIALECTS, ProxyBenchConfig, run_proxy_bench
     except ImportError as exc:
         raise CLIError(
             f"bench proxy needs the service extra ({exc.name} is missing): pip install 'contextwarden[service]'."
@@ -39,8 +42,12 @@ def bench_proxy_command(
     unknown = sorted(set(chosen) - {"sqlite", "redis"})
     if unknown or not chosen:
         raise typer.BadParameter(f"{stores!r}: choose from sqlite, redis", param_hint="--stores")
+    wanted = [d.strip() for d in dialects.split(",") if d.strip()]
+    if not wanted or set(wanted) - set(DIALECTS):
+        raise typer.BadParameter(f"{dialects!r}: choose from {', '.join(DIALECTS)}", param_hint="--dialects")
     config = ProxyBenchConfig(
         stores=chosen,
+        dialects=wanted,
         redis_url=redis_url,
         sessions=sessions,
         max_messages=max_messages,
@@ -51,13 +58,15 @@ def bench_proxy_command(
     )
     result = run_proxy_bench(config, progress=lambda line: err.print(line))
     table = Table(title=f"proxy: {sessions} sessions, histories up to {max_messages} messages, {runs} runs")
-    for column in ("store", "added p50 ms", "added p99 ms", "requests/s", "errors", "soak RSS growth MB"):
+    for column in ("store", "dialect", "added p50 ms", "added p99 ms", "requests/s", "errors", "soak RSS growth MB"):
         table.add_column(column)
-    for store, summary in result["stores"].items():
+    rows = [(store, dialect, summary) for store, by in result["stores"].items() for dialect, summary in by.items()]
+    for store, dialect, summary in rows:
         ranges = summary["ranges"]
-        growth = [r["soak"].get("rss_growth_mb") for r in result["runs"][store]]
+        growth = [r["soak"].get("rss_growth_mb") for r in result["runs"][store][dialect]]
         table.add_row(
             store,
+            dialect,
             "{:.2f} ({:.2f}-{:.2f})".format(summary["added_ms_p50"], *ranges["added_ms_p50"]),
             "{:.2f} ({:.2f}-{:.2f})".format(summary["added_ms_p99"], *ranges["added_ms_p99"]),
             "{:.0f} ({:.0f}-{:.0f})".format(summary["requests_per_s"], *ranges["requests_per_s"]),
@@ -66,11 +75,11 @@ def bench_proxy_command(
         )
     out.print(table)
     cpu = (
-        "{} {:.2f}-{:.2f}".format(store, *summary["ranges"]["proxy_cpu_ms_per_request"])
-        for store, summary in result["stores"].items()
+        "{} {} {:.2f}-{:.2f}".format(store, dialect, *summary["ranges"]["proxy_cpu_ms_per_request"])
+        for store, dialect, summary in rows
     )
     out.print(f"proxy CPU per request, ms: {', '.join(cpu)}")
-    loads = [r["load_average_1m"] for runs in result["runs"].values() for r in runs]
+    loads = [r["load_average_1m"] for by in result["runs"].values() for runs in by.values() for r in runs]
     out.print(f"load average (1 min) at the start of each store's run: {min(loads):.2f} to {max(loads):.2f}")
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)

@@ -65,21 +65,59 @@ async def fake_upstream(scope: dict[str, Any], receive: Callable[[], Awaitable[A
         message = await receive()
         size += len(message.get("body", b""))
         more = message.get("more_body", False)
-    if scope["path"].rstrip("/").endswith("/models"):
+    path = scope["path"].rstrip("/")
+    if path.endswith("/models"):
         body = b'{"object":"list","data":[]}'
     else:
-        reply = {
-            "id": "chatcmpl-bench",
-            "object": "chat.completion",
-            "created": 0,
-            "model": MODEL,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": _REPLY}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": max(1, size // 4), "completion_tokens": 30, "total_tokens": size // 4 + 30},
-        }
-        body = json.dumps(reply).encode()
+        body = json.dumps(_upstream_reply(path, max(1, size // 4))).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def _upstream_reply(path: str, prompt_tokens: int) -> dict[str, Any]:
+    """The fake upstream's answer in the dialect of ``path``."""
+    if path.endswith("/messages"):
+        return {
+            "id": "msg_bench",
+            "type": "message",
+            "role": "assistant",
+            "model": MODEL,
+            "content": [{"type": "text", "text": _REPLY}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": prompt_tokens, "output_tokens": 30},
+        }
+    if path.endswith("/responses"):
+        return {
+            "id": "resp_bench",
+            "object": "response",
+            "created_at": 0,
+            "status": "completed",
+            "model": MODEL,
+            "output": [
+                {
+                    "type": "message",
+                    "id": "msg_bench",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": _REPLY, "annotations": []}],
+                }
+            ],
+            "usage": {"input_tokens": prompt_tokens, "output_tokens": 30, "total_tokens": prompt_tokens + 30},
+        }
+    return {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 0,
+        "model": MODEL,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": _REPLY}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 30, "total_tokens": prompt_tokens + 30},
+    }
+
+
+DIALECTS = {"chat": "/v1/chat/completions", "messages": "/v1/messages", "responses": "/v1/responses"}
+"""The proxy route each dialect is measured on."""
 
 
 @dataclass(kw_only=True)
@@ -87,6 +125,8 @@ class ProxyBenchConfig:
     """What one `run_proxy_bench` measures."""
 
     stores: list[str] = field(default_factory=lambda: ["sqlite", "redis"])
+    dialects: list[str] = field(default_factory=lambda: list(DIALECTS))
+    """Wire dialects measured, each on its own route (see `DIALECTS`); the soak runs on the first."""
     redis_url: str = "redis://127.0.0.1:6379/0"
     sessions: int = 50
     max_messages: int = 200
@@ -190,15 +230,16 @@ class _Load:
     it takes from what is measured.
     """
 
-    def __init__(self, upstream: str, proxy: str, config: ProxyBenchConfig) -> None:
+    def __init__(self, upstream: str, proxy: str, config: ProxyBenchConfig, dialect: str = "chat") -> None:
         self.upstream, self.proxy, self.config = upstream, proxy, config
+        self.route = DIALECTS[dialect]
         self.errors: Counter[str] = Counter()
         self.added: list[float] = []
         self.direct: list[float] = []
         self.proxied: list[float] = []
         self.first: list[float] = []
         self.sent = 0
-        self.bodies = [_bodies(index, config) for index in range(config.sessions)]
+        self.bodies = [_bodies(index, config, dialect) for index in range(config.sessions)]
 
     async def _post(self, client: aiohttp.ClientSession, url: str, body: bytes, session: str | None) -> float | None:
         headers = _HEADERS if session is None else {**_HEADERS, "x-session-id": session}
@@ -219,7 +260,7 @@ class _Load:
     async def conversation(self, client: aiohttp.ClientSession, index: int, *, paired: bool, think: float) -> None:
         """One agent joining with a history of its own length, then taking ``turns`` turns (up to ``max_messages``)."""
         session = f"bench-{uuid.uuid4().hex[:12]}"
-        direct_url, proxy_url = f"{self.upstream}/v1/chat/completions", f"{self.proxy}/v1/chat/completions"
+        direct_url, proxy_url = f"{self.upstream}{self.route}", f"{self.proxy}{self.route}"
         if think:  # agents join over one pause, not all in the same millisecond
             await asyncio.sleep(think * index / self.config.sessions)
         for turn, body in enumerate(self.bodies[index]):
@@ -255,62 +296,87 @@ class _Load:
 _HEADERS = {"content-type": "application/json"}
 
 
-def _bodies(index: int, config: ProxyBenchConfig) -> list[bytes]:
+def _bodies(index: int, config: ProxyBenchConfig, dialect: str = "chat") -> list[bytes]:
     """The request bodies of conversation ``index``, one per turn: its whole history each time."""
     room = max(2, config.max_messages - 2 * config.turns)
     history = _history(index, 2 + (index * 7919) % room)  # lengths spread over the sessions
     bodies: list[bytes] = []
     for _ in range(config.turns):
         history.append({"role": "user", "content": _user_text(index, len(history))})
-        bodies.append(json.dumps({"model": MODEL, "messages": history}).encode())
+        bodies.append(json.dumps(_request(dialect, history)).encode())
         history.append({"role": "assistant", "content": _REPLY})
     return bodies
 
 
+def _request(dialect: str, history: list[dict[str, Any]]) -> dict[str, Any]:
+    """A request body of ``dialect`` carrying the chat ``history`` (system first)."""
+    system, turns = history[0]["content"], history[1:]
+    if dialect == "messages":
+        return {"model": MODEL, "max_tokens": 1024, "system": system, "messages": turns}
+    if dialect == "responses":
+        kinds = {"user": "input_text", "assistant": "output_text"}
+        items = [
+            {"type": "message", "role": m["role"], "content": [{"type": kinds[m["role"]], "text": m["content"]}]}
+            for m in turns
+        ]
+        return {"model": MODEL, "instructions": system, "input": items, "store": False}
+    return {"model": MODEL, "messages": history}
+
+
 def _measure_store(
     store: str, store_url: str, config: ProxyBenchConfig, workdir: Path, upstream: str
-) -> dict[str, Any]:
+) -> dict[str, dict[str, Any]]:
+    """One proxy process over ``store_url``; each dialect measured in turn on it (the soak on the first)."""
     port = _free_port()
     proxy = f"http://127.0.0.1:{port}"
     settings = workdir / f"proxy-{store}.toml"
     settings.write_text(
         f'[store]\nurl = "{store_url}"\n'
         f'[service]\nupstream_url = "{upstream}/v1"\nport = {port}\nmax_concurrent_per_tenant = 1000\n'
-        f"max_cached_sessions = {max(config.sessions * 2, 100)}\n"
+        f"max_cached_sessions = {max(config.sessions * 2 * len(config.dialects), 100)}\n"
         f'[models."{MODEL}"]\ncontext_length = 128000\nmax_output = 4000\n'
     )
     env = {**os.environ, "CONTEXTWARDEN_HOME": str(workdir / f"home-{store}")}
     args = [sys.executable, "-m", "contextwarden", "serve", "--config", str(settings), "--log-level", "warning"]
+    measured: dict[str, dict[str, Any]] = {}
     with _process(args, f"{proxy}/healthz", workdir / f"proxy-{store}.log", env) as process:
-        load_average = os.getloadavg()[0]
-        load = _Load(upstream, proxy, config)
-        asyncio.run(load.run(paired=True, think=config.think_ms / 1000))
-        throughput = _Load(upstream, proxy, config)
-        cpu = _cpu_seconds(process.pid)
-        seconds = asyncio.run(throughput.run(paired=False))
-        cpu = _cpu_seconds(process.pid) - cpu
-        soak: dict[str, Any] = {"requests": 0, "errors": 0}
-        if config.soak:
-            soak_load = _Load(upstream, proxy, config)
-            per_round = config.sessions * config.turns
-            rounds = max(1, -(-config.soak // per_round))
-            parts = min(10, rounds)
-            samples: list[float] = []
-            for part in range(parts):
-                share = rounds // parts + (1 if part < rounds % parts else 0)
-                asyncio.run(soak_load.run(paired=False, rounds=share))
-                samples.append(_rss_mb(process.pid))
-            half = len(samples) // 2
-            soak = {
-                "requests": soak_load.sent,
-                "errors": sum(soak_load.errors.values()),
-                "rss_mb": [round(s, 1) for s in samples],
-                "rss_growth_mb": round(samples[-1] - samples[0], 1),
-                "rss_growth_second_half_mb": round(samples[-1] - samples[half], 1),
-            }
-            errors = load.errors + throughput.errors + soak_load.errors
-        else:
-            errors = load.errors + throughput.errors
+        for number, dialect in enumerate(config.dialects):
+            soak = config.soak if number == 0 else 0
+            measured[dialect] = _measure_dialect(dialect, config, upstream, proxy, process.pid, soak)
+    return measured
+
+
+def _measure_dialect(
+    dialect: str, config: ProxyBenchConfig, upstream: str, proxy: str, pid: int, soak_requests: int
+) -> dict[str, Any]:
+    load_average = os.getloadavg()[0]
+    load = _Load(upstream, proxy, config, dialect)
+    asyncio.run(load.run(paired=True, think=config.think_ms / 1000))
+    throughput = _Load(upstream, proxy, config, dialect)
+    cpu = _cpu_seconds(pid)
+    seconds = asyncio.run(throughput.run(paired=False))
+    cpu = _cpu_seconds(pid) - cpu
+    soak: dict[str, Any] = {"requests": 0, "errors": 0}
+    errors = load.errors + throughput.errors
+    if soak_requests:
+        soak_load = _Load(upstream, proxy, config, dialect)
+        per_round = config.sessions * config.turns
+        rounds = max(1, -(-soak_requests // per_round))
+        parts = min(10, rounds)
+        samples: list[float] = []
+        for part in range(parts):
+            share = rounds // parts + (1 if part < rounds % parts else 0)
+            asyncio.run(soak_load.run(paired=False, rounds=share))
+            samples.append(_rss_mb(pid))
+        half = len(samples) // 2
+        soak = {
+            "requests": soak_load.sent,
+            "errors": sum(soak_load.errors.values()),
+            "rss_mb": [round(s, 1) for s in samples],
+            "rss_growth_mb": round(samples[-1] - samples[0], 1),
+            "rss_growth_second_half_mb": round(samples[-1] - samples[half], 1),
+        }
+        errors += soak_load.errors
     return {
         "added_ms_p50": round(statistics.median(load.added) * 1000, 3) if load.added else float("nan"),
         "added_ms_p99": round(_percentile(load.added, 0.99) * 1000, 3),
@@ -353,20 +419,22 @@ def run_proxy_bench(config: ProxyBenchConfig, progress: Callable[[str], None] = 
             sys.executable, "-m", "uvicorn", "contextwarden.service.bench:fake_upstream", "--host", "127.0.0.1",
             "--port", str(port), "--log-level", "warning", "--no-access-log",
         ]  # fmt: skip
-        runs: dict[str, list[dict[str, Any]]] = {store: [] for store in config.stores}
+        unknown = sorted(set(config.dialects) - set(DIALECTS))
+        if unknown or not config.dialects:
+            raise ValueError(f"dialects {unknown or config.dialects}: choose from {', '.join(DIALECTS)}")
+        per_run: dict[str, list[dict[str, dict[str, Any]]]] = {store: [] for store in config.stores}
         with _process(args, f"{upstream}/v1/models", workdir / "upstream.log", dict(os.environ)):
             for run in range(config.runs):
                 for store in config.stores:
                     progress(f"run {run + 1}/{config.runs}: {store}")
                     if store == "sqlite":
                         url = f"sqlite:///{workdir / f'bench-{run}.db'}"
-                        runs[store].append(_measure_store(store, url, config, workdir, upstream))
+                        per_run[store].append(_measure_store(store, url, config, workdir, upstream))
                     elif store == "redis":
                         prefix = f"ckbench-{uuid.uuid4().hex[:8]}"
                         try:
-                            runs[store].append(
-                                _measure_store(store, f"{config.redis_url}?prefix={prefix}", config, workdir, upstream)
-                            )
+                            url = f"{config.redis_url}?prefix={prefix}"
+                            per_run[store].append(_measure_store(store, url, config, workdir, upstream))
                         finally:
                             _drop_redis_prefix(config.redis_url, prefix)
                     else:
@@ -379,25 +447,36 @@ def run_proxy_bench(config: ProxyBenchConfig, progress: Callable[[str], None] = 
             "think_ms": config.think_ms,
             "soak_requests": config.soak,
             "runs": config.runs,
+            "dialects": list(config.dialects),
         },
         "stores": {},
-        "runs": runs,
+        "runs": {},
     }
-    for store, measured in runs.items():
-        middle = sorted(measured, key=lambda r: r["added_ms_p50"])[len(measured) // 2]
-        summary = {k: middle[k] for k in ("added_ms_p50", "added_ms_p99", "requests_per_s")}
-        summary["errors"] = sum(r["errors"] for r in measured)
-        summary["ranges"] = {
-            key: [min(r[key] for r in measured), max(r[key] for r in measured)]
-            for key in (
-                "added_ms_p50",
-                "added_ms_p99",
-                "requests_per_s",
-                "direct_ms_p50",
-                "proxy_ms_p50",
-                "proxy_cpu_ms_per_request",
-                "load_average_1m",
-            )
-        }
-        result["stores"][store] = summary
+    for store, store_runs in per_run.items():
+        result["stores"][store] = {}
+        result["runs"][store] = {}
+        for dialect in config.dialects:
+            measured = [run[dialect] for run in store_runs]
+            result["runs"][store][dialect] = measured
+            result["stores"][store][dialect] = _summary(measured)
     return result
+
+
+def _summary(measured: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median run's figures (by added p50), the error count and each figure's range over the runs."""
+    middle = sorted(measured, key=lambda r: r["added_ms_p50"])[len(measured) // 2]
+    summary = {k: middle[k] for k in ("added_ms_p50", "added_ms_p99", "requests_per_s")}
+    summary["errors"] = sum(r["errors"] for r in measured)
+    summary["ranges"] = {
+        key: [min(r[key] for r in measured), max(r[key] for r in measured)]
+        for key in (
+            "added_ms_p50",
+            "added_ms_p99",
+            "requests_per_s",
+            "direct_ms_p50",
+            "proxy_ms_p50",
+            "proxy_cpu_ms_per_request",
+            "load_average_1m",
+        )
+    }
+    return summary
