@@ -30,6 +30,7 @@ from .compaction.viewstatus import StatusReading, ViewStatus
 from .delegation import DelegationResult, session_options
 from .events import Alert, DelegationFinished, Event, EventBus
 from .exceptions import (
+    BudgetExceeded,
     ConfigError,
     ContextOverflowError,
     OverflowUnresolved,
@@ -337,6 +338,34 @@ class _BaseSession:
                     self._budget = self.configured_budget
             self._budget_key = key
         return self._budget
+
+    def use_tools(self, tools: Sequence[Mapping[str, Any]]) -> None:
+        """Hold the view to a budget that leaves room for ``tools``, the schemas the next requests carry.
+
+        A proxy calls this with each request's own tools: the tools follow the request, not the
+        request that opened the session.
+
+        Raises:
+            BudgetExceeded: the tool schemas leave no room for messages in the window.
+        """
+        tools = list(tools)
+        if tools == self.tools:
+            return
+        counted = self.accountant.count_tools(tools) if tools else 0
+        try:
+            configured = replace(self.configured_budget, tool_schemas=counted)
+        except ConfigError as exc:
+            raise BudgetExceeded(
+                f"session {self.session_id!r}: the request's tool schemas take {counted} tokens, which leaves no room "
+                f"for messages in a window of {self.configured_budget.window} tokens ({exc}); send fewer tools or "
+                "use a model with a larger window.",
+                budget=self.configured_budget.window,
+                used=counted,
+            ) from None
+        self.tools = tools
+        self.configured_budget = configured
+        self._budget_key = (-1.0, None)  # recomputed from the new configured budget on next read
+        self._pipeline_cache = None
 
     def _reply_limit(self, max_tokens: int | None) -> int | None:
         """The ``max_tokens`` to send: the call's own, else the session's setting."""

@@ -283,8 +283,15 @@ class ServiceSection(BaseModel):
     when the service has no API keys of its own."""
     api_keys: list[ServiceKey] = Field(default_factory=list)
     """Keys that map to tenants; empty: no authentication, every request is tenant ``default``."""
+    forward_client_credentials: bool | None = None
+    """Send the client's own ``Authorization``/``X-Api-Key`` upstream (hosted providers, each agent its own
+    key): unset forwards them only when there is no upstream key; false never; true whenever the
+    service has no API keys of its own (with API keys, the client's key is the service's and stays here)."""
+    session_fingerprint: bool = False
+    """Name a request that carries no session by a fingerprint of its system prompt and first user message."""
     require_session_id: bool = False
-    """Refuse requests naming no session (``X-Session-Id`` or ``user``); else they pass through unmanaged."""
+    """Refuse requests naming no session (path, session headers, ``user``, ``metadata.user_id``); else they pass
+    through unmanaged."""
     max_body_bytes: Int = Field(default=8 * 1024 * 1024, gt=0)
     max_concurrent_per_tenant: Int = Field(default=64, gt=0)
     upstream_timeout: Number = Field(default=600.0, gt=0)

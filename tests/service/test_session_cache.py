@@ -73,7 +73,7 @@ def test_a_cached_session_notices_messages_another_writer_appended(turned: _Turn
     ]
 
 
-def test_a_retry_with_nothing_new_still_sees_what_another_writer_appended(turned: _Turned) -> None:
+def test_a_retry_checks_what_another_writer_appended_and_is_not_merged_with_it(turned: _Turned) -> None:
     url, upstream = turned.url, turned.upstream
     upstream.push("first answer", "answer again")
     turned.post()
@@ -81,22 +81,11 @@ def test_a_retry_with_nothing_new_still_sees_what_another_writer_appended(turned
         other.append_messages(
             "c", to_messages([user("two"), assistant("second answer")], format="openai"), tenant="default"
         )
-    # the same request again (a client's retry): no message is new, so no append carries the check
+    # the same request again: no message is new, so the store is asked; its history no longer continues the
+    # stored one, so it goes upstream as the client sent it and nothing of it is stored
     turned.post()
-    assert [m["content"] for m in upstream.requests[-1]["messages"][1:]] == [
-        "one",
-        "first answer",
-        "two",
-        "second answer",
-    ]
-    assert _texts(url, "c") == [
-        "You are a careful agent.",
-        "one",
-        "first answer",
-        "two",
-        "second answer",
-        "answer again",
-    ]
+    assert [m["content"] for m in upstream.requests[-1]["messages"][1:]] == ["one"]
+    assert _texts(url, "c") == ["You are a careful agent.", "one", "first answer", "two", "second answer"]
 
 
 def test_a_cached_session_another_writer_deleted_starts_again_from_the_clients_history(turned: _Turned) -> None:

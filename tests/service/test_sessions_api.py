@@ -55,7 +55,9 @@ def test_a_snapshot_reads_back_by_page(service: Running, upstream: ScriptedOpenA
 
 
 def test_unknown_sessions_and_routes_are_404_in_openai_shape(service: Running) -> None:
-    for path in ("/v1/sessions/nope", "/v1/sessions/nope/view", "/v1/sessions/nope/events", "/v1/nothing"):
+    for path in ("/v1/sessions/nope", "/v1/sessions/nope/view", "/v1/sessions/nope/events", "/nothing"):
         r = service.client.get(path)
         assert r.status_code == 404, path
         assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+    # another /v1 route is the upstream's: its own answer comes back
+    assert service.client.get("/v1/nothing").status_code == 404

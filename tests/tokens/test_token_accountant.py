@@ -345,8 +345,46 @@ def test_count_tools_anthropic_adds_the_tool_system_prompt(cl100k):
 def test_count_tools_rejects_malformed_tools(acc):
     with pytest.raises(MessageError, match=r"tools\[1\]"):
         acc.count_tools([TOOLS[1], {"description": "no name"}])
+    with pytest.raises(MessageError, match=r"tools\[0\]"):
+        acc.count_tools([{"type": ""}])
     with pytest.raises(MessageError, match="mapping"):
         acc.count_tools(["not a tool"])  # type: ignore[list-item]
+
+
+def test_count_tools_counts_namespaces_and_hosted_tools(acc):
+    functions = [
+        {
+            "type": "function",
+            "name": f"tool_{i}",
+            "description": f"Tool number {i}: reads, filters and reports on the files of the workspace.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    f"arg_{j}": {"type": "string", "description": f"argument {j} of the tool"} for j in range(6)
+                },
+                "required": ["arg_0"],
+            },
+        }
+        for i in range(12)
+    ]
+    namespace = {"type": "namespace", "name": "mcp__files", "description": "A file server.", "tools": functions}
+    flat = acc.count_tools(functions)
+    grouped = acc.count_tools([namespace])
+    # the namespace holds the same functions: counted like them, not like one empty tool
+    assert grouped >= flat
+    assert grouped < flat * 1.2
+    hosted = acc.count_tools([{"type": "web_search", "search_context_size": "high"}])
+    assert 0 < hosted < 60
+    assert (
+        acc.count_tools([{"type": "web_search", "search_context_size": "high", "user_location": {"city": "Paris"}}])
+        > hosted
+    )
+    grammar = {
+        "type": "custom",
+        "name": "apply_patch",
+        "format": {"type": "grammar", "definition": "start: " + "x " * 200},
+    }
+    assert acc.count_tools([grammar]) > 150
 
 
 def test_openai_framing_constants():

@@ -32,11 +32,14 @@ from ..tokens import counter_for_model, get_counter
 from . import api, health
 from .auth import Tenants
 from .dashboard import STATIC_DIR, index
+from .dialects import DIALECTS, Dialect
 from .errors import ServiceError, error_response
 from .events import open_hub
+from .identity import PATH_SESSION, split_session_path
 from .limits import Concurrency
 from .metrics import ServiceMetrics
-from .proxy import ROUTE, chat_completions
+from .passthrough import count_tokens, pass_through
+from .proxy import proxy
 from .runtime import ServiceState
 from .sessions import SessionPool
 from .upstream import Upstream
@@ -74,37 +77,72 @@ class _Observe:
                 svc.metrics.answered(_route_name(scope["path"]), status, time.perf_counter() - started)
 
 
+_DIALECTS: dict[str, Dialect] = {dialect.route: dialect for dialect in DIALECTS}
+_COUNT_TOKENS = "/v1/messages/count_tokens"
+
+
 class _ProxyRoute:
-    """Serves the proxy route past the router and the exception middleware: two exception wrappers
+    """Serves the proxy routes past the router and the exception middleware: two exception wrappers
     and a route match cost every request tens of microseconds (and wrap every streamed chunk), and
-    `chat_completions` answers its own errors. What it raises before answering gets the handlers
-    the app registers for it; anything else reaches the server-error handler as before."""
+    `proxy` answers its own errors. A session in the path (``/s/{id}/v1/...``) is taken off here;
+    any other ``/v1/`` route than the service's own goes to the upstream as it is."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != ROUTE or scope["method"] != "POST":
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        path: str = scope["path"]
+        named = split_session_path(path)
+        if named is not None:
+            scope = {**scope, "path": named[1], PATH_SESSION: named[0]}
+            path = named[1]
+        dialect = _DIALECTS.get(path)
+        if dialect is not None and scope["method"] == "POST":
+            await self._answer(scope, receive, send, dialect)
+        elif path == _COUNT_TOKENS and scope["method"] == "POST":
+            await (await count_tokens(Request(scope, receive, send)))(scope, receive, send)
+        elif path.startswith("/v1/") and not path.startswith("/v1/sessions") and dialect is None:
+            await self._pass(scope, receive, send, path)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send, dialect: Dialect) -> None:
         request = Request(scope, receive, send)
         response: Response
         try:
-            response = await chat_completions(request)
-        except ServiceError as exc:  # an unknown API key or a tenant over its limit, before the route's own handling
-            response = exc.response()
+            response = await proxy(request, dialect)
         except StoreUnavailable as exc:
-            response = await _store_down(request, exc)
+            response = dialect.error_response(
+                503, f"The session store cannot be reached: {exc}", code="store_unavailable"
+            )
+        await response(scope, receive, send)
+
+    async def _pass(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+        request = Request(scope, receive, send)
+        response: Response
+        try:
+            response = await pass_through(request, path.removeprefix("/v1/"))
+        except ServiceError as exc:
+            response = exc.response()
         await response(scope, receive, send)
 
 
 def _route_name(path: str) -> str:
-    if path == ROUTE:
-        return "chat.completions"
+    named = split_session_path(path)
+    if named is not None:
+        path = named[1]
+    dialect = _DIALECTS.get(path)
+    if dialect is not None:
+        return dialect.name
     if path.startswith("/v1/sessions"):
         return "events" if path.endswith("/events") else "sessions"
     if path in ("/metrics", "/healthz", "/readyz"):
         return path[1:]
+    if path.startswith("/v1/"):
+        return "pass_through"
     return "dashboard"
 
 
@@ -175,6 +213,7 @@ def create_app(
             open_service=tenants.open,
             timeout=service.upstream_timeout,
             connect_timeout=service.upstream_connect_timeout,
+            forward_client_credentials=service.forward_client_credentials,
         )
         if upstream_client is not None:
             upstream = Upstream(
@@ -220,7 +259,6 @@ def create_app(
                 await opened.aclose()
 
     routes = [
-        Route(ROUTE, chat_completions, methods=["POST"]),
         Route("/v1/sessions", api.list_sessions, methods=["GET"]),
         Route("/v1/sessions/{session_id}", api.get_session, methods=["GET"]),
         Route("/v1/sessions/{session_id}", api.delete_session, methods=["DELETE"]),

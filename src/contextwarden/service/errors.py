@@ -7,10 +7,11 @@ retry and back-off logic working unchanged.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from starlette.responses import JSONResponse
 
-__all__ = ["ServiceError", "error_response"]
+__all__ = ["ServiceError", "error_body", "error_response"]
 
 _TYPES = {
     400: "invalid_request_error",
@@ -57,5 +58,11 @@ def error_response(
     headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     """An OpenAI-style error body with ``status``."""
-    body = {"error": {"message": message, "type": _TYPES.get(status, "api_error"), "param": param, "code": code}}
-    return JSONResponse(body, status_code=status, headers=dict(headers or {}))
+    return JSONResponse(
+        error_body(status, message, code=code, param=param), status_code=status, headers=dict(headers or {})
+    )
+
+
+def error_body(status: int, message: str, *, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    """The OpenAI-style error object for ``status``."""
+    return {"error": {"message": message, "type": _TYPES.get(status, "api_error"), "param": param, "code": code}}

@@ -2,17 +2,25 @@
 
 Each message is reduced to a key of what the model sees (role, text, tool calls, the call a
 result answers), so the echo of a stored reply matches it whatever extra fields the client's SDK
-adds (``refusal``, ``annotations``...). The new messages are those after the last place where the
-client's history ends like the transcript does.
+adds (``refusal``, ``annotations``...) or the whitespace it trims. The new messages are those
+after the last place where the client's history ends like the transcript does.
+
+A history that does not continue the transcript is never merged into it: `continuation` tells a
+continuation (and where its new messages start) from a retry of a request already answered
+(the transcript holds its reply), a conversation that starts differently (another system prompt
+or first message: a title generator, a summarizer, a sub-agent sharing the session header), and a
+history that diverges from the transcript further on.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
-__all__ = ["MessageKey", "message_key", "new_from"]
+__all__ = ["Continuation", "MessageKey", "continuation", "head_digest", "message_key", "new_from"]
 
 MessageKey = tuple[str, str, tuple[tuple[str, str, str], ...], str]
 """(role, text, tool calls as (id, name, arguments), tool_call_id)."""
@@ -67,7 +75,9 @@ def message_key(message: Mapping[str, Any]) -> MessageKey:
             calls.append(
                 (str(call.get("id", "")), str(function.get("name", "")), _arguments(function.get("arguments")))
             )
-    return role, _text(message.get("content")), tuple(calls), str(message.get("tool_call_id") or "")
+    # a client may re-send a reply with its whitespace trimmed or re-wrapped: the same message to the model
+    text = " ".join(_text(message.get("content")).split())
+    return role, text, tuple(calls), str(message.get("tool_call_id") or "")
 
 
 def new_from(client: Sequence[Mapping[str, Any]], transcript: Sequence[MessageKey]) -> int:
@@ -101,3 +111,102 @@ def new_from(client: Sequence[Mapping[str, Any]], transcript: Sequence[MessageKe
     while start > 0 and key(start - 1) not in known:
         start -= 1
     return start
+
+
+READ_BACK = "read_context"
+"""The read-back tool the proxy answers itself: its calls and results are the proxy's, never the client's."""
+
+_HEAD_LIMIT = 4
+"""Leading messages (system prompts, then the first user message) that name a conversation."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Continuation:
+    """How a request's history relates to the session's transcript."""
+
+    kind: Literal["extends", "retry", "other", "diverged"]
+    """``extends``: new messages from ``start``; ``retry``: a request whose reply the transcript's last
+    ``drop`` messages hold; ``other``: another conversation (its first messages differ);
+    ``diverged``: same start, but the history departs from the transcript further on."""
+    start: int = 0
+    """For ``extends``: the index of the first new message of the request."""
+    drop: int = 0
+    """For ``retry``: the transcript's trailing messages that are the stored reply."""
+
+
+def _head(keys: Sequence[MessageKey]) -> list[MessageKey]:
+    head: list[MessageKey] = []
+    for key in keys[:_HEAD_LIMIT]:
+        head.append(key)
+        if key[0] == "user":
+            break
+    return head
+
+
+def head_digest(client: Sequence[Mapping[str, Any]]) -> str:
+    """A short digest of the conversation's first messages (a session id suffix for a side conversation)."""
+    head = _head([message_key(m) for m in client[:_HEAD_LIMIT]])
+    return hashlib.sha256(json.dumps(head).encode()).hexdigest()[:12]
+
+
+def _read_back(key: MessageKey, calls: set[str]) -> bool:
+    """The proxy's own read-back message (its call, or the result answering it)."""
+    if key[2] and all(name == READ_BACK for _, name, _ in key[2]):
+        calls.update(call_id for call_id, _, _ in key[2])
+        return True
+    return key[0] == "tool" and key[3] in calls
+
+
+def client_side(transcript: Sequence[MessageKey]) -> Sequence[MessageKey]:
+    """The transcript as the client knows it: without the read-back rounds the proxy answered itself."""
+    if not any(name == READ_BACK for key in transcript for _, name, _ in key[2]):
+        return transcript
+    calls: set[str] = set()
+    return [key for key in transcript if not _read_back(key, calls)]
+
+
+def continuation(client: Sequence[Mapping[str, Any]], transcript: Sequence[MessageKey]) -> Continuation:
+    """How the re-sent history ``client`` relates to the stored ``transcript`` (keys of each message).
+
+    Only the first messages and the end of the history are keyed, so a long history costs only
+    its new messages.
+    """
+    if not transcript:
+        return Continuation(kind="extends", start=0)
+    transcript = client_side(transcript)
+    head = _head(transcript)
+    if [message_key(m) for m in client[: len(head)]] != head:
+        return Continuation(kind="other")
+    start = _extension(client, transcript)
+    if start is not None:
+        return Continuation(kind="extends", start=start)
+    # a retry: the history ends where the transcript did before the reply to it was stored
+    drop = 0
+    while drop < len(transcript) - 1 and transcript[-1 - drop][0] == "assistant":
+        drop += 1
+        if _extension(client, transcript[:-drop], exact=True) is not None:
+            return Continuation(kind="retry", drop=drop)
+    return Continuation(kind="diverged")
+
+
+def _extension(
+    client: Sequence[Mapping[str, Any]], transcript: Sequence[MessageKey], *, exact: bool = False
+) -> int | None:
+    """Where the new messages of ``client`` start, if it continues ``transcript`` (``exact``: ends at it)."""
+    keys: dict[int, MessageKey] = {}
+
+    def key(index: int) -> MessageKey:
+        found = keys.get(index)
+        if found is None:
+            found = keys[index] = message_key(client[index])
+        return found
+
+    last = transcript[-1]
+    ends = [len(client)] if exact else range(len(client), 0, -1)
+    for end in ends:
+        if end < 1 or key(end - 1) != last:
+            continue
+        width = min(end, len(transcript), _OVERLAP)
+        if all(key(end - width + i) == transcript[len(transcript) - width + i] for i in range(width)):
+            return end
+    return None

@@ -81,6 +81,14 @@ class ServiceMetrics:
             "Streams whose client went away (the upstream call was cancelled).",
             registry=r,
         )
+        self.unmanaged = Counter(
+            "contextwarden_unmanaged_requests",
+            "Requests sent upstream as the client sent them, by reason (no_session: the request names no session; "
+            "diverged: its history departs from its session's; retry: a retry whose stored reply is not at the "
+            "view's end; other_route: a route the proxy does not manage).",
+            ["reason"],
+            registry=r,
+        )
         self.max_sessions = max_sessions
         self._gauged: OrderedDict[str, None] = OrderedDict()
         # Children of fixed labels, looked up once: `labels()` validates and locks on every call.

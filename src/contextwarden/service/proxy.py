@@ -1,14 +1,20 @@
-"""``POST /v1/chat/completions``: the managed proxy.
+"""The managed proxy: one flow for every dialect (Chat Completions, Anthropic Messages, Responses).
 
-Per request: the new messages of the re-sent history are appended to the session's transcript,
-the session prepares the view (compacting when due), the view replaces the client's ``messages``
-and the request goes upstream with every other field as the client sent it. The upstream's reply
-goes back unchanged (streamed chunk by chunk as it arrives) and is appended to the transcript,
-with its usage calibrating the counting. A context-length error from the upstream makes the
-session compact deeper (the reactive layer) and the request is sent once more.
+Per request: the dialect reads the conversation; the history is matched with the session's
+transcript (`contextwarden.service.history`): a continuation appends its new messages, a retry of
+a request already answered appends nothing (its reply is stored once), and a conversation that
+starts differently (a title generator, a summarizer) goes to a session of its own named after the
+parent (``<id>~<digest>``); a history that departs from the transcript further on is passed through
+unmanaged. The session prepares the view (compacting when due) with the request's own tools in the
+budget, the dialect renders it into the request (everything else as the client sent it) and the
+request goes upstream. When the view refers to the read-back tool, the proxy offers it and answers
+the model's calls itself until the model replies to the client; those rounds are recorded in the
+transcript, never shown to the client. A context-length error from the upstream makes the session
+compact deeper and the request is sent once more; a request whose protected part cannot fit is
+the dialect's own "prompt is too long" error.
 
 The reply is written to the store before the client sees the end of it (the non-streaming body,
-or a stream's ``[DONE]``), so a client that sends its next request at once, to any replica, finds
+or a stream's end event), so a client that sends its next request at once, to any replica, finds
 it there. A client that goes away mid-stream cancels the upstream call and nothing of the partial
 reply is kept.
 """
@@ -26,117 +32,129 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from ..adapters import to_messages
 from ..exceptions import (
+    BudgetExceeded,
     ContextOverflowError,
     ContextWardenError,
     MessageError,
+    OverflowUnresolved,
     SessionNotFound,
     UnknownModelError,
     UsageError,
 )
 from ..llm.errors import classify_error
-from ..messages import Message
+from ..messages import Message, TextPart
+from ..snapshots import READ_CONTEXT_TOOL
 from . import jsonio
-from .errors import ServiceError, error_response
-from .history import new_from
+from .dialects import Dialect, Reply, StreamAssembler
+from .dialects.openai_chat import invalid_message
+from .errors import ServiceError
+from .history import READ_BACK, continuation, head_digest
+from .identity import fingerprint, session_of
 from .limits import read_body
-from .replies import ChunkAssembler, SSEFramer, usage_of
+from .replies import SSEFramer
 from .runtime import ServiceState, state_of
 from .sessions import Lease, SessionMoved
 from .upstream import UpstreamBroken, UpstreamReply
 
-__all__ = ["chat_completions"]
+__all__ = ["proxy"]
 
 logger = logging.getLogger("contextwarden.service.proxy")
 
-ROUTE = "/v1/chat/completions"
-SESSION_HEADER = "x-session-id"
+_MOVED_ATTEMPTS = 3
+"""Times a request reads its session again after another writer appended to it first."""
+
+_ADD_ROUND = 32
+"""Messages added at once before a long history lets other requests run (about a millisecond of work)."""
+
+_READ_BACK_ROUNDS = 4
+"""Read-back calls the proxy answers for one request; the last upstream call is made without the tool."""
 
 
-def _parse(raw: bytes) -> dict[str, Any]:
-    try:
-        body = jsonio.loads(raw)
-    except ValueError as exc:
-        raise ServiceError(
-            400, f"The request body is not valid JSON ({exc}); send a chat-completions request.", code="invalid_json"
-        ) from None
-    if not isinstance(body, dict):
-        raise ServiceError(
-            400, f"The request body is a JSON {type(body).__name__}, not an object.", code="invalid_json"
-        )
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise ServiceError(
-            400, "`messages` must be a non-empty list of message objects.", param="messages", code="invalid_type"
-        )
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        raise ServiceError(400, "`model` must be a non-empty string.", param="model", code="invalid_type")
-    if "stream" in body and not isinstance(body["stream"], bool):
-        raise ServiceError(400, "`stream` must be a boolean.", param="stream", code="invalid_type")
-    tools = body.get("tools")
-    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
-        raise ServiceError(400, "`tools` must be a list of tool objects.", param="tools", code="invalid_type")
-    return body
+class _Elsewhere(Exception):
+    """The request's history is not this session's conversation (``kind``: ``other`` or ``diverged``)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
 
 
-def _session_id(request: Request, body: Mapping[str, Any]) -> str | None:
-    header = request.headers.get(SESSION_HEADER)
-    if header:
-        return header.strip()
-    user = body.get("user")
-    return user.strip() if isinstance(user, str) and user.strip() else None
+def _offers_read_back(view: list[Message]) -> bool:
+    """The view points the model at ``read_context`` (a context block, a shortened output, a summary)."""
+    for message in view:
+        if (message.snapshot_id or message.source_ids or message.extra.get("contextwarden")) and (
+            READ_BACK in message.text
+        ):
+            return True
+    return False
 
 
 class _Turn:
     """One proxied request: its lease on the session (None when unmanaged) and its bookkeeping."""
 
-    def __init__(self, svc: ServiceState, request: Request, tenant: str, body: dict[str, Any]) -> None:
+    def __init__(
+        self, svc: ServiceState, request: Request, tenant: str, dialect: Dialect, body: dict[str, Any], raw: bytes
+    ) -> None:
         self.svc = svc
         self.request = request
         self.tenant = tenant
+        self.dialect = dialect
         self.body = body
+        self.raw = raw
         self.stream = bool(body.get("stream"))
+        self.conversation = dialect.conversation(body)
+        self.tools = dialect.tools(body)
         self.lease: Lease | None = None
         self.started = time.perf_counter()
         self.added = 0
         self.status = 200
         self.view_tokens: int | None = None
         self.retried = False
+        self.drop = 0
+        """A retry: the stored reply's messages, left out of the view and not stored again."""
+        self.offered = False
+        """The read-back tool is offered to the upstream with this request."""
+        self.read_backs = 0
+        self.unmanaged: str | None = None
+        """Why the request went upstream unmanaged (None: managed, or no session named)."""
 
     # --- the session side ---------------------------------------------------------------------
-    async def prepare(self) -> list[dict[str, Any]]:
-        """Append the new messages and return the view to send (the client's messages when unmanaged).
+    async def prepare(self) -> list[Any] | None:
+        """Append the new messages and return the view to send (None: send the client's request as is).
 
         The first append expects the transcript at the length this process knows: when another
         replica appended meanwhile (or the session was deleted), nothing is written and the session
         is read again from the store, and the client's history compared with that.
+
+        Raises:
+            _Elsewhere: the history is another conversation, or departs from the transcript.
+            BudgetExceeded: the request's tools, system prompt and current message cannot fit.
         """
         lease = self.lease
         if lease is None:
-            messages: list[dict[str, Any]] = self.body["messages"]
-            return messages
-        client = self.body["messages"]
+            return None
+        keyed = self.conversation.keyed
         for attempt in range(_MOVED_ATTEMPTS):
             self.added = 0
             lease.sync_keys()
-            start = new_from(client, lease.keys)
-            fresh = client[start:]
-            if not fresh and not lease.checked:
-                # nothing to append to carry the check (a client's retry): ask the store, then compare again
-                await self.svc.pool.verify(lease, model=self.body["model"], tools=self.body.get("tools") or ())
+            found = continuation(keyed, lease.keys)
+            start = found.start if found.kind == "extends" else len(keyed)
+            if (found.kind != "extends" or start == len(keyed)) and not lease.checked:
+                # nothing to append to carry the check (a retry, another conversation): ask the store, compare again
+                await self.svc.pool.verify(lease, model=self.body["model"], tools=self.tools)
                 continue
+            if found.kind in ("other", "diverged"):
+                raise _Elsewhere(found.kind)
+            self.drop = found.drop
             lease.expect(len(lease.session.engine.transcript))
             try:
-                if fresh:
-                    try:
-                        parsed = to_messages(fresh, format="openai")
-                    except MessageError as exc:
-                        raise _invalid(start, exc) from None
+                lease.session.use_tools(self.tools)
+                if start < len(keyed):
+                    parsed = self.conversation.convert(start)
                     before = len(lease.session.engine.transcript)
                     self.added = await self._add(parsed, start)
-                    lease.keyed(fresh, before=before)
-                prepared = await lease.session.prepare(format="openai")
+                    lease.keyed(keyed[start:], before=before)
+                prepared = await lease.session.prepare(format=self.dialect.view_format)
             except SessionMoved:
                 if attempt == _MOVED_ATTEMPTS - 1:
                     raise ServiceError(
@@ -145,13 +163,28 @@ class _Turn:
                         "(other writers); retry.",
                         code="session_busy",
                     ) from None
-                await self.svc.pool.reload(lease, model=self.body["model"], tools=self.body.get("tools") or ())
+                await self.svc.pool.reload(lease, model=self.body["model"], tools=self.tools)
                 continue
             finally:
                 lease.expect(None)
             self.view_tokens = prepared.status.used
-            return prepared.messages
+            return self._served(prepared.messages, prepared.view)
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _served(self, messages: list[Any], view: list[Message]) -> list[Any] | None:
+        """The view to send: without a retried request's stored reply; read-back offered when it is referred to."""
+        assert self.lease is not None
+        if self.drop:
+            transcript = self.lease.session.engine.transcript
+            tail = [m.message_id for m in transcript[-self.drop :]]
+            if [m.message_id for m in view[-self.drop :]] != tail:
+                self.unmanaged = "retry"  # the stored reply is not at the view's end: send the request as is
+                self.svc.metrics.unmanaged.labels("retry").inc()
+                return None
+            messages, view = messages[: -self.drop], view[: -self.drop]
+        names = {str(t.get("name") or (t.get("function") or {}).get("name")) for t in self.tools}
+        self.offered = READ_BACK not in names and self.read_backs < _READ_BACK_ROUNDS and _offers_read_back(view)
+        return messages
 
     async def _add(self, messages: list[Message], start: int) -> int:
         """Add the new messages; a long history in rounds, letting other requests run in between.
@@ -173,76 +206,106 @@ class _Turn:
             except MessageError as exc:
                 if begin:  # part of the history is in memory only: the store's copy is the truth
                     self.lease.failed = True
-                raise _invalid(start + begin, exc) from None
+                raise invalid_message(_FIELDS.get(self.dialect.name, "messages"), start + begin, exc) from None
             begin = end
         return added
 
-    async def compact_for_retry(self, error: ContextOverflowError) -> list[dict[str, Any]] | None:
+    async def compact_for_retry(self, error: ContextOverflowError) -> list[Any] | None:
         """After a context-length error: the deeper-compacted view to retry with (None: no retry)."""
-        if self.lease is None or self.retried:
+        if self.lease is None or self.retried or self.drop:
             return None
         self.retried = True
         self.svc.metrics.retries.inc()
-        prepared = await self.lease.session.on_context_overflow(format="openai", error=error)
+        prepared = await self.lease.session.on_context_overflow(format=self.dialect.view_format, error=error)
         self.view_tokens = prepared.status.used
         logger.info("session %s: upstream context-length error; compacted and retrying", self.lease.session_id)
-        return prepared.messages
+        return self._served(prepared.messages, prepared.view)
 
-    async def record(self, message: Mapping[str, Any], usage: Any) -> None:
+    async def record(self, reply: Reply) -> None:
         """Append the upstream's reply and its usage; write what is new to the store."""
         metrics = self.svc.metrics
+        usage = reply.usage
         if usage.reported:
             metrics.tokens_in.inc(usage.input_tokens)
             metrics.tokens_out.inc(usage.output_tokens)
         lease = self.lease
-        if lease is None:
-            return
+        if lease is None or self.drop or self.unmanaged:
+            return  # a retry's reply is stored already; an unmanaged request has no session
         session = lease.session
         session.on_turn_end(usage)
-        reply = [dict(message)]
+        if reply.messages is None:
+            return
         lease.sync_keys()
         before = len(session.engine.transcript)
-        session.add(to_messages(reply, format="openai"))
-        lease.keyed(reply, before=before)
+        session.add(reply.messages)
+        if reply.keyed is not None:
+            lease.keyed(reply.keyed, before=before)
         await session.flush()
         lease.sync_keys()
 
+    def read_back(self, reply: Reply) -> bool:
+        """Whether the reply only calls the read-back tool (the proxy answers it and asks again)."""
+        calls = reply.tool_calls
+        return self.offered and bool(calls) and all(call.name == READ_BACK for call in calls)
+
+    async def answer_read_back(self, reply: Reply) -> list[Any] | None:
+        """Record the read-back calls, answer them, and return the next view."""
+        assert self.lease is not None
+        await self.record(reply)
+        session = self.lease.session
+        results = [
+            Message(
+                role="tool",
+                tool_call_id=call.call_id,
+                name=call.name,
+                parts=(TextPart(text=session.handle_tool_call(call.name, call.arguments) or ""),),
+            )
+            for call in reply.tool_calls
+        ]
+        session.add(results)
+        await session.flush()
+        self.read_backs += 1
+        logger.info("session %s: answered %d read-back call(s)", self.lease.session_id, len(results))
+        prepared = await session.prepare(format=self.dialect.view_format)
+        self.view_tokens = prepared.status.used
+        return self._served(prepared.messages, prepared.view)
+
     # --- the upstream side --------------------------------------------------------------------
-    def upstream_body(self, messages: list[dict[str, Any]]) -> bytes:
-        out = dict(self.body)
-        out["messages"] = messages
-        if self.stream and self.lease is not None:
-            # usage calibrates the session's counting; a client that did not ask for it still gets what it asked
-            options = dict(out.get("stream_options") or {})
-            options.setdefault("include_usage", True)
-            out["stream_options"] = options
-        return jsonio.dumps(out)
+    def upstream_body(self, view: list[Any] | None) -> bytes:
+        if view is None:
+            return self.raw
+        extra = [self.dialect.tool_schema(READ_CONTEXT_TOOL)] if self.offered else []
+        return jsonio.dumps(self.dialect.render(self.body, view, extra_tools=extra))
+
+    def upstream_headers(self, *, stream: bool) -> dict[str, str]:
+        dialect = self.dialect
+        return self.svc.upstream.headers(
+            self.request, stream=stream, forward=dialect.forwarded_headers, key_header=dialect.key_header
+        )
 
     def upstream_error(self, status: int, content: bytes, headers: Mapping[str, str]) -> ServiceError | Response:
-        """What the client gets for an upstream error reply (an overflow was handled before)."""
-        if status == 429 or (400 <= status < 500 and status not in (401, 403, 407)):
-            # the client's own mistake or the upstream's rate limit: pass the provider's answer through
+        """What the client gets for an upstream error reply (an overflow was handled before): the upstream's
+        own error with its status, except a refusal of the service's credentials."""
+        refused_ours = status in (401, 403, 407) and not self.svc.upstream.forwards_client_key
+        if not refused_ours:
             passed = {k: v for k, v in headers.items() if k.lower() in ("retry-after", "content-type")}
             if _is_json(content):
                 return Response(content, status_code=status, headers=passed)
-            return error_response(
-                status, f"The upstream answered HTTP {status}.", code="upstream_error", headers=passed
-            )
-        if status in (401, 403, 407):
-            message = (
-                f"The upstream at {self.svc.upstream.shown_url} refused the service's credentials (HTTP "
-                f"{status}); the operator should check the key in `[service] upstream_api_key_env`."
-            )
-        else:
-            message = f"The upstream at {self.svc.upstream.shown_url} failed (HTTP {status}); retry later."
-        return ServiceError(502, message, code="upstream_error")
+            return ServiceError(status, f"The upstream answered HTTP {status}.", code="upstream_error", headers=passed)
+        return ServiceError(
+            502,
+            f"The upstream at {self.svc.upstream.shown_url} refused the service's credentials (HTTP {status}); the "
+            "operator should check the key in `[service] upstream_api_key_env`.",
+            code="upstream_error",
+        )
 
     def log(self) -> None:
         elapsed = (time.perf_counter() - self.started) * 1000
         session = self.lease.session_id if self.lease is not None else "-"
         logger.info(
-            "chat.completions tenant=%s session=%s stream=%s status=%s new_messages=%s view_tokens=%s "
-            "retried=%s ms=%.1f",
+            "%s tenant=%s session=%s stream=%s status=%s new_messages=%s view_tokens=%s retried=%s read_backs=%s "
+            "unmanaged=%s ms=%.1f",
+            self.dialect.name,
             self.tenant,
             session,
             self.stream,
@@ -250,18 +313,16 @@ class _Turn:
             self.added,
             self.view_tokens,
             self.retried,
+            self.read_backs,
+            self.unmanaged,
             elapsed,
         )
         if self.svc.settings.service.log_content:
-            last = self.body["messages"][-1]
+            last = self.conversation.keyed[-1] if self.conversation.keyed else {}
             logger.info("session %s last message (%s): %.500s", session, last.get("role"), last.get("content"))
 
 
-_MOVED_ATTEMPTS = 3
-"""Times a request reads its session again after another writer appended to it first."""
-
-_ADD_ROUND = 32
-"""Messages added at once before a long history lets other requests run (about a millisecond of work)."""
+_FIELDS = {"messages": "messages", "responses": "input"}
 
 
 def _round_end(messages: list[Message], begin: int) -> int:
@@ -274,10 +335,6 @@ def _round_end(messages: list[Message], begin: int) -> int:
     return end
 
 
-def _invalid(start: int, exc: MessageError) -> ServiceError:
-    return ServiceError(400, f"messages[{start + (exc.index or 0)}]: {exc}", param="messages", code="invalid_message")
-
-
 def _is_json(content: bytes) -> bool:
     try:
         json.loads(content)
@@ -286,39 +343,81 @@ def _is_json(content: bytes) -> bool:
     return True
 
 
-async def chat_completions(request: Request) -> Response:
-    """The proxy route."""
+async def _lease(turn: _Turn, session_id: str) -> Lease:
+    svc = turn.svc
+    try:
+        # the freshness check rides on the first append (see _Turn.prepare)
+        return await svc.pool.acquire(turn.tenant, session_id, model=turn.body["model"], tools=turn.tools, check=False)
+    except SessionNotFound:
+        raise ServiceError(404, f"No session {session_id!r}.", code="session_not_found") from None
+    except UnknownModelError as exc:
+        raise ServiceError(400, str(exc), param="model", code="unknown_model") from None
+    except UsageError as exc:  # the store refuses the id (too long, control characters)
+        raise ServiceError(400, f"Invalid session id: {exc}", code="invalid_session_id") from None
+
+
+async def _prepared(turn: _Turn, session_id: str | None) -> list[Any] | None:
+    """Lease the request's session (its own branch when it is another conversation) and prepare the view."""
+    svc = turn.svc
+    if session_id is None:
+        return None
+    turn.lease = await _lease(turn, session_id)
+    try:
+        return await turn.prepare()
+    except _Elsewhere as elsewhere:
+        svc.pool.release(turn.lease)
+        turn.lease = None
+        if elsewhere.kind == "diverged" or "~" in session_id:
+            turn.unmanaged = elsewhere.kind
+            svc.metrics.unmanaged.labels(elsewhere.kind).inc()
+            logger.info("session %s: the request's history departs from the transcript; sent unmanaged", session_id)
+            return None
+    branch = f"{session_id}~{head_digest(turn.conversation.keyed)}"
+    turn.lease = await _lease(turn, branch)
+    try:
+        return await turn.prepare()
+    except _Elsewhere as elsewhere:
+        svc.pool.release(turn.lease)
+        turn.lease = None
+        turn.unmanaged = elsewhere.kind
+        svc.metrics.unmanaged.labels(elsewhere.kind).inc()
+        return None
+
+
+async def proxy(request: Request, dialect: Dialect) -> Response:
+    """The proxy route of ``dialect``."""
     svc = state_of(request)
-    tenant = svc.tenants.tenant(request)
-    svc.limits.take(tenant)
+    try:
+        tenant = svc.tenants.tenant(request)
+        svc.limits.take(tenant)
+    except ServiceError as exc:
+        return dialect.error_response(exc.status, exc.message, code=exc.code, param=exc.param, headers=exc.headers)
     turn: _Turn | None = None
     handed_off = False
     try:
-        body = _parse(await read_body(request, svc.settings.service.max_body_bytes))
-        turn = _Turn(svc, request, tenant, body)
-        session_id = _session_id(request, body)
-        if session_id is None and svc.settings.service.require_session_id:
-            raise ServiceError(
-                400,
-                "The request names no session: send the `X-Session-Id` header (or the `user` field); this service "
-                "requires one (`[service] require_session_id`).",
-                code="missing_session_id",
-            )
-        if session_id is not None:
-            try:
-                # the freshness check rides on the first append (see _Turn.prepare)
-                turn.lease = await svc.pool.acquire(
-                    tenant, session_id, model=body["model"], tools=body.get("tools") or (), check=False
+        raw = await read_body(request, svc.settings.service.max_body_bytes)
+        body = dialect.parse(raw)
+        refusal = dialect.refuse(body)
+        if refusal is not None:
+            raise refusal
+        turn = _Turn(svc, request, tenant, dialect, body, raw)
+        session_id = session_of(request, dialect.session_hint(body))
+        if session_id is None and svc.settings.service.session_fingerprint:
+            session_id = fingerprint(turn.conversation.keyed)
+        if session_id is None:
+            if svc.settings.service.require_session_id:
+                raise ServiceError(
+                    400,
+                    "The request names no session: send the `X-Session-Id` header, or call the proxy at "
+                    "`/s/<session>/v1/...`; this service requires one (`[service] require_session_id`).",
+                    code="missing_session_id",
                 )
-            except SessionNotFound:
-                raise ServiceError(404, f"No session {session_id!r}.", code="session_not_found") from None
-            except UnknownModelError as exc:
-                raise ServiceError(400, str(exc), param="model", code="unknown_model") from None
-            except UsageError as exc:  # the store refuses the id (too long, control characters)
-                raise ServiceError(400, f"Invalid session id: {exc}", code="invalid_session_id") from None
+            turn.unmanaged = "no_session"
+            svc.metrics.unmanaged.labels("no_session").inc()
         svc.metrics.in_flight.inc()
         try:
-            response = await (_stream(turn) if turn.stream else _complete(turn))
+            view = await _prepared(turn, session_id)
+            response = await (_stream(turn, view) if turn.stream else _complete(turn, view))
         except BaseException:
             svc.metrics.in_flight.dec()
             raise
@@ -333,15 +432,22 @@ async def chat_completions(request: Request) -> Response:
             turn.status = exc.status
             if turn.lease is not None and exc.status >= 500:
                 turn.lease.failed = True
-        return exc.response()
+        return dialect.error_response(exc.status, exc.message, code=exc.code, param=exc.param, headers=exc.headers)
+    except (BudgetExceeded, OverflowUnresolved) as exc:
+        # the request's own protected part (system prompt, tools, current message) cannot fit: the client's to fix
+        if turn is not None:
+            turn.status = 400
+            if turn.lease is not None:
+                turn.lease.failed = True
+        return dialect.too_long(str(exc))
     except ContextWardenError as exc:
         if turn is not None and turn.lease is not None:
             turn.lease.failed = True
-        logger.warning("chat.completions failed for tenant %s: %s", tenant, type(exc).__name__)
+        logger.warning("%s failed for tenant %s: %s", dialect.name, tenant, type(exc).__name__)
         status = 503 if type(exc).__name__ in ("StoreUnavailable", "LockTimeout") else 502
         if turn is not None:
             turn.status = status
-        return error_response(status, str(exc), code=type(exc).__name__)
+        return dialect.error_response(status, str(exc), code=type(exc).__name__)
     except BaseException:
         if turn is not None and turn.lease is not None:
             turn.lease.failed = True
@@ -355,53 +461,56 @@ async def chat_completions(request: Request) -> Response:
             svc.limits.give(tenant)
 
 
-async def _complete(turn: _Turn) -> Response:
-    svc = turn.svc
-    messages = await turn.prepare()
-    headers = svc.upstream.headers(turn.request, stream=False)
-    while True:
-        sent = time.perf_counter()
-        upstream = await svc.upstream.send(turn.upstream_body(messages), headers, stream=False)
-        svc.metrics.upstream_latency.observe(time.perf_counter() - sent)
-        if upstream.status_code == 200:
-            break
-        error = classify_error(upstream.status_code, upstream.content, url=svc.upstream.shown_url)
-        if isinstance(error, ContextOverflowError):
-            retry = await turn.compact_for_retry(error)
-            if retry is not None:
-                messages = retry
-                continue
-        answer = turn.upstream_error(upstream.status_code, upstream.content, upstream.headers)
-        if isinstance(answer, ServiceError):
-            raise answer
-        return answer
-    try:
-        data = jsonio.loads(upstream.content)
-        message = data["choices"][0]["message"]
-        if not isinstance(message, dict):
-            raise TypeError("message is not an object")
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise ServiceError(
-            502,
-            f"The upstream at {svc.upstream.shown_url} answered HTTP 200 with a body that is not a chat completion "
-            f"({upstream.content[:120]!r}); check `[service] upstream_url`.",
-            code="upstream_bad_reply",
-        ) from None
-    await turn.record(message, usage_of(data.get("usage")))
-    return Response(upstream.content, status_code=200, media_type="application/json", headers=_session_headers(turn))
-
-
 def _session_headers(turn: _Turn) -> dict[str, str]:
     return {"x-session-id": turn.lease.session_id} if turn.lease is not None else {}
 
 
-async def _stream(turn: _Turn) -> Response:
-    svc = turn.svc
-    messages = await turn.prepare()
-    headers = svc.upstream.headers(turn.request, stream=True)
+def _bad_reply(turn: _Turn, content: bytes) -> ServiceError:
+    return ServiceError(
+        502,
+        f"The upstream at {turn.svc.upstream.shown_url} answered HTTP 200 with a body that is not a "
+        f"{turn.dialect.name} reply ({content[:120]!r}); check `[service] upstream_url`.",
+        code="upstream_bad_reply",
+    )
+
+
+async def _complete(turn: _Turn, view: list[Any] | None) -> Response:
+    svc, dialect = turn.svc, turn.dialect
+    headers = turn.upstream_headers(stream=False)
     while True:
         sent = time.perf_counter()
-        upstream = await svc.upstream.send(turn.upstream_body(messages), headers, stream=True)
+        upstream = await svc.upstream.send(turn.upstream_body(view), headers, stream=False, path=dialect.upstream_path)
+        svc.metrics.upstream_latency.observe(time.perf_counter() - sent)
+        if upstream.status_code != 200:
+            error = classify_error(upstream.status_code, upstream.content, url=svc.upstream.shown_url)
+            if isinstance(error, ContextOverflowError):
+                retry = await turn.compact_for_retry(error)
+                if retry is not None:
+                    view = retry
+                    continue
+            answer = turn.upstream_error(upstream.status_code, upstream.content, upstream.headers)
+            if isinstance(answer, ServiceError):
+                raise answer
+            return answer
+        try:
+            reply = dialect.reply(turn.body, jsonio.loads(upstream.content))
+        except (ValueError, MessageError):
+            raise _bad_reply(turn, upstream.content) from None
+        if turn.read_back(reply):
+            view = await turn.answer_read_back(reply)
+            continue
+        await turn.record(reply)
+        return Response(
+            upstream.content, status_code=200, media_type="application/json", headers=_session_headers(turn)
+        )
+
+
+async def _stream(turn: _Turn, view: list[Any] | None) -> Response:
+    svc, dialect = turn.svc, turn.dialect
+    headers = turn.upstream_headers(stream=True)
+    while True:
+        sent = time.perf_counter()
+        upstream = await svc.upstream.send(turn.upstream_body(view), headers, stream=True, path=dialect.upstream_path)
         if upstream.status_code != 200:
             content = await _read_closing(upstream)
             svc.metrics.upstream_latency.observe(time.perf_counter() - sent)
@@ -409,31 +518,40 @@ async def _stream(turn: _Turn) -> Response:
             if isinstance(error, ContextOverflowError):
                 retry = await turn.compact_for_retry(error)
                 if retry is not None:
-                    messages = retry
+                    view = retry
                     continue
             answer = turn.upstream_error(upstream.status_code, content, upstream.headers)
             if isinstance(answer, ServiceError):
                 raise answer
             return answer
-        # read up to the first event: an error sent as the stream's first event is still answerable
+        # read up to the first event (to the end when the read-back tool is offered: the client must not see
+        # its calls); an error sent as the stream's first event is still answerable
         framer = SSEFramer()
+        assembler = dialect.assembler(turn.body)
         head: list[bytes] = []
         chunks = upstream.aiter_raw()
         first_data: str | None = None
+        whole = turn.offered
         try:
-            while first_data is None:
+            while first_data is None or whole:
                 try:
                     chunk = await chunks.__anext__()
                 except StopAsyncIteration:
                     rest = framer.rest()
                     if rest is not None:
                         head.append(rest[0])
-                        first_data = rest[1]
+                        if rest[1] is not None:
+                            first_data = first_data or rest[1]
+                            if whole:
+                                assembler.feed(rest[1])
                     break
                 for raw, data in framer.feed(chunk):
                     head.append(raw)
-                    if data is not None and first_data is None:
-                        first_data = data
+                    if data is not None:
+                        if first_data is None:
+                            first_data = data
+                        if whole:
+                            assembler.feed(data)
         except ServiceError:
             await upstream.aclose()
             raise
@@ -450,7 +568,7 @@ async def _stream(turn: _Turn) -> Response:
             raise ServiceError(
                 502, f"The upstream at {svc.upstream.shown_url} sent an empty stream.", code="upstream_empty_stream"
             )
-        probe = ChunkAssembler()
+        probe = dialect.assembler(turn.body)
         probe.feed(first_data)
         if probe.error is not None:
             await upstream.aclose()
@@ -458,9 +576,18 @@ async def _stream(turn: _Turn) -> Response:
             if isinstance(error, ContextOverflowError):
                 retry = await turn.compact_for_retry(error)
                 if retry is not None:
-                    messages = retry
+                    view = retry
                     continue
             raise ServiceError(502, str(error), code="upstream_error")
+        if whole and assembler.complete:
+            try:
+                reply = assembler.reply()
+            except MessageError:
+                reply = None
+            if reply is not None and turn.read_back(reply):
+                await upstream.aclose()
+                view = await turn.answer_read_back(reply)
+                continue
         return _Relay(turn, upstream, chunks, framer, head)
 
 
@@ -474,7 +601,7 @@ async def _read_closing(response: UpstreamReply) -> bytes:
 
 
 class _Relay(StreamingResponse):
-    """The upstream's stream, relayed event by event; the reply is recorded before ``[DONE]`` goes out.
+    """The upstream's stream, relayed event by event; the reply is recorded before its end event goes out.
 
     Whatever ends the stream (its end, an upstream failure, the client going away), the session's
     lease and the tenant's slot are given back, and the upstream response is closed, which cancels
@@ -490,7 +617,8 @@ class _Relay(StreamingResponse):
         head: list[bytes],
     ) -> None:
         self.turn, self.upstream, self.chunks = turn, upstream, chunks
-        self.framer, self.assembler, self.head = framer, ChunkAssembler(), head
+        self.framer, self.head = framer, head
+        self.assembler: StreamAssembler = turn.dialect.assembler(turn.body)
         self.finished = False
         """The reply was recorded."""
         self.ended = False
@@ -503,36 +631,36 @@ class _Relay(StreamingResponse):
         for raw in self.head:  # the events read before the response started
             data = _data_of(raw)
             if data is not None:
-                if data.strip() == "[DONE]":
-                    await self._finish()
                 assembler.feed(data)
+                if assembler.done:
+                    await self._finish()
             yield raw
-        if assembler.done:
+        if self.finished:
             self.ended = True
             return
         try:
             async for chunk in self.chunks:
                 for raw, data in self.framer.feed(chunk):
-                    if data is not None and data.strip() == "[DONE]":
-                        await self._finish()
-                        yield raw
-                        self.ended = True
-                        return
                     if data is not None:
                         assembler.feed(data)
+                        if assembler.done:  # every dialect's end event is its stream's last
+                            await self._finish()
+                            yield raw
+                            self.ended = True
+                            return
                     yield raw
             rest = self.framer.rest()
             if rest is not None and rest[1] is not None:
                 assembler.feed(rest[1])
             if assembler.complete:
                 await self._finish()
-            elif turn.lease is not None:
+            elif turn.lease is not None and not self.finished:
                 turn.lease.failed = True
             if rest is not None:
                 yield rest[0]
             self.ended = True
         except (ServiceError, UpstreamBroken) as exc:  # the upstream timed out (a 504) or broke the stream
-            if turn.lease is not None:
+            if turn.lease is not None and not self.finished:
                 turn.lease.failed = True
             error = (
                 exc
@@ -544,15 +672,20 @@ class _Relay(StreamingResponse):
                 )
             )
             turn.status = error.status
-            body = {"error": {"message": error.message, "type": "upstream_error", "param": None, "code": error.code}}
-            yield f"data: {json.dumps(body)}\n\n".encode()
+            yield turn.dialect.error_event(error.status, error.message, code=error.code)
             self.ended = True
 
     async def _finish(self) -> None:
         if self.finished:
             return
         self.finished = True
-        await self.turn.record(self.assembler.message(), self.assembler.usage)
+        try:
+            reply = self.assembler.reply()
+        except MessageError:
+            if self.turn.lease is not None:
+                self.turn.lease.failed = True
+            return
+        await self.turn.record(reply)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         turn = self.turn

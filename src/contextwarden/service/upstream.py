@@ -113,7 +113,7 @@ def env_proxy(url: str) -> str | None:
 
 
 class Upstream:
-    """Sends chat-completions requests to the configured OpenAI-compatible server."""
+    """Sends requests to the configured model server (chat completions, messages, responses, other routes)."""
 
     def __init__(
         self,
@@ -157,36 +157,79 @@ class Upstream:
 
     @classmethod
     def from_env(
-        cls, base_url: str, *, key_env: str | None, open_service: bool, timeout: float, connect_timeout: float
+        cls,
+        base_url: str,
+        *,
+        key_env: str | None,
+        open_service: bool,
+        timeout: float,
+        connect_timeout: float,
+        forward_client_credentials: bool | None = None,
     ) -> Upstream:
-        """The upstream with its key read from the environment variable ``key_env``."""
+        """The upstream with its key read from the environment variable ``key_env``.
+
+        ``forward_client_credentials``: None forwards the client's key when the service is open and has
+        no upstream key; True forwards it whenever the service is open (a client's key is the service's
+        own when the service has API keys, and is never sent on); False never forwards it.
+        """
         key = os.environ.get(key_env) if key_env else None
+        forward = open_service and (not key if forward_client_credentials is None else forward_client_credentials)
         return cls(
             base_url,
             api_key=key or None,
-            forward_client_key=open_service and not key,
+            forward_client_key=forward,
             timeout=timeout,
             connect_timeout=connect_timeout,
         )
 
-    def headers(self, request: Request, *, stream: bool) -> dict[str, str]:
-        """Headers for the upstream request."""
+    def headers(
+        self,
+        request: Request,
+        *,
+        stream: bool,
+        forward: tuple[str, ...] = (),
+        key_header: str = "authorization",
+    ) -> dict[str, str]:
+        """Headers for the upstream request: the client's ``forward`` headers, and the credentials.
+
+        The client's own credentials (``Authorization``, ``X-Api-Key``) go upstream when the
+        operator allows it; else the service's key, in ``key_header``.
+        """
         out = {"content-type": "application/json", "accept": "text/event-stream" if stream else "application/json"}
-        if self._api_key:
-            out["authorization"] = f"Bearer {self._api_key}"
-        elif self._forward_client_key and request.headers.get("authorization"):
-            out["authorization"] = request.headers["authorization"]
+        for name in forward:
+            value = request.headers.get(name)
+            if value is not None:
+                out[name] = value
+        if self._forward_client_key and (request.headers.get("authorization") or request.headers.get("x-api-key")):
+            for name in ("authorization", "x-api-key"):
+                if request.headers.get(name):
+                    out[name] = request.headers[name]
+        elif self._api_key:
+            out[key_header] = f"Bearer {self._api_key}" if key_header == "authorization" else self._api_key
         return out
 
-    async def send(self, body: bytes, headers: Mapping[str, str], *, stream: bool) -> UpstreamReply:
-        """POST the body; the reply's body is read whole unless ``stream`` (then read it and `aclose` it).
+    def path_url(self, path: str) -> str:
+        """The upstream URL of ``path`` under the API root (``models`` -> ``<root>/models``)."""
+        return f"{self.base_url}/{path.lstrip('/')}"
+
+    @property
+    def forwards_client_key(self) -> bool:
+        """The client's own credentials go upstream (its upstream's refusal is the client's to see)."""
+        return self._forward_client_key
+
+    async def send(
+        self, body: bytes, headers: Mapping[str, str], *, stream: bool, path: str | None = None
+    ) -> UpstreamReply:
+        """POST the body (to ``path`` under the API root; default chat completions); the reply's body is read
+        whole unless ``stream`` (then read it and `aclose` it).
 
         Raises:
             ServiceError: 504 when the upstream does not answer in time, 502 when it cannot be reached or
                 breaks the connection before the whole reply is read.
         """
         try:
-            response = await self.client.post(self.url, data=body, headers=headers, proxy=self.proxy)
+            url = self.url if path is None else self.path_url(path)
+            response = await self.client.post(url, data=body, headers=headers, proxy=self.proxy)
         except TimeoutError as exc:
             raise self.timed_out(exc) from None
         except aiohttp.ClientError as exc:

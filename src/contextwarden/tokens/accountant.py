@@ -408,14 +408,18 @@ class TokenAccountant:
           deeply nested schemas are the roughest part. `Calibration` absorbs the remainder.
         * ``json`` (Anthropic, Gemini): each tool as compact JSON of its name, description and schema.
 
+        A ``namespace`` tool (a group of functions under one name, as Codex sends MCP servers) counts
+        each nested function under the namespace's name; a hosted tool with no name
+        (``{"type": "web_search", ...}``) is named by its type, and whatever configures it beyond a
+        name, description and schema (a custom tool's grammar, a hosted tool's options) counts as JSON.
         ``framing.tools_overhead`` is added once when ``tools`` is not empty.
 
         Raises:
-            MessageError: a tool that is not a mapping with a string ``name``.
+            MessageError: a tool that is not a mapping, or has neither a string ``name`` nor a ``type``.
         """
         if not tools:
             return 0
-        specs = [_tool_spec(tool, index=i) for i, tool in enumerate(tools)]
+        specs = [spec for i, tool in enumerate(tools) for spec in _tool_specs(tool, index=i)]
         if self.framing.tools_format == "typescript":
             text = _render_typescript(specs)
         else:
@@ -429,22 +433,44 @@ class TokenAccountant:
         return f"TokenAccountant(counter={self._counter_name!r}, framing={self._framing_name!r})"
 
 
-def _tool_spec(tool: object, *, index: int) -> tuple[str, str, Mapping[str, Any]]:
+_SCHEMA_KEYS = frozenset({"type", "name", "description", "parameters", "input_schema", "function", "strict"})
+"""Keys of a tool that the rendered schema already shows; any other key is configuration counted as JSON."""
+
+
+def _tool_specs(tool: object, *, index: int, prefix: str = "") -> list[tuple[str, str, Mapping[str, Any]]]:
+    """The (name, description, parameters) of each function a tool declares (several for a namespace)."""
     if not isinstance(tool, Mapping):
         raise MessageError(
             f"tools[{index}] must be a mapping (an OpenAI or Anthropic tool schema), got {type(tool).__name__}.",
             field=f"tools[{index}]",
         )
+    nested = tool.get("tools", tool.get("functions"))
+    if tool.get("type") == "namespace" and isinstance(nested, Sequence) and not isinstance(nested, str):
+        group = tool.get("name")
+        inner = f"{prefix}{group}." if isinstance(group, str) and group else prefix
+        specs: list[tuple[str, str, Mapping[str, Any]]] = []
+        if isinstance(tool.get("description"), str) and tool["description"]:
+            specs.append((inner.rstrip(".") or "namespace", tool["description"], {}))
+        for member in nested:
+            specs.extend(_tool_specs(member, index=index, prefix=inner))
+        return specs
     fn = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
     assert isinstance(fn, Mapping)
     name = fn.get("name")
     if not isinstance(name, str):
-        raise MessageError(
-            f"tools[{index}] has no string `name` ({name!r}); give every tool a name.", field=f"tools[{index}].name"
-        )
-    description = fn.get("description") or ""
+        name = tool.get("type")  # a hosted tool (web_search, file_search...) is named by its type
+        if not isinstance(name, str) or not name:
+            raise MessageError(
+                f"tools[{index}] has no string `name` or `type` ({fn.get('name')!r}); give every tool a name.",
+                field=f"tools[{index}].name",
+            )
+    description = str(fn.get("description") or "")
+    options = {k: v for k, v in tool.items() if k not in _SCHEMA_KEYS}
+    if options:
+        config = json.dumps(options, ensure_ascii=False, separators=(",", ":"), sort_keys=True, default=str)
+        description = f"{description}\n{config}" if description else config
     params = fn.get("parameters", fn.get("input_schema")) or {}
-    return name, str(description), params if isinstance(params, Mapping) else {}
+    return [(prefix + name, description, params if isinstance(params, Mapping) else {})]
 
 
 def _ts_type(schema: Mapping[str, Any], indent: str) -> str:

@@ -1,0 +1,217 @@
+"""OpenAI Responses (``POST /v1/responses``): input items, reasoning with encrypted content, hosted tools.
+
+``instructions`` is the system prompt (kept in the request as the client sent it); ``input`` (a
+string or items) is the conversation. Messages, function calls and their outputs, and reasoning
+items go through the adapter (`contextwarden.adapters.openai_responses`), which keeps a reasoning
+item's ``encrypted_content`` and every field it has no use for unchanged. Items of other kinds
+(custom tool calls and their outputs, hosted tool calls such as ``web_search_call``, shell calls)
+are kept whole: the session counts them as their JSON and renders them back exactly as received.
+
+``previous_response_id`` asks the upstream to prepend a conversation the proxy never saw, so the
+proxy cannot manage it: such a request is refused with a 400 that says to send the whole input
+(``store: false``), which is what Codex does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from starlette.responses import Response
+
+from ...adapters import openai_chat, openai_responses as adapter
+from ...exceptions import MessageError
+from ...messages import Message, TextPart
+from ...usage import RequestUsage
+from ..errors import ServiceError, error_body
+from .base import Conversation, Dialect, Reply, StreamAssembler, json_data, parse_object, require_model_and_stream
+from .openai_chat import invalid_message
+
+__all__ = ["OpenAIResponses", "to_messages", "usage_of"]
+
+_ADAPTED = frozenset({"message", "function_call", "function_call_output", "reasoning"})
+"""Item types the adapter reads; any other item is kept whole."""
+_ITEM = "responses_item"
+"""``Message.extra`` key of an item kept whole."""
+_INSTRUCTIONS = "responses_instructions"
+"""``Message.extra`` key marking the system message made of ``instructions``."""
+_END_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete"})
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def usage_of(data: Any) -> RequestUsage:
+    """`RequestUsage` of a Responses ``usage`` object."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("input_tokens"), int):
+        return RequestUsage.unreported()
+    details = data.get("input_tokens_details")
+    cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
+    return RequestUsage(
+        input_tokens=_int(data["input_tokens"]), output_tokens=_int(data.get("output_tokens")), cache_read_tokens=cached
+    )
+
+
+def _adapted(item: Any) -> bool:
+    if not isinstance(item, Mapping):
+        return True  # the adapter names what is wrong with it
+    kind = item.get("type")
+    return kind is None or kind in _ADAPTED
+
+
+def _kept(item: Mapping[str, Any]) -> Message:
+    """An item the adapter does not read, as a message that renders back to the item itself."""
+    kind = str(item.get("type", ""))
+    # what the model produced sits on the assistant's side; what answers it (outputs) on the user's
+    role: Literal["user", "assistant"] = "user" if kind.endswith("_output") else "assistant"
+    text = json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+    return Message(role=role, parts=(TextPart(text=text),), extra={_ITEM: dict(item)})
+
+
+def to_messages(items: Sequence[Any]) -> list[Message]:
+    """Input or output items as messages: adapted runs, and each other item kept whole.
+
+    Raises:
+        MessageError: an item the adapter cannot read (its index is the item's in ``items``).
+    """
+    out: list[Message] = []
+    start = 0
+    for index, item in enumerate([*items, None]):
+        if item is not None and _adapted(item):
+            continue
+        if start < index:
+            try:
+                out.extend(adapter.to_messages(items[start:index]))
+            except MessageError as exc:
+                exc.index = start + (exc.index or 0)
+                raise
+        if item is not None:
+            out.append(_kept(item))
+        start = index + 1
+    return out
+
+
+def _render(messages: Sequence[Message]) -> list[Any]:
+    out: list[Any] = []
+    run: list[Message] = []
+    for message in messages:
+        item = message.extra.get(_ITEM)
+        if isinstance(item, Mapping):
+            out.extend(adapter.from_messages(run))
+            run = []
+            out.append(dict(item))
+        else:
+            run.append(message)
+    out.extend(adapter.from_messages(run))
+    return out
+
+
+class _ResponsesAssembler(StreamAssembler):
+    """Takes the reply from ``response.completed`` (or the ``output_item.done`` items before it)."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self.final: Mapping[str, Any] | None = None
+        self._done = False
+
+    def feed(self, data: str) -> None:
+        event = json_data(data)
+        if event is None:
+            return
+        kind = event.get("type")
+        self._done = kind in _END_EVENTS
+        if kind == "error" or kind == "response.failed":
+            self.error = event
+        elif kind == "response.output_item.done" and isinstance(event.get("item"), Mapping):
+            self.items.append(event["item"])
+        elif kind in _END_EVENTS and isinstance(event.get("response"), Mapping):
+            self.final = event["response"]
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def reply(self) -> Reply:
+        final = self.final or {}
+        output = final.get("output")
+        items = output if isinstance(output, list) and output else self.items
+        return Reply(messages=to_messages(items), usage=usage_of(final.get("usage")))
+
+
+class OpenAIResponses(Dialect):
+    """OpenAI's Responses API."""
+
+    name = "responses"
+    route = "/v1/responses"
+    upstream_path = "responses"
+
+    def parse(self, raw: bytes) -> dict[str, Any]:
+        body = parse_object(raw, "a Responses API request")
+        value = body.get("input")
+        if not (isinstance(value, str) or (isinstance(value, list) and all(isinstance(i, dict) for i in value))):
+            raise ServiceError(400, "`input` must be a string or a list of input items.", param="input")
+        instructions = body.get("instructions")
+        if instructions is not None and not isinstance(instructions, str):
+            raise ServiceError(400, "`instructions` must be a string.", param="instructions", code="invalid_type")
+        require_model_and_stream(body)
+        tools = body.get("tools")
+        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+            raise ServiceError(400, "`tools` must be a list of tool objects.", param="tools", code="invalid_type")
+        return body
+
+    def refuse(self, body: Mapping[str, Any]) -> ServiceError | None:
+        if body.get("previous_response_id"):
+            return ServiceError(
+                400,
+                "`previous_response_id` continues a conversation the upstream stored, which this proxy cannot manage; "
+                "send the whole conversation in `input` with `store: false` (Codex does this by default; with the "
+                "OpenAI SDK, pass the earlier output items back in `input` instead of `previous_response_id`).",
+                param="previous_response_id",
+                code="unsupported_parameter",
+            )
+        return None
+
+    def conversation(self, body: Mapping[str, Any]) -> Conversation:
+        value = body["input"]
+        items = [{"role": "user", "content": value}] if isinstance(value, str) else value
+        try:
+            messages = to_messages(items)
+        except MessageError as exc:
+            raise invalid_message("input", 0, exc) from None
+        instructions = body.get("instructions")
+        if isinstance(instructions, str) and instructions:
+            messages.insert(0, Message.system(instructions, extra={_INSTRUCTIONS: True}))
+        return Conversation(keyed=openai_chat.from_messages(messages), convert=lambda start: messages[start:])
+
+    def render(
+        self, body: Mapping[str, Any], view: list[Any], *, extra_tools: Sequence[Mapping[str, Any]] = ()
+    ) -> dict[str, Any]:
+        out = dict(body)
+        # `instructions` stays the client's own field; its message in the view is not sent twice
+        out["input"] = _render([m for m in view if not m.extra.get(_INSTRUCTIONS)])
+        if extra_tools:
+            out["tools"] = [*(body.get("tools") or ()), *extra_tools]
+        return out
+
+    def tool_schema(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        return {"type": "function", **spec["function"]}
+
+    def reply(self, body: Mapping[str, Any], data: Any) -> Reply:
+        if not isinstance(data, Mapping) or not isinstance(data.get("output"), list):
+            raise ValueError("not a Responses API reply")
+        return Reply(messages=to_messages(data["output"]), usage=usage_of(data.get("usage")))
+
+    def assembler(self, body: Mapping[str, Any]) -> StreamAssembler:
+        return _ResponsesAssembler()
+
+    def error_body(self, status: int, message: str, *, code: str | None, param: str | None) -> dict[str, Any]:
+        return error_body(status, message, code=code, param=param)
+
+    def error_event(self, status: int, message: str, *, code: str | None) -> bytes:
+        body = {"type": "error", "code": code, "message": message, "param": None}
+        return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
+
+    def too_long(self, message: str) -> Response:
+        return self.error_response(400, message, code="context_length_exceeded", param="input")
