@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from contextwarden.testing import ScriptedOpenAIServer, ScriptedReply
 from contextwarden.messages import ToolCall
+from contextwarden.testing import ScriptedOpenAIServer, ScriptedReply
 
 from .conftest import MODEL, Running
 from .test_proxy import stored
