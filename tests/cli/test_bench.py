@@ -46,6 +46,18 @@ def test_probes_bad_arguments(runner: CliRunner, probe_file: Path) -> None:
     assert missing.exit_code == 2 and "no such file" in missing.stderr
     bad = runner.invoke(app, ["bench", "probes", "--data", str(probe_file), "--budgets", "a,b"])
     assert bad.exit_code == 2 and "comma list" in bad.stderr
+    mode = runner.invoke(app, ["bench", "probes", "--data", str(probe_file), "--mode", "sometimes"])
+    assert mode.exit_code == 2 and "use turn or once" in mode.stderr
+
+
+def test_probes_once_mode_and_the_recency_rows(runner: CliRunner, probe_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "once.json"
+    args = ["bench", "probes", "--data", str(probe_file), "--budgets", "3000", "--mode", "once", "--json", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(out.read_text())
+    assert data["mode"] == "once" and "retention" in data["budgets"]["3000"]["recency"]
+    assert "recency" in result.stdout and "(once)" in result.stdout
 
 
 def _locomo_file(tmp_path: Path) -> Path:

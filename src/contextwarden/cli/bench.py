@@ -21,7 +21,7 @@ from rich.table import Table
 from ..benchmarks.probes import run_probes
 from ._common import CLIError, err, out, plain, progress_bar
 
-__all__ = ["bench_app", "fidelity_table", "repo_root"]
+__all__ = ["bench_app", "fidelity_table", "probes_table", "repo_root"]
 
 bench_app = typer.Typer(
     help="Run the benchmarks (progress on stderr, a table on stdout, JSON with --json OUT).", no_args_is_help=True
@@ -49,16 +49,29 @@ def _write_json(path: Path | None, result: Any) -> None:
 
 @bench_app.command("probes")
 def probes(
-    data: Annotated[Path, typer.Option(help="Probe traces (JSONL): {id, messages, probes} per line.")],
+    data: Annotated[
+        Path,
+        typer.Option(help="Probe traces (JSONL): {id, messages, probes} per line; optionally keep, current, forged."),
+    ],
     budgets: Annotated[str, typer.Option(help="Comma list of token budgets.")] = "2000,3000,4000",
     summarizer: Annotated[
         str, typer.Option(help="none: clearing, eviction and the ledger alone; extractive: plus the summary layer.")
     ] = "none",
+    mode: Annotated[
+        str,
+        typer.Option(help="turn: one round at a time with a prepare after each (an agent loop); once: one prepare."),
+    ] = "turn",
     json_out: JsonPath = None,
 ) -> None:
-    """Retention of probe facts in the view after compaction, per budget."""
+    """Retention of probe facts in the view after compaction, per budget, beside the recency baseline.
+
+    Files with `keep`, `current` and `forged` fields (the rules traces) also report rules kept
+    verbatim, corrections current and forgeries contained (none shown outside a tool result).
+    """
     if summarizer not in ("none", "extractive"):
         raise typer.BadParameter(f"{summarizer!r}: use none or extractive", param_hint="--summarizer")
+    if mode not in ("turn", "once"):
+        raise typer.BadParameter(f"{mode!r}: use turn or once", param_hint="--mode")
     if not data.is_file():
         raise typer.BadParameter(f"{data}: no such file", param_hint="--data")
     values = _budgets(budgets)
@@ -81,22 +94,45 @@ def probes(
             def factory() -> ExtractiveSummarizer:
                 return ExtractiveSummarizer(counter=counter)
 
-        result = run_probes(data, values, progress=progress, summarizer_factory=factory)
-        result["summarizer"] = summarizer
-    table = Table(title=f"probes: {plain(data.name)}")
-    for col in ("budget", "retention", "found/total", "all fit", "pairs ok", "seconds"):
-        table.add_column(col)
-    for budget, row in result["budgets"].items():
-        table.add_row(
-            budget,
-            f"{row['retention']:.3f}",
-            f"{row['found']}/{row['total']}",
-            str(row["all_fit"]),
-            str(row["all_pairs_ok"]),
-            f"{row['seconds']:.2f}",
+        result = run_probes(
+            data, values, mode="turn" if mode == "turn" else "once", progress=progress, summarizer_factory=factory
         )
-    out.print(table)
+        result["summarizer"] = summarizer
+    out.print(probes_table(result, title=f"probes: {plain(data.name)} ({mode})"))
     _write_json(json_out, result)
+
+
+def probes_table(result: dict[str, Any], *, title: str) -> Table:
+    """Per budget: contextwarden, then the recency baseline of the same run.
+
+    Rules files add rules kept verbatim, corrections current and forgeries contained.
+    """
+    rows = result["budgets"]
+    rules = any("rules_kept" in row for row in rows.values())
+    table = Table(title=title)
+    columns = ["budget", "view", "retention"]
+    if rules:
+        columns += ["rules", "corrections", "forgeries"]
+    columns += ["all fit", "pairs ok", "seconds"]
+    for col in columns:
+        table.add_column(col)
+
+    def share(value: object) -> str:
+        return f"{value:.3f}" if isinstance(value, int | float) else "-"
+
+    for budget, row in rows.items():
+        for name, figures in (("contextwarden", row), ("recency", row.get("recency", {}))):
+            cells = [budget, name, share(figures.get("retention"))]
+            if name == "contextwarden":
+                cells[2] += f" ({row['found']}/{row['total']})"
+            if rules:
+                cells += [share(figures.get(k)) for k in ("rules_kept", "corrections_current", "forgeries_contained")]
+            if name == "contextwarden":
+                cells += [str(row["all_fit"]), str(row["all_pairs_ok"]), f"{row['seconds']:.2f}"]
+            else:
+                cells += ["", "", ""]
+            table.add_row(*cells)
+    return table
 
 
 @bench_app.command("fidelity")
