@@ -23,6 +23,7 @@ def store_url(tmp_path: Path, chat_messages: list[dict[str, Any]]) -> str:
         for i in range(0, len(chat_messages), 6):
             session.add(chat_messages[i : i + 6])
             session.prepare()
+        session.save_status()
     return url
 
 
@@ -126,8 +127,9 @@ def test_inspect_resumes_the_stored_view(runner: CliRunner, store_url: str) -> N
     result = invoke(runner, "inspect", "s1", "--store", store_url, "--json")
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
-    assert data["view"]["used"] == expected.used
-    assert data["view"]["compactions"] == expected.compactions and expected.compactions
+    assert data["figures"]["used"] == expected.used
+    assert data["figures"]["compactions"] == expected.compactions and expected.compactions
+    assert data["figures"]["last_layer"] == expected.last_layer and expected.last_layer
     assert data["snapshots"]["count"] > 0
     assert data["audit"]["compactions_by_layer"]
     assert data["ledger"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -34,25 +35,47 @@ def test_demo_session_is_in_the_store(demo_run: dict[str, Any]) -> None:
         info = store.get_session("demo-11")
         assert info.metadata["seed"] == 11
         assert info.message_count == demo_run["messages"]
-        saved, version = store.load_state("demo-11", slot="status")
-        assert version == 1 and saved is not None
-        assert saved["status"]["compactions"]
+        saved, version = store.load_state("demo-11", slot="status")  # the figures the session saved
+        assert version >= 1 and saved is not None
+        assert saved["figures"]["compactions"]
     result = CliRunner().invoke(app, ["inspect", "demo-11", "--store", demo_run["_store"], "--json"])
     assert result.exit_code == 0, result.stderr
+    shown = json.loads(result.stdout)["figures"]
+    # the demo's budget and the inspected one are the same figures
+    assert shown["window"] == demo_run["window"]
+    assert shown["effective"] == demo_run["budget"]
+    assert shown["tool_schemas"] == demo_run["tool_schemas"]
+    assert shown["reserved_output"] == demo_run["reserved_output"]
+    assert shown["turn"] == demo_run["turns"]
+    assert sum(shown["components"].values()) == shown["used"]
 
 
-def test_rerun_replaces_the_demo_session(tmp_path: Path) -> None:
+def test_a_rerun_keeps_the_first_session_unless_told_to_replace_it(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'cw.db'}"
-    args = ["demo", "--turns", "30", "--no-live", "--store", store, "--report", str(tmp_path / "r.html")]
-    for _ in range(2):
-        result = CliRunner().invoke(app, args)
+    args = ["demo", "--turns", "30", "--no-live", "--json", "--store", store, "--report", str(tmp_path / "r.html")]
+    runs = []
+    for extra in ([], ["--turns", "40"], ["--replace"]):
+        result = CliRunner().invoke(app, args + extra)
         assert result.exit_code == 0, result.stderr
+        runs.append(json.loads(result.stdout))
+    assert [r["session_id"] for r in runs] == ["demo-7", "demo-7-2", "demo-7"]
     with open_store(store) as st:
         sessions, _ = st.list_sessions()
-        assert [s.session_id for s in sessions] == ["demo-7"]
-        assert st.get_session("demo-7").message_count < 90
-    assert "contextwarden demo: results" in result.stdout
-    assert "turn 30/30" in result.stderr
+        assert [s.session_id for s in sessions] == ["demo-7", "demo-7-2"]
+        assert st.get_session("demo-7-2").metadata["turns"] == 40
+    # same seed, same session: the totals of a rerun are the same
+    assert runs[0]["tokens_sent"] == runs[2]["tokens_sent"]
+    assert runs[0]["peak"] == runs[2]["peak"]
+    assert runs[0]["tokens_seen"] == runs[2]["tokens_seen"]
+
+
+def test_a_memory_store_is_not_offered_to_inspect(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["demo", "--turns", "30", "--no-live", "--store", "memory://", "--report", str(tmp_path / "r.html")]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "contextwarden inspect" not in result.stdout
+    assert "pass --store to keep the session" in " ".join(result.stdout.split())
 
 
 def test_report_is_self_contained_with_the_four_charts(demo_run: dict[str, Any]) -> None:

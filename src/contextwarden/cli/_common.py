@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,9 +44,19 @@ __all__ = [
     "token_counting",
 ]
 
-out = Console(highlight=False)
+
+def _console(*, stderr: bool = False) -> Console:
+    """A console that wraps at the terminal's width, and not at all when piped (a file or a pipe has no width)."""
+    stream = sys.stderr if stderr else sys.stdout
+    piped = not (hasattr(stream, "isatty") and stream.isatty()) and "COLUMNS" not in os.environ
+    return Console(stderr=stderr, highlight=False, soft_wrap=piped, width=_PIPED_WIDTH if piped else None)
+
+
+_PIPED_WIDTH = 400
+"""Columns of piped output: wide enough that tables and sentences keep whole lines."""
+out = _console()
 """Standard output (tables, JSON, views)."""
-err = Console(stderr=True, highlight=False)
+err = _console(stderr=True)
 """Standard error (summaries, progress, errors)."""
 
 

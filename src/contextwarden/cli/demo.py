@@ -20,8 +20,9 @@ from ..demo.replay import CompactionRecord, TurnStats
 from ..exceptions import SessionNotFound
 from ..recall import SessionMemory
 from ..settings import user_dir
+from ..stores import SessionStore
 from ._common import build_session, err, get_settings, out, print_json
-from .sessions import STATUS_SLOT, open_cli_store
+from .sessions import DEMO_SLOT, open_cli_store
 from .transcript import summarizer_for
 
 __all__ = ["demo_command"]
@@ -149,12 +150,32 @@ def _final_table(r: DemoResult, report: Path) -> Table:
         ("snapshots", f"{r.snapshots:,} full originals kept in the store"),
         ("summarizer", r.summarizer),
         ("time", f"{r.compute_s:.2f} s of compute, {r.wall_s:.2f} s wall"),
-        ("session", f"{r.session_id} in {r.store_url}  (contextwarden inspect {r.session_id})"),
+        (
+            "session",
+            f"{r.session_id} in {r.store_url}  "
+            + (
+                "(the memory store ends with this command: pass --store to keep the session)"
+                if r.store_url.startswith("memory:")
+                else f"(contextwarden inspect {r.session_id} --store {r.store_url})"
+            ),
+        ),
         ("report", str(report)),
     ]
     for k, v in rows:
         table.add_row(k, Text(v))  # paths and URLs as they are (a "[" in them is not markup)
     return table
+
+
+def _free_id(store: SessionStore, base: str) -> str:
+    """``base``, or ``base-2``, ``base-3``… : the first id the store does not have (a rerun never replaces a run)."""
+    candidate, n = base, 1
+    while True:
+        try:
+            store.get_session(candidate)
+        except SessionNotFound:
+            return candidate
+        n += 1
+        candidate = f"{base}-{n}"
 
 
 def demo_command(
@@ -184,6 +205,13 @@ def demo_command(
             help="Long-term memory: what compaction removes is remembered and the request recalls it into the view.",
         ),
     ] = True,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="Replace the session demo-<seed> if it exists (default: keep it and use the next free id).",
+        ),
+    ] = False,
 ) -> None:
     """Replay a long, realistic coding-agent session through the full pipeline (no network, no API key).
 
@@ -202,10 +230,13 @@ def demo_command(
     live = not no_live and not json_out and out.is_terminal
     pause = delay if delay is not None else (0.04 if live else 0.0)
     with open_cli_store(settings) as st:
-        try:
-            st.delete_session(session_id)  # a rerun replaces the demo's own session
-        except SessionNotFound:
-            pass
+        if replace:
+            try:
+                st.delete_session(session_id)
+            except SessionNotFound:
+                pass
+        else:
+            session_id = _free_id(st, session_id)
         st.create_session(session_id, model=model, window=window, metadata={"demo": True, "seed": seed, "turns": turns})
         session = build_session(
             settings,
@@ -248,24 +279,13 @@ def demo_command(
                     )
 
             replay(demo, session, result=result, on_turn=progress_line, delay=pause)
-        final = session.status()
-        _, version = st.load_state(session_id, slot=STATUS_SLOT)
+        session.save_status()  # the figures and timeline of the last turn, for inspect and the dashboard
+        _, version = st.load_state(session_id, slot=DEMO_SLOT)
         st.save_state(
             session_id,
-            {
-                "status": {
-                    "used": final.used,
-                    "budget": final.budget,
-                    "ratio": final.ratio,
-                    "state": final.state,
-                    "compactions": final.compactions,
-                    "breakdown": final.breakdown,
-                },
-                "summary": session.engine.summary,
-                "demo": {k: v for k, v in result.to_dict().items() if k not in ("facts", "alerts")},
-            },
+            {k: v for k, v in result.to_dict().items() if k not in ("facts", "alerts")},
             expected_version=version,
-            slot=STATUS_SLOT,
+            slot=DEMO_SLOT,
         )
     path = write_report(result, report_path)
     result.wall_s = time.perf_counter() - started

@@ -17,14 +17,16 @@ from rich.text import Text
 
 from .._store_url import check_store_url, sqlite_file
 from ..exceptions import SessionNotFound
+from ..figures import describe, figures
 from ..settings import Settings
 from ..stores import SessionInfo, SessionStore, open_store
+from ..timeline import STATUS_SLOT
 from ._common import CLIError, atomic_write, build_session, err, get_settings, out, plain, print_json
 
-__all__ = ["STATUS_SLOT", "inspect_command", "open_cli_store", "sessions_app"]
+__all__ = ["DEMO_SLOT", "STATUS_SLOT", "inspect_command", "open_cli_store", "sessions_app"]
 
-STATUS_SLOT = "status"
-"""State slot where the CLI (the demo) saves a session's final view status, ledger and summary."""
+DEMO_SLOT = "demo"
+"""State slot where the demo saves its results (the figures are in `STATUS_SLOT`, saved by the session)."""
 
 sessions_app = typer.Typer(help="List, show, export, import and delete stored sessions.", no_args_is_help=True)
 
@@ -64,6 +66,13 @@ def _when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+def _saved_figures(store: SessionStore, info: SessionInfo) -> dict[str, Any] | None:
+    """The figures the session saved (`contextwarden.figures`), or None when it saved none."""
+    record, _ = store.load_state(info.session_id, slot=STATUS_SLOT, tenant=info.tenant)
+    figures = (record or {}).get("figures")
+    return dict(figures) if isinstance(figures, dict) else None
+
+
 def _get(store: SessionStore, session_id: str) -> SessionInfo:
     try:
         return store.get_session(session_id)
@@ -94,21 +103,39 @@ def list_command(
             rows.extend(page)
             if cursor is None:
                 break
+        shown = [_saved_figures(st, r) for r in rows]
     if json_out:
-        print_json({"store": settings.store_url, "sessions": [r.to_dict() for r in rows]})
+        print_json(
+            {
+                "store": settings.store_url,
+                "sessions": [{**r.to_dict(), "figures": f} for r, f in zip(rows, shown, strict=True)],
+            }
+        )
         return
     table = Table(title=f"{len(rows)} session(s) in {plain(settings.store_url)}")
-    for col in ("session", "tenant", "model", "window", "messages", "last active", "archived"):
-        table.add_column(col, justify="right" if col in ("window", "messages") else "left")
-    for r in rows:
+    for col in (
+        "session",
+        "tenant",
+        "model",
+        "window",
+        "used / effective",
+        "ratio",
+        "state",
+        "messages",
+        "last active",
+    ):
+        table.add_column(col, justify="right" if col in ("window", "messages", "used / effective", "ratio") else "left")
+    for r, f in zip(rows, shown, strict=True):
         table.add_row(
-            Text(r.session_id),
+            Text(r.session_id + (" (archived)" if r.archived else "")),
             Text(r.tenant),
             Text(r.model or "-"),
-            f"{r.window:,}" if r.window else "-",
+            f"{f['window']:,}" if f else (f"{r.window:,}" if r.window else "-"),
+            f"{f['used']:,} / {f['effective']:,}" if f else "-",
+            f"{f['ratio']:.1%}" if f else "-",
+            f"{f['state']} ({(f.get('rule') or {}).get('mode', '?')})" if f else "-",
             f"{r.message_count:,}",
             _when(r.last_active),
-            "yes" if r.archived else "",
         )
     out.print(table)
 
@@ -242,32 +269,33 @@ def inspect_command(
         snapshots = st.list_snapshots(session_id)
         audit = st.read_audit(session_id)
         saved, version = st.load_state(session_id, slot=STATUS_SLOT)
+        demo, _ = st.load_state(session_id, slot=DEMO_SLOT)
         # A session built on the store resumes it: the transcript and the saved view state are loaded,
         # nothing is written (status() does not prepare a view).
         with err.status(f"loading {session_id}…") if not json_out else contextlib.nullcontext():
             session = build_session(settings, session_id=session_id, model=info.model, window=info.window, store=st)
-        status = session.status()
         messages = session.transcript
+        if saved and isinstance(saved.get("figures"), dict):
+            # the figures the session saved at its last turn: the budget it was made with (its tools
+            # included), which a session rebuilt here without them would not know
+            shown, source = dict(saved["figures"]), f"saved at turn {saved['figures'].get('turn')}"
+        else:
+            shown, source = figures(session.status()), "computed from the store (the session saved no figures)"
     ledger_text = session.ledger.render(max_tokens=ledger_tokens, count=session.accountant.count_text)
     kinds = Counter(str(e.get("kind")) for e in audit)
     layers = Counter(
         str(e.get("layer")) for e in audit if e.get("kind") == "compaction.finished" and int(e.get("items") or 0) > 0
     )
+    timeline = (saved or {}).get("timeline") or {}
     result: dict[str, Any] = {
         "session": info.to_dict(),
         "messages": len(messages),
-        "view": {
-            "used": status.used,
-            "budget": status.budget,
-            "ratio": status.ratio,
-            "state": status.state,
-            "breakdown": status.breakdown,
-            "view_messages": status.view_messages,
-            "compactions": status.compactions,
-        },
-        "saved_status": saved.get("status") if saved else None,
-        "saved_version": version,
-        "summary": (saved or {}).get("summary") or session.engine.summary,
+        "figures": shown,
+        "figures_source": source,
+        "status_version": version,
+        "timeline": timeline,
+        "demo": demo,
+        "summary": session.engine.summary,
         "ledger": ledger_text,
         "snapshots": {"count": len(snapshots), "ids": snapshots[:20]},
         "audit": {"events": len(audit), "by_kind": dict(kinds), "compactions_by_layer": dict(layers)},
@@ -275,25 +303,25 @@ def inspect_command(
     if json_out:
         print_json(result)
         return
-    r = result["view"]
     out.print(
         Panel.fit(
             Text(
-                f"model {info.model or '-'} · window {info.window or '-'} · {len(messages):,} messages in the "
-                f"transcript\nview now: {r['used']:,} / {r['budget']:,} tokens ({r['ratio']:.1%}, {r['state']}), "
-                f"{r['view_messages']} messages; breakdown {r['breakdown']}"
+                f"model {info.model or '-'} · {len(messages):,} messages in the transcript\n"
+                f"view ({source}): {describe(shown)}\nstate rule: {(shown.get('rule') or {}).get('text', '-')}\n"
+                f"components {shown.get('components')}"
             ),
             title=f"inspect {plain(session_id)}",
         )
     )
-    if saved and saved.get("status"):
-        s = saved["status"]
-        out.print(
-            Text(
-                f"saved status (v{version}): {s.get('used', 0):,} / {s.get('budget', 0):,} tokens, state "
-                f"{s.get('state')}, compactions {s.get('compactions')}"
-            )
-        )
+    compactions = timeline.get("compactions") or []
+    if compactions:
+        recent = Table(title=f"compactions (newest {min(len(compactions), 8)} of those kept)")
+        for col in ("turn", "layer", "tokens", "saved"):
+            recent.add_column(col, justify="right" if col != "layer" else "left")
+        for c in reversed(compactions[-8:]):
+            recent.add_row(str(c.get("turn")), Text(str(c.get("layer"))), f"{c.get('before'):,} → {c.get('after'):,}",
+                           f"{c.get('saved'):,}")  # fmt: skip
+        out.print(recent)
     table = Table(title=f"audit log: {len(audit)} events")
     table.add_column("kind")
     table.add_column("count", justify="right")

@@ -220,7 +220,9 @@ def replay(
     started = time.perf_counter()
     compute = 0.0
     try:
-        system = to_messages([demo.system], format="openai")
+        # Message ids from the turn and position, not random ones: snapshot ids derive from them and are
+        # shown in the view, so random ids would make the same seed send a few different tokens.
+        system = to_messages([{**demo.system, "id": "demo-0-0"}], format="openai")
         t0 = time.perf_counter()
         session.add(system)
         transcript_tokens = sum(acc.count_message(m) for m in system)
@@ -231,7 +233,7 @@ def replay(
         for index, raw in enumerate(demo.turns, 1):
             turn_no = index
             t0 = time.perf_counter()
-            msgs = to_messages(raw, format="openai")
+            msgs = to_messages([{**m, "id": f"demo-{index}-{j}"} for j, m in enumerate(raw)], format="openai")
             session.add(msgs)
             transcript_tokens += sum(acc.count_message(m) for m in msgs)
             p0 = time.perf_counter()

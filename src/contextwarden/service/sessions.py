@@ -273,7 +273,6 @@ class SessionPool:
             if len(cached.session.engine.transcript) == stored:
                 self._open.move_to_end(key)
                 return cached, True
-        created = False
         if create:
             try:
                 info = await self.store.get_session(session_id, tenant=tenant)
@@ -284,7 +283,6 @@ class SessionPool:
                 info = await self.store.create_session(
                     session_id, tenant=tenant, model=model, window=int(options["window"])
                 )
-                created = True
         else:
             info = await self.store.get_session(session_id, tenant=tenant)
         # new here, or another replica (or a failed request) changed it: read it again from the store
