@@ -1,0 +1,63 @@
+"""The read-back tool served by the proxy: offered when the view refers to it, answered without the client."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from contextwarden.messages import ToolCall
+from contextwarden.testing import ScriptedOpenAIServer, ScriptedReply
+
+from .conftest import SYSTEM, Running, chat, user
+
+READ = {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object", "properties": {}}}}
+
+
+def _history(turns: int) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = [SYSTEM, user("read every file")]
+    for i in range(turns):
+        call = {"id": f"call_{i}", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+        history.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        body = " ".join(f"line{i}_{j}" for j in range(400))
+        history.append({"role": "tool", "tool_call_id": f"call_{i}", "content": body})
+    return history
+
+
+def test_a_read_context_call_is_answered_by_the_proxy_and_the_client_sees_only_the_reply(
+    service: Running, upstream: ScriptedOpenAIServer
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def model(body: dict[str, Any]) -> Any:
+        seen.append(body)
+        names = [t["function"]["name"] for t in body.get("tools") or ()]
+        text = json.dumps(body["messages"])
+        found = re.search(r"snap_[0-9a-f]+", text)
+        if "read_context" in names and found and '"rb_1"' not in text:
+            return ScriptedReply(
+                tool_calls=[
+                    ToolCall(call_id="rb_1", name="read_context", arguments=json.dumps({"ref": found.group(0)}))
+                ]
+            )
+        return ScriptedReply(text="all read")
+
+    upstream.push(*[model] * 4)
+    r = service.client.post(
+        "/v1/chat/completions", json=chat(*_history(8), tools=[READ]), headers={"X-Session-Id": "rb"}
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"] == {"role": "assistant", "content": "all read"}
+    offered = [b for b in seen if any(t["function"]["name"] == "read_context" for t in b.get("tools") or ())]
+    assert offered, "the view referred to read_context but the tool was not offered"
+    assert len(seen) == 2  # the model called it once: the proxy answered with the snapshot's text
+    answer = seen[-1]["messages"][-1]
+    assert answer["role"] == "tool" and answer["tool_call_id"] == "rb_1" and "line" in answer["content"]
+    # the client's tools are sent as it sent them, the proxy's own added after them
+    assert seen[0]["tools"][0] == READ
+
+    # the next request re-sends the client's history: the proxy's own rounds are not the client's to send
+    follow = chat(*_history(8), {"role": "assistant", "content": "all read"}, user("thanks"), tools=[READ])
+    upstream.push(ScriptedReply(text="welcome"))
+    r = service.client.post("/v1/chat/completions", json=follow, headers={"X-Session-Id": "rb"})
+    assert r.status_code == 200 and r.headers["x-session-id"] == "rb"
