@@ -98,3 +98,16 @@ def test_eval_prints_probe_table_and_judges_through_the_server(
     assert data["compactions"]["count"] >= 1
     assert table.exit_code == 0, table.stderr
     assert "probes: all" in table.stdout and "identifiers" in table.stdout
+
+
+def test_eval_judge_that_answers_nothing_scores_zero_and_says_so(runner: CliRunner, chat_file: Path) -> None:
+    with ScriptedOpenAIServer(default=lambda body: "Done: PUT is idempotent.") as server:
+        args = ["eval", str(chat_file), "--budget", "8000", "--judge", "judge-model", "--base-url", server.base_url]
+        data = runner.invoke(app, [*args, "--json"])
+        table = runner.invoke(app, [*args, "-q", "Which file was edited?"])
+    assert data.exit_code == 0, data.stderr
+    judged = json.loads(data.stdout)["judge"]
+    assert judged["fidelity"] == 0.0 and judged["unusable"] == 1 and judged["unusable_by_step"] == {"questions": 1}
+    assert table.exit_code == 0, table.stderr
+    assert "judge replies unusable" in table.stdout
+    assert "3 unusable replies (2 answer, 1 verdict); each counts as a failure" in " ".join(table.stderr.split())

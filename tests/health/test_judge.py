@@ -107,3 +107,21 @@ def test_parse_questions_and_bad_options() -> None:
     assert parse_questions("1) What is X?\n* What is Y?\nnot a question\nWhat is X?", 5) == ["What is X?", "What is Y?"]
     with OpenAIChatModel("m", base_url="http://127.0.0.1:9") as model, pytest.raises(UsageError, match="n_questions"):
         judge_fidelity(model, BEFORE, LOSSY, n_questions=0)
+
+
+def test_a_model_that_answers_nothing_never_scores_fidelity() -> None:
+    with ScriptedOpenAIServer(default=lambda body: "Done: PUT is idempotent.") as server:
+        with OpenAIChatModel("judge", base_url=server.base_url) as model:
+            asked = judge_fidelity(model, BEFORE, FAITHFUL)
+            given = judge_fidelity(model, BEFORE, FAITHFUL, questions=["Which customer asked?", "Which card?"])
+    assert asked.fidelity == 0.0 and asked.verdicts == () and asked.unusable_replies == {"questions": 1}
+    assert given.fidelity == 0.0 and given.unusable == 2 * 2 + 2
+    assert given.unusable_replies == {"answer": 4, "verdict": 2}
+    assert given.to_dict()["unusable"] == 6 and not any(v.usable for v in given.verdicts)
+
+
+def test_an_agreeing_judge_does_not_rescue_canned_answers() -> None:
+    with ScriptedOpenAIServer(default=lambda body: "AGREE") as server:
+        with OpenAIChatModel("judge", base_url=server.base_url) as model:
+            report = judge_fidelity(model, BEFORE, LOSSY, questions=["Which customer asked?"])
+    assert report.fidelity == 0.0 and report.unusable_replies == {"answer": 2}

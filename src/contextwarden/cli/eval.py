@@ -111,11 +111,14 @@ def eval_command(
     if "judge" in result:
         j = result["judge"]
         table.add_row(f"LLM judge ({plain(judge or '')})", str(j["agree"]), str(j["questions"]), f"{j['fidelity']:.2f}")
+        if j["unusable"]:
+            table.add_row("  judge replies unusable", str(j["unusable"]), "", "")
     out.print(table)
     if report.lost:
         lost = "; ".join(f"{p.kind}: {p.text[:80]}" for p in report.lost[:10])
         err.print(f"lost ({len(report.lost)}): {plain(lost)}", soft_wrap=True)
     if result["alerts"]:
         err.print(f"health alerts: {plain(json.dumps(result['alerts']))}")
-    if judge is not None and result["judge"]["unparsed"]:
-        err.print(f"the judge answered {result['judge']['unparsed']} verdict(s) out of format (counted as disagreeing)")
+    if judge is not None and result["judge"]["unusable"]:
+        steps = ", ".join(f"{n} {step}" for step, n in result["judge"]["unusable_by_step"].items())
+        err.print(f"the judge gave {result['judge']['unusable']} unusable replies ({steps}); each counts as a failure")

@@ -11,13 +11,19 @@ then per question an answer from the context before, an answer from the context 
 verdict. The judge replies ``AGREE`` or ``DISAGREE`` on its first line; any other reply counts
 as disagreeing and is reported as unparsed (a judge that cannot follow the format is no evidence
 of fidelity).
+
+Every reply is checked before it counts, and an unusable one scores as a failure: a question
+request that yields no question (the report then has no verdict and a fidelity of 0, never 1),
+an empty answer, an answer that repeats a reply the model gave to another step of the protocol
+(a model that says "Done: PUT is idempotent." to everything), and a verdict out of format. The
+report counts the unusable replies by step.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..exceptions import UsageError
@@ -73,6 +79,8 @@ class JudgeVerdict:
     agree: bool
     parsed: bool
     """False when the judge's reply did not start with AGREE or DISAGREE (counted as disagreeing)."""
+    usable: bool = True
+    """False when an answer or the verdict was unusable (the question then counts as a failure)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,17 +91,24 @@ class JudgeReport:
     calls: int
     """Model requests made."""
     questions_from_model: bool
+    unusable_replies: dict[str, int] = field(default_factory=dict)
+    """Replies that could not count, by step (``questions``, ``answer``, ``verdict``)."""
 
     @property
     def fidelity(self) -> float:
-        """Agreeing / total (1.0 with no question)."""
+        """Agreeing / total; 0.0 with no verdict (a judge that asked nothing is no evidence of fidelity)."""
         if not self.verdicts:
-            return 1.0
+            return 0.0
         return sum(v.agree for v in self.verdicts) / len(self.verdicts)
 
     @property
     def unparsed(self) -> int:
         return sum(not v.parsed for v in self.verdicts)
+
+    @property
+    def unusable(self) -> int:
+        """Replies that could not count (each scored as a failure)."""
+        return sum(self.unusable_replies.values())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -102,9 +117,12 @@ class JudgeReport:
             "questions": len(self.verdicts),
             "agree": sum(v.agree for v in self.verdicts),
             "unparsed": self.unparsed,
+            "unusable": self.unusable,
+            "unusable_by_step": dict(self.unusable_replies),
             "calls": self.calls,
             "verdicts": [
-                {"question": v.question, "before": v.before, "after": v.after, "agree": v.agree} for v in self.verdicts
+                {"question": v.question, "before": v.before, "after": v.after, "agree": v.agree, "usable": v.usable}
+                for v in self.verdicts
             ],
         }
 
@@ -146,12 +164,18 @@ def judge_flow(
     from_model = not asked
     ctx_before = _context(before, max_context_chars)
     ctx_after = _context(after, max_context_chars)
+    unusable: dict[str, int] = {}
+    other_steps: set[str] = set()
+    """Replies to the question request and to verdicts: an answer equal to one of them answered nothing."""
     if from_model:
         prompt = Message.system(QUESTIONS_PROMPT.format(n=n_questions))
         reply = yield JudgeCall(purpose="questions", messages=(prompt, ctx_before), max_tokens=60 * n_questions)
         calls += 1
         asked = parse_questions(reply, n_questions)
-    verdicts: list[JudgeVerdict] = []
+        other_steps.add(_norm(reply))
+        if not asked:
+            unusable["questions"] = 1
+    answered: list[tuple[str, str, str, str]] = []
     for question in asked:
         ask = Message.user(ANSWER_PROMPT.format(question=question))
         a = yield JudgeCall(purpose="answer-before", messages=(ctx_before, ask), max_tokens=answer_tokens)
@@ -159,12 +183,28 @@ def judge_flow(
         pair = Message.user(f"Question: {question}\nAnswer A: {a.strip()}\nAnswer B: {b.strip()}")
         verdict = yield JudgeCall(purpose="verdict", messages=(Message.system(JUDGE_PROMPT), pair), max_tokens=8)
         calls += 3
+        other_steps.add(_norm(verdict))
+        answered.append((question, a.strip(), b.strip(), verdict))
+    verdicts: list[JudgeVerdict] = []
+    for question, a, b, verdict in answered:
+        bad_answers = sum(not x or _norm(x) in other_steps for x in (a, b))
         match = _VERDICT_RE.match(verdict.strip())
-        agree = bool(match) and match.group(1).upper() == "AGREE"  # type: ignore[union-attr]
+        if bad_answers:
+            unusable["answer"] = unusable.get("answer", 0) + bad_answers
+        if match is None:
+            unusable["verdict"] = unusable.get("verdict", 0) + 1
+        usable = not bad_answers and match is not None
+        agree = usable and match is not None and match.group(1).upper() == "AGREE"
         verdicts.append(
-            JudgeVerdict(question=question, before=a.strip(), after=b.strip(), agree=agree, parsed=match is not None)
+            JudgeVerdict(question=question, before=a, after=b, agree=agree, parsed=match is not None, usable=usable)
         )
-    return JudgeReport(verdicts=tuple(verdicts), calls=calls, questions_from_model=from_model)
+    return JudgeReport(
+        verdicts=tuple(verdicts), calls=calls, questions_from_model=from_model, unusable_replies=unusable
+    )
+
+
+def _norm(reply: str) -> str:
+    return " ".join(reply.split()).casefold()
 
 
 def judge_fidelity(
