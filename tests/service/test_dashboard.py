@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,7 +55,7 @@ def test_the_gauge_changes_when_a_request_passes_through_the_proxy(
             before = float(page.get_attribute("#gauge", "data-ratio") or 0)
             assert page.text_content("#gauge-state") == "normal"
             page.wait_for_function("document.getElementById('connection').textContent.startsWith('live')")
-            assert page.eval_on_selector_all("#breakdown tr", "rows => rows.length") == 4
+            assert page.eval_on_selector_all("#breakdown tbody tr", "rows => rows.length") == 4
 
             # a request through the proxy: the gauge follows from the SSE stream, no reload
             history += [first.json()["choices"][0]["message"], user("a much longer question " * 120)]
@@ -79,9 +80,81 @@ def test_the_gauge_changes_when_a_request_passes_through_the_proxy(
                 reply = r.json()["choices"][0]["message"]
                 if sum(service.client.get("/v1/sessions/dash").json()["status"]["compactions"].values()):
                     break
-            page.wait_for_selector("#timeline li", timeout=10_000)
-            assert "tokens" in (page.text_content("#timeline li") or "")
+            page.wait_for_selector("#compactions li .tag", timeout=10_000)
+            assert "saved" in (page.text_content("#compactions li") or "")
+            page.wait_for_selector("#chart circle.compaction", timeout=10_000)
             page.wait_for_selector("#ledger li", timeout=10_000)
             assert errors == []
         finally:
             browser.close()
+
+
+def _layout(page: Any) -> dict[str, Any]:
+    """What a screenshot must show, measured: the chart, components adding up to the gauge, bounded lists."""
+    return page.evaluate(
+        """() => ({
+          overflow: document.documentElement.scrollWidth - window.innerWidth,
+          points: document.querySelectorAll('#chart polyline.used').length,
+          marks: [...document.querySelectorAll('#chart line.threshold')].map(l => l.dataset.threshold),
+          gaugeMarks: [...document.querySelectorAll('#gauge-marks .mark')].map(m => m.dataset.mark),
+          fill: parseFloat(document.getElementById('gauge-fill').style.width),
+          stack: [...document.querySelectorAll('#stack .seg')].reduce((a, s) => a + parseFloat(s.style.width), 0),
+          total: Number(document.querySelector('#breakdown tr.total').dataset.sum),
+          used: Number(document.getElementById('gauge-used').textContent),
+          listed: document.querySelector('#sessions li .badge').textContent,
+          ratio: document.getElementById('gauge-ratio').textContent,
+          ledger: document.querySelectorAll('#ledger li').length,
+          working: document.querySelectorAll('#working-set li').length,
+          chartWidth: document.getElementById('chart').getBoundingClientRect().width,
+        })"""
+    )
+
+
+def test_screenshots_at_desktop_and_phone_width_show_the_same_figures(tmp_path: Path) -> None:
+    """A demo session in the store, served by the dashboard at 1280 and 420 px: the same chart, components and lists."""
+    executable = _chromium()
+    from playwright.sync_api import sync_playwright
+    from typer.testing import CliRunner
+
+    from contextwarden.cli import app
+    from contextwarden.settings import Settings
+
+    from .conftest import start_service
+
+    store = f"sqlite:///{tmp_path / 'cw.db'}"
+    args = ["demo", "--turns", "60", "--no-live", "--json", "--store", store, "--report", str(tmp_path / "r.html")]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    service = start_service(Settings(store={"url": store}, service={"upstream_url": "http://127.0.0.1:9"}))
+    seen: dict[int, dict[str, Any]] = {}
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=executable, args=ARGS, headless=True)
+            try:
+                for width in (1280, 420):
+                    page = browser.new_page(viewport={"width": width, "height": 900})
+                    errors: list[str] = []
+                    page.on("pageerror", lambda e, found=errors: found.append(str(e)))
+                    page.goto(f"{service.url}/#demo-7")
+                    page.wait_for_selector("#chart polyline.used")
+                    page.wait_for_selector("#sessions li .badge")
+                    page.screenshot(path=str(tmp_path / f"dashboard-{width}.png"), full_page=True)
+                    seen[width] = _layout(page)
+                    assert errors == []
+            finally:
+                browser.close()
+    finally:
+        service.stop()
+    for width, shown in seen.items():
+        assert shown["overflow"] <= 0, f"the page is wider than {width} px"
+        assert shown["points"] == 1 and {"low water", "high water", "overflow"} <= set(shown["marks"])
+        assert shown["gaugeMarks"] == ["low water", "high water", "overflow"]  # the marks the band state uses
+        assert shown["stack"] == pytest.approx(shown["fill"], abs=0.2)  # the components add up to the gauge
+        assert shown["total"] == shown["used"]
+        assert shown["listed"] == shown["ratio"]  # the list shows the gauge's ratio
+        assert 0 < shown["ledger"] <= 12 and 0 < shown["working"] <= 12
+        assert shown["chartWidth"] <= width
+    desktop, phone = seen[1280], seen[420]
+    assert {k: v for k, v in desktop.items() if k != "chartWidth"} == {
+        k: v for k, v in phone.items() if k != "chartWidth"
+    }
+    assert phone["chartWidth"] < desktop["chartWidth"]
