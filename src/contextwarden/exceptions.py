@@ -9,7 +9,8 @@ Every error derives from one root so that ``except ContextWardenError`` catches 
     │   │   └── ToolPairError       a tool result whose call is unknown, or a second result
     │   ├── UnknownModelError       a model the registry does not know and no window was given
     │   ├── AgentStateError         an AgentState that breaks its invariants (lists the problems)
-    │   └── MemoryQueryError        a recall query that is empty, too long or not text
+    │   ├── MemoryQueryError        a recall query that is empty, too long or not text
+    │   └── MemoryRecordError       a memory record field of the wrong type or out of range
     ├── BudgetExceeded              the protected part of the view cannot fit the budget
     ├── CompactionFailed            a compaction layer failed (the summarizer, usually)
     │   └── SummaryRejected         a summarizer failed or was rejected; carries a fallback summary
@@ -47,6 +48,7 @@ __all__ = [
     "EmbedderError",
     "LockTimeout",
     "MemoryQueryError",
+    "MemoryRecordError",
     "MessageError",
     "MessageNotFound",
     "OverflowUnresolved",
@@ -222,6 +224,14 @@ class LockTimeout(StoreError):
         """Unix time the holder took the lock, when the store knows."""
         self.expires_in = expires_in
         """Seconds until the holder's lease ends unless it renews it (a live holder does), when known."""
+
+
+class MemoryRecordError(UsageError):
+    """A memory record with a field of the wrong type, out of range, or with text no store can keep."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class AgentStateError(UsageError):

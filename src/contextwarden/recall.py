@@ -45,11 +45,12 @@ if TYPE_CHECKING:
     from .compaction.engine import ContextEngine
     from .compaction.viewstatus import ViewStatus
 
-__all__ = ["MEMORY_HEADER", "RECALL_TOOL", "RecallStatus", "SessionMemory"]
+__all__ = ["MEMORY_HEADER", "OTHER_SESSIONS_HEADER", "RECALL_TOOL", "RecallStatus", "SessionMemory"]
 
 logger = logging.getLogger(__name__)
 
 MEMORY_HEADER = "[contextwarden] Recalled from earlier in this session"
+OTHER_SESSIONS_HEADER = "[contextwarden] Recalled from memory of this and other sessions"
 RECALL_TOOL: Mapping[str, Any] = {
     "type": "function",
     "function": {
@@ -274,7 +275,7 @@ class SessionMemory:
             self._blocks = []
             fresh = [h for h in hits if h.memory.text not in shown]
             room = min(self._room, max(0, effective - used))
-        block = _render_block(anchor.message_id, fresh, room=room, count=count)
+        block = _render_block(anchor.message_id, fresh, room=room, count=count, session_id=self.session_id)
         if block is not None:
             self._blocks.append(block)
 
@@ -308,11 +309,8 @@ class SessionMemory:
         if memory is None:
             return None
         try:
-            if isinstance(memory, HybridMemory):
-                hits = memory.recall(query, limit=self.limit)
-            else:
-                session = None if self.across_sessions else self.session_id
-                hits = memory.recall(query, limit=self.limit, session_id=session)
+            session = None if self.across_sessions else self.session_id
+            hits = memory.recall(query, limit=self.limit, session_id=session)
         except Exception as exc:  # a failing memory never fails a turn
             self._fail("recall", exc)
             return None
@@ -385,7 +383,7 @@ class SessionMemory:
         shown = _view_text(view)
         taken = {i for b in self._blocks for i in b.memory_ids}  # recalled into the view already
         fresh = [h for h in hits if h.memory.memory_id not in taken and h.memory.text not in shown]
-        block = _render_block("", fresh, room=max_tokens, count=count)
+        block = _render_block("", fresh, room=max_tokens, count=count, session_id=self.session_id)
         if block is None:
             return f"no memories match {query[:200]!r} beyond what the context already shows."
         return block.message.text
@@ -433,24 +431,34 @@ def _when(record: MemoryRecord) -> str:
     return dt.datetime.fromtimestamp(record.created_at, tz=dt.UTC).strftime("%Y-%m-%d %H:%M")
 
 
-def _label(hits: Sequence[Hit]) -> str:
+def _label(hits: Sequence[Hit], session_id: str) -> str:
     record = hits[0].memory
     source = record.speaker or record.role or "memory"
+    score = max(h.score for h in hits)
+    if record.session_id != session_id:
+        # read_context("#<step>") reads this session: a memory of another one names its session instead
+        ref = record.message_ids[0] if record.message_ids else record.memory_id
+        return f"[{source} · session {record.session_id or '(none)'} · {ref} · {_when(record)} · score {score:.2f}]"
     step = record.metadata.get("step")
     ref = f"#{step}" if step is not None else (record.message_ids[0] if record.message_ids else record.memory_id)
-    score = max(h.score for h in hits)
     return f"[{source} · {ref} · {_when(record)} · score {score:.2f}]"
 
 
-def _render(hits: Sequence[Hit]) -> str:
-    """The hits grouped by source message, in the order they were said, each group under its label."""
+def _render(hits: Sequence[Hit], session_id: str) -> str:
+    """The hits grouped by source message, in the order they were said, each group under its label.
+
+    The header says where the memories come from: this session only, or other sessions too.
+    """
     groups: dict[str, list[Hit]] = {}
     for hit in sorted(hits, key=lambda h: (h.memory.created_at, h.memory.position)):
         key = hit.memory.message_ids[0] if hit.memory.message_ids else hit.memory.memory_id
         groups.setdefault(key, []).append(hit)
-    lines = [f'{MEMORY_HEADER} (source · step · time · score; read_context("#<step>") shows a step in full):']
+    header = MEMORY_HEADER
+    if any(h.memory.session_id != session_id for h in hits):
+        header = OTHER_SESSIONS_HEADER
+    lines = [f'{header} (source · step · time · score; read_context("#<step>") shows a step in full):']
     for members in groups.values():
-        lines.append(_label(members))
+        lines.append(_label(members, session_id))
         lines.extend(h.memory.text for h in members)
     return "\n".join(lines)
 
@@ -462,12 +470,14 @@ def _block_message(anchor_id: str, text: str) -> Message:
     )
 
 
-def _render_block(anchor_id: str, hits: Sequence[Hit], *, room: int, count: Callable[[Message], int]) -> _Block | None:
+def _render_block(
+    anchor_id: str, hits: Sequence[Hit], *, room: int, count: Callable[[Message], int], session_id: str
+) -> _Block | None:
     """The best hits (best first) whose rendered block fits ``room`` tokens, or None when none fits."""
     if room <= 0 or not hits:
         return None
     chosen: list[Hit] = []
-    base = count(_block_message(anchor_id, _render([])))
+    base = count(_block_message(anchor_id, _render([], session_id)))
     used = base
     for hit in hits:
         cost = count(Message.user(hit.memory.text)) + 12  # a line, and its share of a source label
@@ -476,7 +486,7 @@ def _render_block(anchor_id: str, hits: Sequence[Hit], *, room: int, count: Call
         chosen.append(hit)
         used += cost
     while chosen:
-        message = _block_message(anchor_id, _render(chosen))
+        message = _block_message(anchor_id, _render(chosen, session_id))
         tokens = count(message)
         if tokens <= room:
             return _Block(

@@ -10,7 +10,7 @@ import pytest
 from _memory_helpers import Clock
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from contextwarden.exceptions import MemoryQueryError
+from contextwarden.exceptions import MemoryQueryError, MemoryRecordError
 from contextwarden.memory import (
     HashingEmbedder,
     LongTermMemory,
@@ -120,8 +120,9 @@ def test_bad_queries_are_typed_errors(query: object) -> None:
 
 
 def test_non_text_memory_is_a_typed_error() -> None:
-    with pytest.raises(MemoryQueryError, match="must be a str"):
+    with pytest.raises(MemoryRecordError, match="expected a str") as info:
         LongTermMemory().add_many([MemoryRecord(text=b"bytes")])  # type: ignore[arg-type]
+    assert info.value.field == "text"
 
 
 def test_sqlite_memory_survives_reopening(tmp_path, clock: Clock) -> None:  # type: ignore[no-untyped-def]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from .backends.base import MemoryBackend
 from .backends.memory import InMemoryBackend
 from .backends.sqlite import SQLiteMemoryBackend
+from .checks import check_record, clean_text
 from .embedders import Embedder, HashingEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder, packaged_minilm_path
 from .importance import HeuristicImportance, ImportanceScorer, LLMImportance
 from .longterm import MAX_QUERY_CHARS, LongTermMemory
@@ -48,6 +49,8 @@ __all__ = [
     "SensoryMemory",
     "SentenceTransformerEmbedder",
     "ShortTermMemory",
+    "check_record",
+    "clean_text",
     "from_messages",
     "new_memory_id",
     "pack_hits",

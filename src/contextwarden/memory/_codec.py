@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..exceptions import SchemaError
+from ..exceptions import MemoryRecordError, SchemaError
+from .checks import check_record
 from .records import MemoryRecord
 
 __all__ = ["decode_record", "encode_record"]
@@ -42,6 +43,6 @@ def decode_record(text: str | bytes) -> MemoryRecord:
         data: dict[str, Any] = json.loads(text)
         data["message_ids"] = tuple(data.get("message_ids", ()))
         data["supersedes"] = tuple(data.get("supersedes", ()))
-        return MemoryRecord(**data)
-    except (ValueError, TypeError) as exc:
+        return check_record(MemoryRecord(**data))
+    except (ValueError, TypeError, MemoryRecordError) as exc:
         raise SchemaError(f"A stored memory cannot be read ({exc}); the row is corrupted.") from exc

@@ -6,7 +6,10 @@ import re
 import unicodedata
 from functools import lru_cache
 
-__all__ = ["STOPWORDS", "is_cjk", "tokenize"]
+__all__ = ["MAX_TOKEN_CHARS", "STOPWORDS", "is_cjk", "tokenize"]
+
+MAX_TOKEN_CHARS = 120
+"""The longest keyword token; a longer word is indexed and searched by its first this many characters."""
 
 # CJK ideographs, kana and hangul: scripts written without spaces, indexed as overlapping bigrams.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
@@ -79,5 +82,7 @@ def _tokenize(text: str, stopwords: frozenset[str]) -> list[str]:
             piece = piece.split("'", 1)[0]
         if not piece or piece in stopwords:
             continue
-        tokens.append(_stem(piece))
+        # A very long word (a hash, a base64 blob) is searched by its head: full-text indexes
+        # refuse longer terms (Postgres: 2,047 bytes), and the text itself is kept whole.
+        tokens.append(_stem(piece[:MAX_TOKEN_CHARS]))
     return tokens

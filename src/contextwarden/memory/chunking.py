@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from ..messages import INSTRUCTION_ROLES, Message
+from .checks import clean_text
 from .records import MemoryRecord
 
 __all__ = [
@@ -39,12 +40,12 @@ CHUNK_SLOTS = 1000
 """Positions reserved per transcript message; chunks past this many are not kept (the snapshot has them)."""
 
 _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("commit git history", re.compile(r"^\s*[0-9a-f]{7,40}\b", re.M)),
+    ("commit git history", re.compile(r"^[^\S\n]*+[0-9a-f]{7,40}\b", re.M)),
     ("test tests failing passed", re.compile(r"(::test_|\b\d+ (?:passed|failed)\b|^FAILED |^PASSED )", re.M)),
     ("error exception traceback", re.compile(r"(Traceback \(most recent call last\)|\b\w*(?:Error|Exception)\b)")),
     ("config configuration setting environment value", re.compile(r"^[A-Z][A-Z0-9_]{2,}=\S", re.M)),
     ("url link endpoint address", re.compile(r"\bhttps?://\S+")),
-    ("table rows record", re.compile(r"^[-+]{6,}$|^\s*\S[^|\n]*\|[^|\n]+\|", re.M)),
+    ("table rows record", re.compile(r"^[-+]{6,}$|^[^\S\n]*+\S[^|\n]*\|[^|\n]+\|", re.M)),
     ("diff patch change", re.compile(r"^@@ |^[-+]{3} [ab]/", re.M)),
 )
 _CONSTRAINT = re.compile(
@@ -143,7 +144,7 @@ def memories_from_messages(
         message = source.message
         if message.role in INSTRUCTION_ROLES:
             continue
-        text = _text_of(message)
+        text = clean_text(_text_of(message))
         if not text:
             continue
         created = message.created_at if message.created_at is not None else clock()

@@ -31,7 +31,7 @@ _DECISION = re.compile(
 )
 _ERROR = re.compile(r"\b(error|exception|traceback|failed|failure|fails|crash|bug|broken|denied|timeout|fatal)\b", re.I)
 _IDENTIFIER = re.compile(
-    r"(\b[A-Z]{2,}-\d+\b|\b[0-9a-f]{7,40}\b|https?://\S+|(?:[\w.-]+/)+[\w.-]+|\b\w+\.\w{1,4}\b|"
+    r"(\b[A-Z]{2,}-\d+\b|\b[0-9a-f]{7,40}\b|https?://\S+|(?<![\w.-])(?:[\w.-]++/)+[\w.-]+|\b\w+\.\w{1,4}\b|"
     r"\b[a-z]+_[a-z_]+\b|\b[a-z]+[A-Z]\w+\b|\b\w+\(\)|#\d+|\b\d{3,}\b)"
 )
 _CHITCHAT = re.compile(

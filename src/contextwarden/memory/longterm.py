@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 from ..exceptions import EmbedderError, MemoryQueryError
 from ._text import tokenize
 from .backends.base import MemoryBackend
+from .checks import check_limit, check_now, check_record
 from .embedders import Embedder, check_vectors
 from .fusion import dedup_key, reciprocal_rank_fusion, score_fusion
 from .importance import HeuristicImportance, ImportanceScorer
@@ -119,12 +120,7 @@ class LongTermMemory:
         now = self.clock()
         prepared: list[MemoryRecord] = []
         for record in records:
-            if not isinstance(record, MemoryRecord) or not isinstance(record.text, str):
-                raise MemoryQueryError(
-                    f"Memory text must be a str, got {type(getattr(record, 'text', record)).__name__}; render"
-                    " images and tool calls to text first.",
-                    field="text",
-                )
+            check_record(record)
             changes: dict[str, object] = {"tenant": self.tenant}
             if record.created_at == 0.0:
                 changes["created_at"] = now
@@ -222,7 +218,13 @@ class LongTermMemory:
             MemoryQueryError: The query is not text, is empty, or is longer than `MAX_QUERY_CHARS`.
         """
         tokens = _check_query(query)
-        now = self.clock() if now is None else now
+        limit = check_limit(limit)
+        checked_now = check_now(now)
+        now = self.clock() if checked_now is None else checked_now
+        if session_id is not None and not isinstance(session_id, str):
+            raise MemoryQueryError(
+                f"recall session_id={session_id!r} is not valid: give a str or None.", field="session_id"
+            )
         with self._lock:
             keyword = self.backend.keyword_search(self.tenant, tokens, limit=self.candidates, session_id=session_id)
             dense = self._dense_scores(query, session_id=session_id)

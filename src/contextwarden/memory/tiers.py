@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from ..messages import Message
 from ._text import tokenize
+from .checks import clean_text
 from .longterm import LongTermMemory
 from .records import Hit, MemoryRecord
 from .status import MemoryStatus
@@ -118,9 +119,18 @@ class HybridMemory:
             self.short_term.add(record)
         return stored
 
-    def recall(self, query: str, *, limit: int = 10, now: float | None = None, touch: bool = True) -> list[Hit]:
-        """Long-term recall, with fragments still in short-term memory lifted by ``short_term_boost``."""
-        hits = self.long_term.recall(query, limit=limit, now=now, touch=touch)
+    def recall(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        now: float | None = None,
+        session_id: str | None = None,
+        touch: bool = True,
+    ) -> list[Hit]:
+        """Long-term recall (of one session's memories when ``session_id`` is given), with fragments
+        still in short-term memory lifted by ``short_term_boost``."""
+        hits = self.long_term.recall(query, limit=limit, now=now, session_id=session_id, touch=touch)
         recent = self.short_term.ids()
         lifted = [
             Hit(
@@ -150,9 +160,11 @@ class HybridMemory:
         """`add` without blocking the event loop."""
         return await asyncio.to_thread(self.add, record, **fields)
 
-    async def arecall(self, query: str, *, limit: int = 10, now: float | None = None) -> list[Hit]:
+    async def arecall(
+        self, query: str, *, limit: int = 10, now: float | None = None, session_id: str | None = None
+    ) -> list[Hit]:
         """`recall` without blocking the event loop."""
-        return await asyncio.to_thread(lambda: self.recall(query, limit=limit, now=now))
+        return await asyncio.to_thread(lambda: self.recall(query, limit=limit, now=now, session_id=session_id))
 
     async def aforget(self, memory_ids: Sequence[str]) -> int:
         """`forget` without blocking the event loop."""
@@ -186,7 +198,7 @@ def from_messages(
                 continue
         records.append(
             MemoryRecord(
-                text=text,
+                text=clean_text(text),
                 tenant=tenant,
                 session_id=session_id,
                 message_ids=(message.message_id, *message.source_ids),

@@ -1,14 +1,18 @@
 """Long-term memory in an SQLite file: records as JSON rows, keyword search by FTS5, vectors as blobs.
 
-The FTS5 table holds the library's own tokens (CJK bigrams included) joined by spaces, so SQLite's
+Each tenant has an FTS5 table of its own (``memory_fts_<n>``, listed in ``memory_tenants``), so
+BM25's term statistics, the common-term rule below and the newest-memories window are computed
+over that tenant's memories only: what one tenant writes never changes what another recalls. The
+tables hold the library's own tokens (CJK bigrams included) joined by spaces, so SQLite's
 ``unicode61`` tokenizer only splits them again; ranking is FTS5's built-in BM25. The file can be
-the session store's: the tables are prefixed ``memory_``.
+the session store's: the tables are prefixed ``memory_``. A file written with one shared FTS
+table is moved to per-tenant tables when it is opened.
 
 A query term found in more than `COMMON_SHARE` of all memories (and in more than 1,000) is left out
 of the match when rarer terms remain: FTS5 scores every row a term matches, so one very common
 term made a query over 100,000 memories take 400 ms instead of under 5 ms, while its BM25 weight
-(its IDF) is close to zero anyway. A query made only of common terms searches the newest
-`COMMON_WINDOW` memories.
+(its IDF) is close to zero anyway. A query made only of common terms searches the tenant's newest
+`COMMON_WINDOW` memories (of the session, when the query names one).
 """
 
 from __future__ import annotations
@@ -42,8 +46,12 @@ CREATE TABLE IF NOT EXISTS memory_records (
 );
 CREATE INDEX IF NOT EXISTS memory_records_subject ON memory_records (tenant, subject);
 CREATE INDEX IF NOT EXISTS memory_records_position ON memory_records (tenant, session_id, position);
-CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5 (tokens, tenant UNINDEXED, tokenize = 'unicode61');
-CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts_vocab USING fts5vocab (memory_fts, 'row');
+CREATE INDEX IF NOT EXISTS memory_records_order ON memory_records (tenant, session_id, seq);
+CREATE INDEX IF NOT EXISTS memory_records_tenant_order ON memory_records (tenant, seq);
+CREATE TABLE IF NOT EXISTS memory_tenants (
+    tag INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant TEXT NOT NULL UNIQUE
+);
 CREATE TABLE IF NOT EXISTS memory_vectors (
     tenant TEXT NOT NULL,
     model TEXT NOT NULL,
@@ -70,18 +78,64 @@ class SQLiteMemoryBackend:
         self._owns = connection is None
         self._conn = connection or sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._lock = threading.RLock()
-        self._size: int | None = None
+        self._sizes: dict[str, int] = {}
+        self._tables: dict[str, str] = {}
         with self._lock:
             if str(path) != ":memory:":
                 self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.executescript(_SCHEMA)
+            self._move_shared_index()
+
+    def _table(self, tenant: str, *, create: bool) -> str | None:
+        """The tenant's FTS table (created when ``create``); None when it has none yet."""
+        table = self._tables.get(tenant)
+        if table is not None:
+            return table
+        row = self._conn.execute("SELECT tag FROM memory_tenants WHERE tenant = ?", (tenant,)).fetchone()
+        if row is None:
+            if not create:
+                return None
+            row = (self._conn.execute("INSERT INTO memory_tenants (tenant) VALUES (?)", (tenant,)).lastrowid,)
+        table = f"memory_fts_{int(row[0])}"
+        if create:
+            self._conn.execute(
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5 (tokens, tokenize = 'unicode61')"
+            )
+            self._conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {table}_vocab USING fts5vocab ({table}, 'row')")
+        self._tables[tenant] = table
+        return table
+
+    def _move_shared_index(self) -> None:
+        """Move the rows of a shared FTS table (one for all tenants) into per-tenant tables."""
+        shared = self._conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = 'memory_fts' AND type = 'table'"
+        ).fetchone()
+        if shared is None:
+            return
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            tenants = [t for (t,) in self._conn.execute("SELECT DISTINCT tenant FROM memory_fts").fetchall()]
+            for tenant in tenants:
+                table = self._table(tenant, create=True)
+                self._conn.execute(
+                    f"INSERT INTO {table} (rowid, tokens) SELECT rowid, tokens FROM memory_fts WHERE tenant = ?",
+                    (tenant,),
+                )
+            self._conn.execute("DROP TABLE IF EXISTS memory_fts_vocab")
+            self._conn.execute("DROP TABLE memory_fts")
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            self._tables.clear()
+            raise
 
     def put(self, records: Sequence[MemoryRecord], *, tokens: Sequence[Sequence[str]]) -> None:
         with self._lock:
-            self._size = None
+            self._sizes.clear()
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 for record, terms in zip(records, tokens, strict=True):
+                    table = self._table(record.tenant, create=True)
                     row = self._conn.execute(
                         "SELECT seq FROM memory_records WHERE tenant = ? AND memory_id = ?",
                         (record.tenant, record.memory_id),
@@ -101,14 +155,12 @@ class SQLiteMemoryBackend:
                             " WHERE seq = ?",
                             (*values, seq),
                         )
-                        self._conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (seq,))
-                    self._conn.execute(
-                        "INSERT INTO memory_fts (rowid, tokens, tenant) VALUES (?, ?, ?)",
-                        (seq, " ".join(terms), record.tenant),
-                    )
+                        self._conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (seq,))
+                    self._conn.execute(f"INSERT INTO {table} (rowid, tokens) VALUES (?, ?)", (seq, " ".join(terms)))
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
+                self._tables.clear()  # a table created in the rolled-back transaction is gone
                 raise
 
     def get(self, tenant: str, memory_ids: Sequence[str]) -> list[MemoryRecord]:
@@ -141,7 +193,8 @@ class SQLiteMemoryBackend:
     def delete(self, tenant: str, memory_ids: Sequence[str]) -> int:
         removed = 0
         with self._lock:
-            self._size = None
+            self._sizes.clear()
+            table = self._table(tenant, create=False)
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 for memory_id in memory_ids:
@@ -150,7 +203,8 @@ class SQLiteMemoryBackend:
                     ).fetchone()
                     if row is None:
                         continue
-                    self._conn.execute("DELETE FROM memory_fts WHERE rowid = ?", row)
+                    if table is not None:
+                        self._conn.execute(f"DELETE FROM {table} WHERE rowid = ?", row)
                     self._conn.execute("DELETE FROM memory_records WHERE seq = ?", row)
                     self._conn.execute(
                         "DELETE FROM memory_vectors WHERE tenant = ? AND memory_id = ?", (tenant, memory_id)
@@ -183,37 +237,47 @@ class SQLiteMemoryBackend:
     def keyword_search(
         self, tenant: str, tokens: Sequence[str], *, limit: int, session_id: str | None = None
     ) -> list[tuple[str, float]]:
-        terms, common = self._selective(list(dict.fromkeys(tokens)))
-        if not terms:
-            return []
-        query = " OR ".join(_fts_term(t) for t in terms)
-        sql = (
-            "SELECT r.memory_id, -bm25(memory_fts) AS score FROM memory_fts"
-            " JOIN memory_records r ON r.seq = memory_fts.rowid"
-            " WHERE memory_fts MATCH ? AND memory_fts.tenant = ?"
-        )
-        params: list[object] = [query, tenant]
-        if common:
-            sql += " AND memory_fts.rowid > (SELECT max(seq) FROM memory_records) - ?"
-            params.append(COMMON_WINDOW)
-        if session_id is not None:
-            sql += " AND r.session_id = ?"
-            params.append(session_id)
-        sql += " ORDER BY bm25(memory_fts) LIMIT ?"
-        params.append(limit)
         with self._lock:
+            table = self._table(tenant, create=False)
+            if table is None:
+                return []
+            terms, common = self._selective(tenant, table, list(dict.fromkeys(tokens)))
+            if not terms:
+                return []
+            query = " OR ".join(_fts_term(t) for t in terms)
+            sql = (
+                f"SELECT r.memory_id, -bm25({table}) AS score FROM {table}"
+                f" JOIN memory_records r ON r.seq = {table}.rowid WHERE {table} MATCH ?"
+            )
+            params: list[object] = [query]
+            if common:
+                # the window's first row: the COMMON_WINDOW-th newest of the tenant (or of the session)
+                scope = "tenant = ?" + (" AND session_id = ?" if session_id is not None else "")
+                sql += (
+                    f" AND {table}.rowid >= COALESCE((SELECT seq FROM memory_records WHERE {scope}"
+                    " ORDER BY seq DESC LIMIT 1 OFFSET ?), 0)"
+                )
+                params += [tenant, *([session_id] if session_id is not None else []), COMMON_WINDOW - 1]
+            if session_id is not None:
+                sql += " AND r.session_id = ?"
+                params.append(session_id)
+            sql += f" ORDER BY bm25({table}) LIMIT ?"
+            params.append(limit)
             return [(memory_id, float(score)) for memory_id, score in self._conn.execute(sql, params)]
 
-    def _selective(self, terms: list[str]) -> tuple[list[str], bool]:
-        """The terms worth matching, and whether they are all common."""
+    def _selective(self, tenant: str, table: str, terms: list[str]) -> tuple[list[str], bool]:
+        """The terms worth matching in the tenant's memories, and whether they are all common."""
         if not terms:
             return terms, False
         with self._lock:
-            if self._size is None:
-                (self._size,) = self._conn.execute("SELECT count(*) FROM memory_records").fetchone()
-            size = self._size or 0
+            size = self._sizes.get(tenant)
+            if size is None:
+                (size,) = self._conn.execute(
+                    "SELECT count(*) FROM memory_records WHERE tenant = ?", (tenant,)
+                ).fetchone()
+                self._sizes[tenant] = size = int(size)
             marks = ",".join("?" * len(terms))
-            df = dict(self._conn.execute(f"SELECT term, doc FROM memory_fts_vocab WHERE term IN ({marks})", terms))
+            df = dict(self._conn.execute(f"SELECT term, doc FROM {table}_vocab WHERE term IN ({marks})", terms))
         known = sorted((t for t in terms if t in df), key=lambda t: df[t])
         limit = max(1000, COMMON_SHARE * size)
         rare = [t for t in known if df[t] <= limit]
