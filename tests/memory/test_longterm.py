@@ -178,7 +178,8 @@ def test_async_twins(clock: Clock) -> None:
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    texts=st.lists(st.text(min_size=1, max_size=60), min_size=1, max_size=25), query=st.text(min_size=1, max_size=40)
+    texts=st.lists(st.text(st.characters(exclude_characters="\x00"), min_size=1, max_size=60), min_size=1, max_size=25),
+    query=st.text(min_size=1, max_size=40),
 )
 def test_recall_returns_distinct_stored_memories_sorted_by_score(texts: list[str], query: str) -> None:
     memory = LongTermMemory(neighbours=1)
