@@ -192,21 +192,16 @@ def continuation(client: Sequence[Mapping[str, Any]], transcript: Sequence[Messa
 def _extension(
     client: Sequence[Mapping[str, Any]], transcript: Sequence[MessageKey], *, exact: bool = False
 ) -> int | None:
-    """Where the new messages of ``client`` start, if it continues ``transcript`` (``exact``: ends at it)."""
-    keys: dict[int, MessageKey] = {}
+    """Where the new messages of ``client`` start, if it continues ``transcript`` (``exact``: ends at it).
 
-    def key(index: int) -> MessageKey:
-        found = keys.get(index)
-        if found is None:
-            found = keys[index] = message_key(client[index])
-        return found
-
-    last = transcript[-1]
-    ends = [len(client)] if exact else range(len(client), 0, -1)
-    for end in ends:
-        if end < 1 or key(end - 1) != last:
-            continue
-        width = min(end, len(transcript), _OVERLAP)
-        if all(key(end - width + i) == transcript[len(transcript) - width + i] for i in range(width)):
-            return end
+    The client re-sends the whole conversation, so the transcript ends where the client's history
+    has as many messages: another place that ends the same way is a repeated message (a second
+    "ok"), not the transcript's end. The last messages up to there are compared.
+    """
+    end = len(transcript)
+    if end > len(client) or (exact and end != len(client)):
+        return None
+    width = min(end, _OVERLAP)
+    if all(message_key(client[end - width + i]) == transcript[end - width + i] for i in range(width)):
+        return end
     return None

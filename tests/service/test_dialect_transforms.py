@@ -1,0 +1,131 @@
+"""Properties of the dialects' message transforms: what the client sent comes back byte for byte."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, strategies as st
+
+from contextwarden.messages import Message
+from contextwarden.service.dialects import AnthropicMessages, OpenAIResponses
+from contextwarden.service.dialects.anthropic_messages import MAX_BREAKPOINTS
+from contextwarden.service.history import continuation, message_key
+from contextwarden.toolpairs import check as check_pairs
+
+words = st.sampled_from(["ok", "read a.py", "run the tests", "  spaced  out ", "done", "é✓"])
+signatures = st.text(
+    alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=", min_size=8, max_size=40
+)
+cache = st.sampled_from([{}, {"cache_control": {"type": "ephemeral"}}])
+
+
+@st.composite
+def anthropic_histories(draw: Any) -> dict[str, Any]:
+    """A Messages API request: system blocks, turns with signed thinking, tool_use/tool_result pairs."""
+    system = [{"type": "text", "text": draw(words), **draw(cache)}]
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": [{"type": "text", "text": draw(words), **draw(cache)}]}
+    ]
+    for i in range(draw(st.integers(0, 5))):
+        if draw(st.booleans()):  # Claude Code's reminders between turns
+            messages.append({"role": "system", "content": draw(words)})
+        content: list[dict[str, Any]] = []
+        if draw(st.booleans()):
+            content.append({"type": "thinking", "thinking": draw(words), "signature": draw(signatures)})
+        if draw(st.booleans()):
+            content.append({"type": "redacted_thinking", "data": draw(signatures)})
+        content.append({"type": "text", "text": draw(words)})
+        calls = draw(st.integers(0, 2))
+        for j in range(calls):
+            content.append({"type": "tool_use", "id": f"tu_{i}_{j}", "name": "Read", "input": {"path": draw(words)}})
+        messages.append({"role": "assistant", "content": content})
+        results = [{"type": "tool_result", "tool_use_id": f"tu_{i}_{j}", "content": draw(words)} for j in range(calls)]
+        messages.append({"role": "user", "content": [*results, {"type": "text", "text": draw(words), **draw(cache)}]})
+    return {
+        "model": "m",
+        "max_tokens": 10,
+        "system": system,
+        "messages": messages,
+        "tools": [{"name": "Read", "input_schema": {}}],
+    }
+
+
+@given(anthropic_histories())
+def test_an_anthropic_request_renders_back_byte_for_byte(body: dict[str, Any]) -> None:
+    dialect = AnthropicMessages()
+    raw = json.dumps(body)
+    conversation = dialect.conversation(body)
+    view = conversation.convert(0)
+    check_pairs(view)
+    rendered = dialect.render(body, view)
+    assert json.dumps(rendered) == raw  # system, tools, thinking signatures, cache markers: all unchanged
+    assert json.dumps(body) == raw  # the client's body is not modified
+
+
+@given(anthropic_histories())
+def test_after_a_compaction_the_breakpoints_stay_within_anthropics_limit(body: dict[str, Any]) -> None:
+    dialect = AnthropicMessages()
+    view = dialect.conversation(body).convert(0)
+    block = Message.user("[contextwarden] Earlier conversation was compacted.", extra={"contextwarden": "context"})
+    rendered = dialect.render(body, [view[0], block, *view[1:]])
+    text = json.dumps(rendered)
+    assert text.count('"cache_control"') <= max(MAX_BREAKPOINTS, json.dumps(body).count('"cache_control"'))
+    assert rendered["tools"] == body["tools"]
+    for original in body["messages"]:  # the client's messages keep their bytes
+        assert json.dumps(original) in text
+
+
+reasoning = st.builds(
+    lambda sig, i: {"type": "reasoning", "id": f"rs_{i}", "summary": [], "encrypted_content": sig},
+    signatures,
+    st.integers(0, 99),
+)
+hosted = st.sampled_from(
+    [
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}},
+        {"type": "custom_tool_call", "call_id": "cc_1", "name": "apply_patch", "input": "*** Begin Patch"},
+        {"type": "custom_tool_call_output", "call_id": "cc_1", "output": "Done"},
+    ]
+)
+said = st.builds(
+    lambda role, text: {"type": "message", "role": role, "content": [{"type": "input_text", "text": text}]},
+    st.sampled_from(["user", "developer"]),
+    words,
+)
+
+
+@given(st.lists(st.one_of(said, reasoning, hosted), min_size=1, max_size=10))
+def test_responses_items_of_every_kind_render_back_unchanged(items: list[dict[str, Any]]) -> None:
+    dialect = OpenAIResponses()
+    body = {
+        "model": "m",
+        "instructions": "Be Codex.",
+        "input": items,
+        "tools": [{"type": "web_search"}],
+        "store": False,
+    }
+    view = dialect.conversation(body).convert(0)
+    # every item and field as sent (reasoning's encrypted content included); only key order may differ
+    assert dialect.render(body, view) == body
+
+
+turns = st.lists(st.sampled_from(["ok", "go on", "run it", "done"]), min_size=1, max_size=8)
+
+
+@given(turns, turns)
+def test_a_history_and_its_retries_and_continuations(first: list[str], more: list[str]) -> None:
+    history: list[dict[str, Any]] = [{"role": "system", "content": "sys"}]
+    for text in first:
+        history += [{"role": "user", "content": text}, {"role": "assistant", "content": f"re: {text}"}]
+    keys = [message_key(m) for m in history]
+    # the same history with a new question: only the question is new
+    assert continuation([*history, {"role": "user", "content": more[0]}], keys).start == len(history)
+    # the request that got the last reply, sent again: a retry of one stored reply
+    again = continuation(history[:-1], keys)
+    assert again.kind == "retry" and again.drop == 1
+    # the reply re-sent with other whitespace is the same message
+    spaced = [*history[:-1], {"role": "assistant", "content": f"  re:\n{first[-1]} "}, {"role": "user", "content": "x"}]
+    assert continuation(spaced, keys).start == len(history)
+    # another system prompt is another conversation
+    assert continuation([{"role": "system", "content": "Generate a title."}, *history[1:]], keys).kind == "other"
