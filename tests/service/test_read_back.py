@@ -9,7 +9,7 @@ from typing import Any
 from contextwarden.messages import ToolCall
 from contextwarden.testing import ScriptedOpenAIServer, ScriptedReply
 
-from .conftest import SYSTEM, Running, chat, user
+from .conftest import MODEL, SYSTEM, Running, chat, user
 
 READ = {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object", "properties": {}}}}
 
@@ -61,3 +61,62 @@ def test_a_read_context_call_is_answered_by_the_proxy_and_the_client_sees_only_t
     upstream.push(ScriptedReply(text="welcome"))
     r = service.client.post("/v1/chat/completions", json=follow, headers={"X-Session-Id": "rb"})
     assert r.status_code == 200 and r.headers["x-session-id"] == "rb"
+
+
+def _anthropic_history(turns: int) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = [{"role": "user", "content": "read every file"}]
+    for i in range(turns):
+        history.append(
+            {"role": "assistant", "content": [{"type": "tool_use", "id": f"tu_{i}", "name": "read_file", "input": {}}]}
+        )
+        body = " ".join(f"line{i}_{j}" for j in range(400))
+        history.append(
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"tu_{i}", "content": body}]}
+        )
+    return history
+
+
+def test_a_streamed_anthropic_reply_calling_read_context_is_answered_before_anything_is_relayed(
+    service: Running, upstream: ScriptedOpenAIServer
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def model(body: dict[str, Any]) -> Any:
+        seen.append(body)
+        names = [t["name"] for t in body.get("tools") or ()]
+        text = json.dumps(body["messages"])
+        found = re.search(r"snap_[0-9a-f]+", text)
+        if "read_context" in names and found and '"rb_2"' not in text:
+            call = ToolCall(call_id="rb_2", name="read_context", arguments=json.dumps({"ref": found.group(0)}))
+            return ScriptedReply(reasoning="I need the full file.", tool_calls=[call])
+        return ScriptedReply(text="all read")
+
+    upstream.push(*[model] * 4)
+    tools = [{"name": "read_file", "input_schema": {"type": "object", "properties": {}}}]
+    body = {
+        "model": MODEL,
+        "max_tokens": 50,
+        "system": "Agent.",
+        "messages": _anthropic_history(8),
+        "tools": tools,
+        "stream": True,
+    }
+    with service.client.stream("POST", "/v1/messages", json=body, headers={"X-Session-Id": "rbs"}) as response:
+        assert response.status_code == 200
+        text = "".join(response.iter_text())
+    assert "read_context" not in text  # the client sees only the reply it gets after the read-back
+    events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+    deltas = [e["delta"]["text"] for e in events if e["type"] == "content_block_delta" and "text" in e["delta"]]
+    assert "".join(deltas) == "all read"
+    assert len(seen) == 2
+    answer = seen[-1]["messages"][-1]["content"][0]
+    assert answer["type"] == "tool_result" and answer["tool_use_id"] == "rb_2"
+    # the call the client never saw keeps its signed thinking in what the model gets back
+    call = seen[-1]["messages"][-2]["content"]
+    assert call[0] == {"type": "thinking", "thinking": "I need the full file.", "signature": "scripted-signature"}
+    # after the compaction the proxy marked its context block (and the system prompt) for the prompt cache
+    first = seen[0]
+    block = next(m for m in first["messages"] if "[contextwarden]" in json.dumps(m))
+    assert block["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert first["system"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert json.dumps(first).count('"cache_control"') <= 4
