@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, field_validator
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -268,6 +268,17 @@ class ServiceKey(BaseModel):
     key_sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
     """``sha256(key).hexdigest()``; the key itself is never stored (`contextwarden serve --hash-key KEY`)."""
 
+    @field_validator("tenant")
+    @classmethod
+    def _printable_tenant(cls, value: str) -> str:
+        # a tenant name is part of every store key and log line of its requests: a control
+        # character would make each of them refused, so the key could never be used
+        bad = next((c for c in value if not c.isprintable()), None)
+        if bad is not None or value != value.strip():
+            shown = f"character U+{ord(bad):04X}" if bad is not None else "leading or trailing space"
+            raise ValueError(f"tenant {value!r} has a {shown}; use printable characters only")
+        return value
+
 
 class ServiceSection(BaseModel):
     """``[service]``: the OpenAI-compatible proxy run by ``contextwarden serve``."""
@@ -301,12 +312,44 @@ class ServiceSection(BaseModel):
     """Seconds between SSE keep-alive comments."""
     event_history: Int = Field(default=1000, ge=0)
     """Events kept per session for ``Last-Event-ID`` resume."""
-    metrics_sessions: Int = Field(default=100, ge=0)
-    """Sessions with their own utilization gauge (the most recently active; bounds label cardinality)."""
+    metrics_sessions: Int = Field(default=0, ge=0)
+    """Sessions with their own utilization gauge (the most recently active; bounds label cardinality).
+    0 (the default): none, so ``/metrics`` names no session of any tenant."""
     log_content: bool = False
     """Log message content (off: logs carry sizes and ids only)."""
     max_cached_sessions: Int = Field(default=1000, gt=0)
     """Sessions kept open in memory per process (the least recently used are reopened from the store)."""
+    allowed_origins: list[str] = Field(default_factory=list)
+    """Web origins (``https://app.example``) whose pages may call the service from a browser; ``*``:
+    any. Empty: only pages the service serves itself."""
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """Names a browser may reach the service by (``Host`` header) besides loopback names and ``host``;
+    ``*``: any. Guards an open service against DNS rebinding."""
+    metrics_token_env: str | None = None
+    """Environment variable holding the token ``/metrics`` requires (``Authorization: Bearer``);
+    without one, ``/metrics`` answers loopback clients only."""
+    max_reply_bytes: Int = Field(default=32 * 1024 * 1024, gt=0)
+    """Largest upstream reply read whole (a non-streamed body, or an error body)."""
+    max_stream_bytes: Int = Field(default=256 * 1024 * 1024, gt=0)
+    """Longest upstream stream relayed, in bytes; a longer one is cut with an error event."""
+    max_event_bytes: Int = Field(default=8 * 1024 * 1024, gt=0)
+    """Largest single event of an upstream stream."""
+
+    @field_validator("api_keys")
+    @classmethod
+    def _distinct_keys(cls, keys: list[ServiceKey]) -> list[ServiceKey]:
+        # digests are compared in lower case when requests are authenticated: two spellings of one
+        # digest would hand the key to whichever tenant came last
+        seen: dict[str, str] = {}
+        for key in keys:
+            digest = key.key_sha256.lower()
+            if digest in seen:
+                raise ValueError(
+                    f"key_sha256 {key.key_sha256!r} (tenant {key.tenant!r}) is the digest of tenant "
+                    f"{seen[digest]!r} too (digests are compared in lower case); give each tenant its own key"
+                )
+            seen[digest] = key.tenant
+        return keys
 
 
 # --- the settings --------------------------------------------------------------------------------

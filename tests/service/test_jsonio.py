@@ -15,7 +15,7 @@ SAME = [
     b'{"t": 0.1, "max": 1.7976931348623157e308, "tiny": 5e-324, "neg": -0.0, "e": 1E5, "big": 1e400}',
     b'{"a": 1, "a": 2}',
     b'{"lone": "\\ud800"}',  # a lone surrogate: only the standard library reads it
-    b"[" * 300 + b"]" * 300,  # deeper than the fast parser goes
+    b'{"lone": "\\ud800", "deep": ' + b"[" * 199 + b"]" * 199 + b"}",  # the fast parser refuses, within the bound
     b'\xef\xbb\xbf{"bom": true}',
     b'  {"a" : [ ] , "b": null}  ',
 ]
@@ -40,3 +40,9 @@ def test_invalid_json_fails_with_the_standard_library_s_error(raw: bytes) -> Non
     with pytest.raises(ValueError) as theirs:
         json.loads(raw)
     assert type(ours.value) is type(theirs.value) and str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("depth", [201, 1000, 5000])
+def test_a_document_past_the_depth_bound_is_refused_as_too_deep(depth: int) -> None:
+    with pytest.raises(jsonio.TooDeep, match="deeper than 200"):
+        jsonio.loads(b'{"a": ' + b"[" * depth + b"]" * depth + b"}")

@@ -78,7 +78,8 @@ def test_an_upstream_refusing_the_service_key_is_a_502_that_does_not_show_it(
 
 def test_bad_requests_are_400_in_openai_shape(service: Running) -> None:
     post = service.client.post
-    assert _error(post("/v1/chat/completions", content=b"{not json"), 400)["code"] == "invalid_json"
+    json_type = {"content-type": "application/json"}
+    assert _error(post("/v1/chat/completions", content=b"{not json", headers=json_type), 400)["code"] == "invalid_json"
     assert _error(post("/v1/chat/completions", json=[1, 2]), 400)["code"] == "invalid_json"
     assert _error(post("/v1/chat/completions", json={"model": "m", "messages": "hi"}), 400)["param"] == "messages"
     assert _error(post("/v1/chat/completions", json={"messages": [user("x")]}), 400)["param"] == "model"
@@ -109,7 +110,11 @@ def test_a_body_over_the_limit_is_413(
     service = service_factory(make_settings(sqlite_url, upstream.base_url, max_body_bytes=2000))
     big = chat(user("x" * 5000))
     assert _error(service.client.post("/v1/chat/completions", json=big), 413)["code"] == "request_too_large"
-    chunked = service.client.post("/v1/chat/completions", content=iter([b"{" + b" " * 1500, b" " * 1500 + b"}"]))
+    chunked = service.client.post(
+        "/v1/chat/completions",
+        content=iter([b"{" + b" " * 1500, b" " * 1500 + b"}"]),
+        headers={"content-type": "application/json"},
+    )
     _error(chunked, 413)
     assert upstream.requests == []
 

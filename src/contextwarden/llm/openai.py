@@ -60,12 +60,16 @@ _FINISH: dict[str, FinishReason] = {
 }
 
 
+_MAX_REPORTED = 10**12
+"""Largest token count believed; a negative count or one past it reads as not reported."""
+
+
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return value if _reported(value) else 0
 
 
 def _reported(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_REPORTED
 
 
 def parse_usage(data: Mapping[str, Any] | None) -> RequestUsage:

@@ -35,11 +35,14 @@ from .dashboard import STATIC_DIR, index
 from .dialects import DIALECTS, Dialect
 from .errors import ServiceError, error_response
 from .events import open_hub
+from .guard import BrowserGuard, GuardPolicy
+from .headers import SecurityHeaders
 from .identity import PATH_SESSION, split_session_path
 from .limits import Concurrency
 from .metrics import ServiceMetrics
 from .passthrough import count_tokens, pass_through
 from .proxy import proxy
+from .redact import Redactor, install, uninstall
 from .runtime import ServiceState
 from .sessions import SessionPool
 from .upstream import Upstream
@@ -130,6 +133,15 @@ class _ProxyRoute:
         await response(scope, receive, send)
 
 
+def _error_shape(path: str, status: int, message: str, code: str) -> Response:
+    """An error of the service's own (the browser guard's) in the shape of the route at ``path``."""
+    named = split_session_path(path)
+    dialect = _DIALECTS.get(named[1] if named is not None else path)
+    if dialect is not None:
+        return dialect.error_response(status, message, code=code)
+    return error_response(status, message, code=code)
+
+
 def _route_name(path: str) -> str:
     named = split_session_path(path)
     if named is not None:
@@ -165,6 +177,13 @@ async def _internal(request: Request, exc: Exception) -> Response:
 
 async def _store_down(request: Request, exc: Exception) -> Response:
     return error_response(503, f"The session store cannot be reached: {exc}", code="store_unavailable")
+
+
+def _service_loggers() -> list[str]:
+    """The package's loggers (made at import): each gets the redacting filter, since a logger's
+    filters do not see the records of its children."""
+    names = [n for n in logging.Logger.manager.loggerDict if n == "contextwarden" or n.startswith("contextwarden.")]
+    return sorted({*names, "contextwarden.service", "contextwarden.service.proxy"})
 
 
 def _open_store(url: str) -> AsyncSessionStore:
@@ -224,6 +243,9 @@ def create_app(
                 connect_timeout=service.upstream_connect_timeout,
                 client=upstream_client,
             )
+        redactor = Redactor([upstream._api_key])
+        logged = _service_loggers()
+        log_filter = install(redactor, logged)
         metrics = ServiceMetrics(max_sessions=service.metrics_sessions)
         state = ServiceState(
             settings=settings,
@@ -234,6 +256,7 @@ def create_app(
             tenants=tenants,
             limits=Concurrency(service.max_concurrent_per_tenant),
             upstream=upstream,
+            redactor=redactor,
         )
         state.pool = SessionPool(
             opened, settings, on_event=state.on_event, watch=state.watch, limit=service.max_cached_sessions
@@ -257,6 +280,7 @@ def create_app(
             await upstream.aclose()
             if owned:
                 await opened.aclose()
+            uninstall(log_filter, logged)
 
     routes = [
         Route("/v1/sessions", api.list_sessions, methods=["GET"]),
@@ -275,7 +299,16 @@ def create_app(
     return Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(_Observe), Middleware(_ProxyRoute)],
+        middleware=[
+            Middleware(_Observe),
+            Middleware(SecurityHeaders),
+            Middleware(
+                BrowserGuard,
+                policy=GuardPolicy.of(service.host, service.allowed_origins, service.allowed_hosts),
+                error=_error_shape,
+            ),
+            Middleware(_ProxyRoute),
+        ],
         exception_handlers={
             ServiceError: _service_error,
             StoreUnavailable: _store_down,

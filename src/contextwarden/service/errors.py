@@ -16,8 +16,10 @@ __all__ = ["ServiceError", "error_body", "error_response"]
 _TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
+    403: "permission_error",
     404: "not_found_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     502: "upstream_error",
     503: "service_unavailable",

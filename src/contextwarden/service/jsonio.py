@@ -18,19 +18,44 @@ from typing import Any
 import orjson
 from pydantic_core import from_json
 
-__all__ = ["dumps", "loads"]
+from .._json import too_deep
+
+__all__ = ["MAX_DEPTH", "TooDeep", "dumps", "loads", "type_name"]
+
+MAX_DEPTH = 200
+"""Deepest nesting read: the fast parser's own bound, kept for the standard library's second reading
+(whose recursion would otherwise fail with ``RecursionError`` a few hundred levels further down)."""
+
+
+class TooDeep(ValueError):
+    """A JSON document nesting arrays or objects deeper than `MAX_DEPTH`."""
 
 
 def loads(raw: bytes) -> Any:
     """The value of the JSON document ``raw``, as ``json.loads`` reads it.
 
     Raises:
+        TooDeep: the document nests deeper than `MAX_DEPTH`.
         ValueError: ``raw`` is not JSON (``json.JSONDecodeError``, or ``UnicodeDecodeError``).
     """
     try:
         return from_json(raw)
     except ValueError:
-        return json.loads(raw)
+        text = raw.decode("utf-8", "surrogatepass") if isinstance(raw, bytes | bytearray) else raw
+        if too_deep(text, MAX_DEPTH):
+            raise TooDeep(f"the document nests arrays or objects deeper than {MAX_DEPTH} levels") from None
+        try:
+            return json.loads(raw)
+        except RecursionError:
+            raise TooDeep(f"the document nests arrays or objects deeper than {MAX_DEPTH} levels") from None
+
+
+_TYPE_NAMES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def type_name(value: Any) -> str:
+    """The JSON name of a decoded value's type (``object``, ``array``, ``null``...)."""
+    return "null" if value is None else _TYPE_NAMES.get(type(value), type(value).__name__)
 
 
 def dumps(value: Any) -> bytes:

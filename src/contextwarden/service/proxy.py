@@ -46,11 +46,15 @@ from ..llm.errors import classify_error
 from ..messages import Message, TextPart
 from ..snapshots import READ_CONTEXT_TOOL
 from . import jsonio
+from .auth import presented_key
 from .dialects import Dialect, Reply, StreamAssembler
 from .dialects.openai_chat import invalid_message
 from .errors import ServiceError
+from .headers import header_value
 from .history import READ_BACK, continuation, head_digest
 from .identity import fingerprint, session_of
+from .intake import upstream_json
+from .keep import kept_messages
 from .limits import read_body
 from .replies import SSEFramer
 from .runtime import ServiceState, state_of
@@ -237,7 +241,10 @@ class _Turn:
             return
         lease.sync_keys()
         before = len(session.engine.transcript)
-        session.add(reply.messages)
+        try:
+            session.add(reply.messages)
+        except MessageError:  # paid for: kept the way `Session.complete` keeps it
+            session.add(kept_messages(reply.messages))
         if reply.keyed is not None:
             lease.keyed(reply.keyed, before=before)
         await session.flush()
@@ -290,7 +297,7 @@ class _Turn:
         if not refused_ours:
             passed = {k: v for k, v in headers.items() if k.lower() in ("retry-after", "content-type")}
             if _is_json(content):
-                return Response(content, status_code=status, headers=passed)
+                return Response(self.redacted(content), status_code=status, headers=passed)
             return ServiceError(status, f"The upstream answered HTTP {status}.", code="upstream_error", headers=passed)
         return ServiceError(
             502,
@@ -298,6 +305,10 @@ class _Turn:
             "operator should check the key in `[service] upstream_api_key_env`.",
             code="upstream_error",
         )
+
+    def redacted(self, content: bytes) -> bytes:
+        """An upstream text without credentials (the service's key, the client's bearer, key-shaped tokens)."""
+        return self.svc.redactor.body(content, presented_key(self.request))
 
     def log(self) -> None:
         elapsed = (time.perf_counter() - self.started) * 1000
@@ -447,7 +458,7 @@ async def proxy(request: Request, dialect: Dialect) -> Response:
         status = 503 if type(exc).__name__ in ("StoreUnavailable", "LockTimeout") else 502
         if turn is not None:
             turn.status = status
-        return dialect.error_response(status, str(exc), code=type(exc).__name__)
+        return dialect.error_response(status, svc.redactor.text(str(exc)), code=type(exc).__name__)
     except BaseException:
         if turn is not None and turn.lease is not None:
             turn.lease.failed = True
@@ -462,7 +473,7 @@ async def proxy(request: Request, dialect: Dialect) -> Response:
 
 
 def _session_headers(turn: _Turn) -> dict[str, str]:
-    return {"x-session-id": turn.lease.session_id} if turn.lease is not None else {}
+    return {"x-session-id": header_value(turn.lease.session_id)} if turn.lease is not None else {}
 
 
 def _bad_reply(turn: _Turn, content: bytes) -> ServiceError:
@@ -493,7 +504,7 @@ async def _complete(turn: _Turn, view: list[Any] | None) -> Response:
                 raise answer
             return answer
         try:
-            reply = dialect.reply(turn.body, jsonio.loads(upstream.content))
+            reply = dialect.reply(turn.body, upstream_json(upstream.content))
         except (ValueError, MessageError):
             raise _bad_reply(turn, upstream.content) from None
         if turn.read_back(reply):
@@ -578,7 +589,7 @@ async def _stream(turn: _Turn, view: list[Any] | None) -> Response:
                 if retry is not None:
                     view = retry
                     continue
-            raise ServiceError(502, str(error), code="upstream_error")
+            raise ServiceError(502, turn.redacted(str(error).encode()).decode(), code="upstream_error")
         if whole and assembler.complete:
             try:
                 reply = assembler.reply()
@@ -632,6 +643,8 @@ class _Relay(StreamingResponse):
             data = _data_of(raw)
             if data is not None:
                 assembler.feed(data)
+                if assembler.error is not None:  # an error event: its text may quote a credential
+                    raw = turn.redacted(raw)
                 if assembler.done:
                     await self._finish()
             yield raw
@@ -643,6 +656,8 @@ class _Relay(StreamingResponse):
                 for raw, data in self.framer.feed(chunk):
                     if data is not None:
                         assembler.feed(data)
+                        if assembler.error is not None:  # an error event: its text may quote a credential
+                            raw = turn.redacted(raw)
                         if assembler.done:  # every dialect's end event is its stream's last
                             await self._finish()
                             yield raw

@@ -11,19 +11,32 @@ from ..usage import RequestUsage
 __all__ = ["ChunkAssembler", "SSEFramer", "usage_of"]
 
 
+MAX_TOKENS_REPORTED = 10**12
+"""Largest token count believed; a count past it (or negative) makes the whole usage unreported."""
+
+
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _bad(value: Any) -> bool:
+    count = _int(value)
+    return count is not None and not 0 <= count <= MAX_TOKENS_REPORTED
+
+
 def usage_of(data: Any) -> RequestUsage:
-    """`RequestUsage` of an OpenAI ``usage`` object (unreported when it has no token counts)."""
+    """`RequestUsage` of an OpenAI ``usage`` object (unreported when it has no token counts, or a count
+    that cannot be true: negative, or past `MAX_TOKENS_REPORTED`)."""
     if not isinstance(data, Mapping):
         return RequestUsage.unreported()
     prompt, completion = _int(data.get("prompt_tokens")), _int(data.get("completion_tokens"))
     if prompt is None and completion is None:
         return RequestUsage.unreported()
     details = data.get("prompt_tokens_details")
-    cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else None
+    cached_raw = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    if _bad(prompt) or _bad(completion) or _bad(cached_raw):
+        return RequestUsage.unreported()
+    cached = _int(cached_raw)
     return RequestUsage(input_tokens=prompt or 0, output_tokens=completion or 0, cache_read_tokens=cached or 0)
 
 

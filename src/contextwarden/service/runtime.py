@@ -16,6 +16,7 @@ from .auth import Tenants
 from .events import LocalHub, RedisHub
 from .limits import Concurrency
 from .metrics import ServiceMetrics
+from .redact import Redactor
 from .sessions import SessionPool
 from .upstream import Upstream
 
@@ -37,6 +38,8 @@ class ServiceState:
     limits: Concurrency
     upstream: Upstream
     monitors: dict[tuple[str, str], HealthMonitor] = field(default_factory=dict)
+    redactor: Redactor = field(default_factory=Redactor)
+    """Takes credentials out of upstream texts before a client or a log sees them."""
 
     def watch(self, tenant: str, session_id: str, session: AsyncSession | None) -> None:
         """A health monitor for each open session (its totals feed /metrics); detached when it closes."""

@@ -20,8 +20,8 @@ from starlette.responses import JSONResponse, Response
 
 from ...messages import Message, ToolCall
 from ...usage import RequestUsage
-from .. import jsonio
 from ..errors import ServiceError
+from ..intake import check_texts, json_object
 
 __all__ = ["Conversation", "Dialect", "Reply", "StreamAssembler", "parse_object"]
 
@@ -84,17 +84,7 @@ def parse_object(raw: bytes, what: str) -> dict[str, Any]:
     Raises:
         ServiceError: 400 when it is not JSON or not an object.
     """
-    try:
-        body = jsonio.loads(raw)
-    except ValueError as exc:
-        raise ServiceError(
-            400, f"The request body is not valid JSON ({exc}); send {what}.", code="invalid_json"
-        ) from None
-    if not isinstance(body, dict):
-        raise ServiceError(
-            400, f"The request body is a JSON {type(body).__name__}, not an object; send {what}.", code="invalid_json"
-        )
-    return body
+    return json_object(raw, api=what)
 
 
 def require_model_and_stream(body: Mapping[str, Any]) -> None:
@@ -107,6 +97,7 @@ def require_model_and_stream(body: Mapping[str, Any]) -> None:
         raise ServiceError(400, "`model` must be a non-empty string.", param="model", code="invalid_type")
     if "stream" in body and not isinstance(body["stream"], bool):
         raise ServiceError(400, "`stream` must be a boolean.", param="stream", code="invalid_type")
+    check_texts(body, ("model",))
 
 
 def require_tool_list(body: Mapping[str, Any]) -> None:

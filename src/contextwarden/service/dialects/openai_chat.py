@@ -11,6 +11,8 @@ from ...adapters import to_messages
 from ...exceptions import MessageError
 from ...messages import Message
 from ..errors import ServiceError, error_body
+from ..intake import check_stream_options, check_texts
+from ..keep import chat_reply_messages
 from ..replies import ChunkAssembler, usage_of
 from .base import (
     Conversation,
@@ -56,7 +58,9 @@ class _ChatAssembler(StreamAssembler):
         if self.choices > 1:
             return Reply(messages=None, usage=self.inner.usage)
         message = self.inner.message()
-        return Reply(messages=to_messages([message], format="openai"), usage=self.inner.usage, keyed=[message])
+        return Reply(
+            messages=chat_reply_messages(message, self.inner.finish_reason), usage=self.inner.usage, keyed=[message]
+        )
 
 
 class OpenAIChat(Dialect):
@@ -76,6 +80,8 @@ class OpenAIChat(Dialect):
             )
         require_model_and_stream(body)
         require_tool_list(body)
+        check_texts(body, ("user",))
+        check_stream_options(body)
         return body
 
     def conversation(self, body: Mapping[str, Any]) -> Conversation:
@@ -116,7 +122,12 @@ class OpenAIChat(Dialect):
         usage = usage_of(data.get("usage"))
         if _choices(body) > 1 or len(data["choices"]) > 1:
             return Reply(messages=None, usage=usage)
-        return Reply(messages=to_messages([message], format="openai"), usage=usage, keyed=[message])
+        finish = data["choices"][0].get("finish_reason") if isinstance(data["choices"][0], dict) else None
+        return Reply(
+            messages=chat_reply_messages(message, finish if isinstance(finish, str) else None),
+            usage=usage,
+            keyed=[message],
+        )
 
     def assembler(self, body: Mapping[str, Any]) -> StreamAssembler:
         return _ChatAssembler(_choices(body))
