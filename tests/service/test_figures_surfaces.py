@@ -88,7 +88,7 @@ def test_a_demo_session_shows_the_same_figures_everywhere(
 def test_a_proxied_session_shows_the_same_figures_everywhere(
     store_url: str, service_factory: Callable[[Settings], Running], upstream: ScriptedOpenAIServer
 ) -> None:
-    service = service_factory(make_settings(store_url, upstream.base_url))
+    service = service_factory(make_settings(store_url, upstream.base_url, metrics_sessions=10))
     headers = {"X-Session-Id": "prox"}
     history = [SYSTEM]
     for i in range(12):
