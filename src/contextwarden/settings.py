@@ -1019,6 +1019,16 @@ def validate_config_file(path: str | os.PathLike[str] | None, *, environment: bo
             settings = _FileOnlySettings()
         except ValidationError as exc:
             problems.extend(_problems_from(exc, str(p), lines))
+            # the other keys are checked too, so one run lists every problem: without the invalid
+            # values the rest validates, and its semantic checks (store URL, water marks) run
+            _FILE_DATA.set(_without(data, [tuple(e["loc"]) for e in exc.errors()]))
+            try:
+                rest = _FileOnlySettings()
+            except ValidationError:
+                pass
+            else:
+                seen = {pr.key for pr in problems}
+                problems.extend(pr for pr in _semantic_problems(rest, str(p), lines) if pr.key not in seen)
         else:
             problems.extend(_semantic_problems(settings, str(p), lines))
         finally:
@@ -1036,6 +1046,25 @@ def validate_config_file(path: str | os.PathLike[str] | None, *, environment: bo
             _FILE_DATA.reset(token)
     problems.sort(key=lambda pr: (pr.source == "environment", pr.line or 0))
     return problems
+
+
+def _without(data: Mapping[str, Any], locations: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """A copy of the file's ``data`` without the values at ``locations`` (a section, when a key cannot be found)."""
+    import copy
+
+    pruned: dict[str, Any] = copy.deepcopy(dict(data))
+    for loc in locations:
+        path = [part for part in loc if isinstance(part, str | int)]
+        node: Any = pruned
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+            if node is None:
+                break
+        if isinstance(node, dict) and path and path[-1] in node:
+            del node[path[-1]]
+        elif path and isinstance(path[0], str):
+            pruned.pop(path[0], None)
+    return pruned
 
 
 def iter_env_keys() -> Iterator[str]:

@@ -87,8 +87,11 @@ def test_report_is_self_contained_with_the_four_charts(demo_run: dict[str, Any])
     assert set(charts) == {"utilization", "components", "compactions", "cache", "facts"}
     assert charts["utilization"] == charts["components"] == charts["cache"] == "120"
     assert int(charts["compactions"]) == sum(demo_run["compactions_by_layer"].values())
-    for name in ("warning", "error", "critical", "low water"):
-        assert f'data-threshold="{name}"' in html
+    # the marks the state uses: the default band's low water and the budget, not fixed thresholds
+    assert 'data-threshold="low water"' in html and 'data-threshold="budget"' in html
+    for name in ("warning", "error", "critical"):
+        assert f'data-threshold="{name}"' not in html
+    assert "state rule: band:" in html
     ratio = re.search(r'<polyline data-series="ratio" data-count="120" class="series" points="([^"]+)"', html)
     assert ratio and len(ratio.group(1).split()) == 120
     for series in ("system", "history", "tool_results", "reused", "new", "in-view"):

@@ -84,7 +84,7 @@ def test_report_renders_charts_in_chromium(demo_run: dict[str, Any], tmp_path: P
             events = page.eval_on_selector_all('rect[data-series="event"]', "els => els.length")
             assert events == sum(demo_run["compactions_by_layer"].values())
             thresholds = page.eval_on_selector_all("line[data-threshold]", "els => els.map(e => e.dataset.threshold)")
-            assert {"warning", "error", "critical", "low water", "budget"} <= set(thresholds)
+            assert {"low water", "budget"} <= set(thresholds)  # the band's marks: the state rule the demo uses
             kept = page.inner_text('#summary [data-metric="fact retention"] b')
             assert kept == f"{sum(f['found'] for f in demo_run['facts'])}/10"
             page.screenshot(path=str(tmp_path / "report.png"), full_page=True)

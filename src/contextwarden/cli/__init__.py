@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 from .._version import __version__
 from ..exceptions import ContextWardenError
@@ -32,6 +32,19 @@ __all__ = ["app", "main"]
 
 # Typer vendors click from 0.2x on (typer._click); take the exception classes from where its own come from.
 _cx: Any = sys.modules[typer.BadParameter.__module__]
+
+
+_option_type = TyperOption.display_type_rich
+
+
+def _flag_without_type(self: TyperOption, ctx: Any) -> str | None:
+    """No value type beside a flag in the help (`--json`, not `--json <bool>`): a flag takes no value."""
+    return None if self.is_flag else _option_type(self, ctx)
+
+
+# Typer's help shows the type of every option, flags included; a flag's type misleads a reader
+# into passing a value. Only the help's display changes.
+TyperOption.display_type_rich = _flag_without_type  # type: ignore[method-assign]
 
 
 class _Group(TyperGroup):
@@ -116,13 +129,16 @@ class _Group(TyperGroup):
         return code
 
 
-_LIBRARY_NAMES = frozenset({"window", "model", "budget", "session_id", "format", "store", "tenant", "reserved_output"})
+_LIBRARY_NAMES = frozenset(
+    {"window", "model", "budget", "session_id", "format", "store", "tenant", "reserved_output", "base_url"}
+)
 """Library parameter names that a command's flag or argument of the same name stands for."""
 _LIBRARY_ONLY = {
     "window": "`max_context_tokens` in `[agent_context]` of the config file",
     "max_output": '`max_output` in a `[models."NAME"]` table of the config file',
     "reserved_output": "`reserved_tokens` in `[agent_context]` of the config file",
     "register_model(ModelInfo(...))": 'a `[models."NAME"]` table (`context_length`, `max_output`) in the config file',
+    "base_url": "`upstream_url` in `[service]` of the config file (or `--upstream`)",
 }
 """What stands for a library parameter on the command line when the command has no flag for it."""
 _PARAM_RE = re.compile(r"`([a-z_]+(?:\(ModelInfo\(\.\.\.\)\))?)=?`")

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from ..exceptions import ContextWardenError
+from ..figures import state_rule
 from ..settings import (
     ConfigProblem,
     config_file_of,
@@ -57,6 +58,13 @@ def show_command(
             "effective": effective,
         }
         derived["compaction"] = settings.compaction_config(effective=effective).to_dict()
+    compaction = settings.compaction_config()
+    derived["state_rule"] = state_rule(
+        compaction.pressure_states,
+        settings.thresholds(),
+        high_water=compaction.high_water,
+        low_water=compaction.low_water,
+    ).to_dict()
     env_keys = list(iter_env_keys())
     result: dict[str, Any] = {
         "config_file": str(config_file_of(settings)) if config_file_of(settings) else None,
@@ -79,8 +87,14 @@ def show_command(
             f"model:       {m['name']}: window {m['window']:,} − reserved {m['reserved_output']:,} "
             f"= effective {m['effective']:,}"
         )
-    t = derived["thresholds"]
-    out.print(f"thresholds:  warning {t['warning']} · error {t['error']} · critical {t['critical']}")
+    rule = derived["state_rule"]
+    out.print(f"state rule:  {plain(rule['text'])}")
+    if rule["mode"] != "ratio":
+        t = derived["thresholds"]
+        out.print(
+            f"             (the fixed thresholds warning {t['warning']} · error {t['error']} · critical "
+            f"{t['critical']} apply only with compaction.pressure_states = 'ratio')"
+        )
     table = Table(title="compaction (effective)")
     table.add_column("option")
     table.add_column("value")

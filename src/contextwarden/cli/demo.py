@@ -248,14 +248,19 @@ def demo_command(
             store=st,
             memory=SessionMemory() if memory else None,
         )
+        rule = session.status().rule
         result = DemoResult(
             seed=seed,
             model=model,
             window=window,
             reserved_output=session.budget.reserved_output,
             tool_schemas=session.budget.tool_schemas,
-            budget=session.budget.effective,
-            thresholds={k: v for k, v in dataclasses.asdict(session.budget.thresholds).items() if k != "overflow"},
+            budget=session.status().budget,
+            # the marks the state uses: the fixed thresholds in the ratio mode, the band's otherwise
+            thresholds={k: v for k, v in dataclasses.asdict(session.budget.thresholds).items() if k != "overflow"}
+            if session.config.pressure_states == "ratio"
+            else {},
+            rule=rule.text if rule is not None else "",
             high_water=session.config.high_water,
             low_water=session.config.low_water,
             session_id=session_id,

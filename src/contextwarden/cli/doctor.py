@@ -153,8 +153,10 @@ def doctor_command(
         Path | None,
         typer.Option("--config", "-c", help="Config file (TOML or YAML); default: see `config show`.", metavar="PATH"),
     ] = None,
-    upstream: Annotated[str | None, typer.Option(help="Upstream API root (default: [service] upstream_url).")] = None,
-    store: Annotated[str | None, typer.Option(help="Session store URL (default: [store] url).")] = None,
+    upstream: Annotated[
+        str | None, typer.Option(help="Upstream API root (default: `\\[service] upstream_url`).")
+    ] = None,
+    store: Annotated[str | None, typer.Option(help="Session store URL (default: `\\[store] url`).")] = None,
     model: Annotated[str | None, typer.Option(help="Model to ask the upstream about (default: its first).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
 ) -> None:

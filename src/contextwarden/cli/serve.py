@@ -16,6 +16,9 @@ from ._common import CLIError, get_settings, state
 
 __all__ = ["serve_command"]
 
+_DEFAULT = Settings()
+"""The settings' built-in values, the defaults the help shows (a config file or the environment may change them)."""
+
 
 def serve_command(
     ctx: typer.Context,
@@ -23,14 +26,27 @@ def serve_command(
         Path | None,
         typer.Option("--config", "-c", help="Config file (TOML or YAML); default: see `config show`.", metavar="PATH"),
     ] = None,
-    host: Annotated[str | None, typer.Option(help="Interface to listen on (default: [service] host).")] = None,
-    port: Annotated[int | None, typer.Option(help="Port (default: [service] port; 0 picks a free one).")] = None,
-    upstream: Annotated[
-        str | None, typer.Option(help="OpenAI-compatible API root to forward to (default: [service] upstream_url).")
+    host: Annotated[
+        str | None,
+        typer.Option(help=f"Interface to listen on (default: {_DEFAULT.service.host}, or `\\[service] host`)."),
     ] = None,
-    store: Annotated[str | None, typer.Option(help="Session store URL (default: [store] url).")] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(help=f"Port; 0 picks a free one (default: {_DEFAULT.service.port}, or `\\[service] port`)."),
+    ] = None,
+    upstream: Annotated[
+        str | None,
+        typer.Option(
+            help="OpenAI-compatible API root to forward to "
+            f"(default: {_DEFAULT.service.upstream_url}, or `\\[service] upstream_url`)."
+        ),
+    ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(help="Session store URL (default: `\\[store] url`, else a SQLite file in the user directory)."),
+    ] = None,
     hash_key: Annotated[
-        str | None, typer.Option("--hash-key", help="Print the SHA-256 of an API key for `[service] api_keys`, exit.")
+        str | None, typer.Option("--hash-key", help="Print the SHA-256 of an API key for `\\[service] api_keys`, exit.")
     ] = None,
     log_level: Annotated[str, typer.Option(help="Log level: debug, info, warning, error.")] = "info",
     detect_window: Annotated[

@@ -72,12 +72,15 @@ class DemoResult:
     tool_schemas: int
     budget: int
     thresholds: dict[str, float]
+    """The fixed thresholds the state uses (empty when the state follows the compaction band)."""
     high_water: float
     low_water: float
     session_id: str
     store_url: str
     summarizer: str
     memory: str | None = None
+    rule: str = ""
+    """How the state is named (`contextwarden.figures.StateRule.text`)."""
     """What long-term memory did (None: the session had none)."""
     turns: list[TurnStats] = field(default_factory=list)
     compactions: list[CompactionRecord] = field(default_factory=list)
@@ -151,6 +154,7 @@ class DemoResult:
             "tool_schemas": self.tool_schemas,
             "budget": self.budget,
             "thresholds": self.thresholds,
+            "rule": self.rule,
             "high_water": self.high_water,
             "low_water": self.low_water,
             "session_id": self.session_id,

@@ -261,13 +261,12 @@ def render_report(r: DemoResult) -> str:
         if alert_rows
         else ""
     )
-    t = r.thresholds
     setup = (
         f"model <code>{_e(r.model or '-')}</code>, window {r.window:,} − reserved output {r.reserved_output:,} − tool "
         f"schemas {r.tool_schemas:,} = effective budget {r.budget:,} tokens; compaction from {r.high_water:.0%} "
         f"down to "
-        f"{r.low_water:.0%}; thresholds warning {t.get('warning', 0):.2f} / error {t.get('error', 0):.2f} / critical "
-        f"{t.get('critical', 0):.2f}; {_e(r.summarizer)}; store <code>{_e(r.store_url)}</code>, session "
+        f"{r.low_water:.0%}; state rule: {_e(r.rule or '-')}; {_e(r.summarizer)}; "
+        f"store <code>{_e(r.store_url)}</code>, session "
         f"<code>{_e(r.session_id)}</code>."
     )
     generated = time.strftime("%Y-%m-%d %H:%M:%S")
