@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck unit docs bench-trim bench-probes bench clean
+.PHONY: demo test lint typecheck unit docs fuzz bench-trim bench-probes bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,17 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 test: lint typecheck unit
+
+# Property and fuzz tests with random seeds and FUZZ_SCALE times their budget (`make test` runs them
+# derandomized). The log (with each failure's falsifying input) and the fuzz report go to fuzz-out/;
+# failing inputs are kept in .hypothesis/ and tried first next time. Turn each into an @example or a
+# regression test in the suite.
+FUZZ_SCALE ?= 10
+fuzz: $(STAMP)
+	mkdir -p fuzz-out
+	HYPOTHESIS_PROFILE=fuzz CONTEXTWARDEN_FUZZ_SCALE=$(FUZZ_SCALE) CONTEXTWARDEN_FUZZ_REPORT=fuzz-out/report.json \
+	    $(PY) -m pytest -q -m 'hypothesis or fuzz' -p no:cacheprovider > fuzz-out/fuzz.log 2>&1; \
+	    status=$$?; tail -n 25 fuzz-out/fuzz.log; echo "log: fuzz-out/fuzz.log"; exit $$status
 
 # The whole suite: trim (with langchain, AutoGen and LlamaIndex peers), probes, locomo, stores ->
 # bench-results/latest.{json,md,html}. The peers are installed here, not in the dev extra.

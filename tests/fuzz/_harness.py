@@ -28,7 +28,7 @@ __all__ = ["SCALE", "Failed", "Outcome", "Tally", "examples", "fuzz_settings", "
 T = TypeVar("T")
 
 SCALE = float(os.environ.get("CONTEXTWARDEN_FUZZ_SCALE", "1"))
-"""Multiplies every test's example count (``CONTEXTWARDEN_FUZZ_SCALE=20`` for a long local run)."""
+"""Multiplies every test's example count (``make fuzz`` sets ``CONTEXTWARDEN_FUZZ_SCALE=10``)."""
 
 
 def examples(n: int) -> int:

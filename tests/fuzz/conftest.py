@@ -22,6 +22,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
         if here in item.path.parents:
+            item.add_marker(pytest.mark.fuzz)
             # Hostile inputs are large by design; hypothesis warns when it prints one in a report.
             item.add_marker(pytest.mark.filterwarnings("ignore:Generating overly large repr"))
 

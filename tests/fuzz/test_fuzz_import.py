@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 
 from contextwarden import Session
 from contextwarden.exceptions import SessionNotFound
@@ -84,6 +84,26 @@ def edited(draw: Any, lines: list[str]) -> list[str | bytes]:
     return out
 
 
+def _state_edited(lines: list[str], edit: Callable[[dict[str, Any]], None]) -> list[str | bytes]:
+    """``lines`` with ``edit`` applied to the view state's document."""
+    out: list[str | bytes] = []
+    for line in lines:
+        record = json.loads(line)
+        if record.get("type") == "state" and record.get("slot") == "view":
+            edit(record["state"])
+            line = json.dumps(record)
+        out.append(line)
+    return out
+
+
+def _found(lines: list[str]) -> list[list[str | bytes]]:
+    """Inputs a run with random seeds found, each run first on every run."""
+    return [
+        _state_edited(lines, lambda state: state.pop("format")),  # accepted, then "format None is not known"
+        _state_edited(lines, lambda state: state.update(format=None)),
+    ]
+
+
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
 def test_import_hostile_exports(backend: str, stores: dict[str, Any], export: list[str]) -> None:
     store = stores[backend]
@@ -91,6 +111,8 @@ def test_import_hostile_exports(backend: str, stores: dict[str, Any], export: li
 
     @fuzz_settings(80)
     @given(lines=edited(export))
+    @example(lines=_found(export)[0])
+    @example(lines=_found(export)[1])
     def run(lines: list[str | bytes]) -> None:
         other, before = new_session(store)  # a session already in the store
         target = "imp_" + uuid.uuid4().hex[:12]

@@ -115,9 +115,20 @@ def test_a_malformed_record_is_refused(store: Any, record: dict[str, Any], named
     _refused(store, _export([Message.user("go", message_id="u1")], json.dumps(record)), *named)
 
 
+@pytest.mark.parametrize(
+    "state",
+    [{}, {"format": None}, {"format": 2}, {"format": "1"}],
+    ids=["no-format", "format-null", "format-newer", "format-text"],
+)
+def test_a_view_state_of_a_format_no_open_reads_is_refused(store: Any, state: dict[str, Any]) -> None:
+    """Opening reads only view states of the known format; an import accepts no other, so it always opens."""
+    record = {"type": "state", "slot": "view", "version": 1, "state": state}
+    _refused(store, _export([Message.user("go", message_id="u1")], json.dumps(record)), "line 3", "`format`")
+
+
 def test_a_state_slot_given_twice_is_refused(store: Any) -> None:
-    state = json.dumps({"type": "state", "slot": "view", "version": 1, "state": {}})
-    _refused(store, _export([Message.user("go", message_id="u1")], state, state), "line 4", "'view'")
+    state = json.dumps({"type": "state", "slot": "agent", "version": 1, "state": {}})
+    _refused(store, _export([Message.user("go", message_id="u1")], state, state), "line 4", "'agent'")
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,16 @@ from .book import RoundBook
 from .clear import cleared_stand_in, stand_ins
 from .config import CompactionConfig
 
-__all__ = ["FORMAT", "Counters", "check_state", "export_state", "import_state", "saved_view"]
+__all__ = [
+    "FORMAT",
+    "Counters",
+    "check_format",
+    "check_saved_view",
+    "check_state",
+    "export_state",
+    "import_state",
+    "saved_view",
+]
 
 FORMAT = 1
 """Version of the state document; a store holding another one needs `contextwarden db migrate`."""
@@ -125,12 +134,7 @@ def import_state(
         SchemaError: the state document has a format this version does not know, or a part of it
             is not shaped as saved (the session and the field named).
     """
-    if state.get("format") != FORMAT:
-        raise SchemaError(
-            f"session {book.session_id!r}: view state format {state.get('format')!r} is not known to this "
-            "version of contextwarden; upgrade contextwarden or run `contextwarden db migrate`.",
-            session_id=book.session_id,
-        )
+    check_format(book.session_id, state)
     check_state(book.session_id, state)
     by_ordinal = {r.ordinal: r for r in book.rounds}
     saved = _saved_stand_ins(book, state, config)
@@ -205,11 +209,25 @@ _LOADERS: tuple[tuple[str, Callable[[Any], object]], ...] = (
 )
 
 
+def check_format(session_id: str, state: Mapping[str, Any]) -> None:
+    """Raise `SchemaError` when ``state`` names no format or one this version does not read (`FORMAT`)."""
+    if state.get("format") != FORMAT:
+        raise SchemaError(
+            f"session {session_id!r}: view state format {state.get('format')!r:.60} is not known to this "
+            f"version of contextwarden (it reads `format` {FORMAT}); upgrade contextwarden or run "
+            "`contextwarden db migrate`.",
+            session_id=session_id,
+        )
+
+
 def check_saved_view(session_id: str, state: Any) -> None:
-    """Raise `SchemaError` when a saved view state could not be opened (its shape, ledger, notes and messages).
+    """Raise `SchemaError` when a saved view state could not be opened (its format, shape, ledger, notes, messages).
 
     Imports run it before writing anything, so an accepted session always opens.
     """
+    if not isinstance(state, Mapping):
+        raise _broken(session_id, "(state)", f"must be an object, got {type(state).__name__}")
+    check_format(session_id, state)
     check_state(session_id, state)
     Ledger.from_dict(state.get("ledger", {}), session_id=session_id)
     if "notes" in state:

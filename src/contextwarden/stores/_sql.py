@@ -312,7 +312,7 @@ class _Queries:
             ), s AS (
                 UPDATE {t}sessions SET message_count = message_count + (SELECT count(*) FROM fresh),
                     last_active = GREATEST(last_active, ?)
-                WHERE session_id = ? AND format <= ? AND tenant = COALESCE(?, tenant)
+                WHERE session_id = ? AND format <= ? AND tenant = COALESCE(?, tenant) AND message_count >= 0
                     AND (? < 0 OR message_count = ?)
                 RETURNING message_count - (SELECT count(*) FROM fresh) AS base
             ), ins AS (
@@ -351,12 +351,12 @@ class SqlOps:
     def _bump(self, session_id: str, now: float, tenant: str | None = None) -> Op[int]:
         rows = yield Sql(self.q.bump, (now, session_id, tenant))
         count = self._guard(session_id, rows, tenant)[0]
-        return stored_int(count, session_id=session_id, what="`message_count`")
+        return stored_int(count, session_id=session_id, what="`message_count`", minimum=0)
 
     def _peek(self, session_id: str, tenant: str | None = None) -> Op[int]:
         rows = yield Sql(self.q.peek, (session_id, tenant))
         count = self._guard(session_id, rows, tenant)[0]
-        return stored_int(count, session_id=session_id, what="`message_count`")
+        return stored_int(count, session_id=session_id, what="`message_count`", minimum=0)
 
     # schema
     def _known(self, version: int) -> int:
@@ -514,12 +514,13 @@ class SqlOps:
         added, base, fmt, count = rows[0]
         if base is None:
             # Nothing was written: the session is missing (or another tenant's, or gone meanwhile), too new,
-            # or (with an expected count) its transcript moved. The count is the statement's snapshot: a
-            # writer that committed while this one waited for the row makes it stale, never wrong to report.
+            # its count corrupted, or (with an expected count) its transcript moved. The count is the
+            # statement's snapshot: a writer that committed while this one waited for the row makes it
+            # stale, never wrong to report.
             if fmt is not None:
                 check_format(session_id, stored_int(fmt, session_id=session_id, what="`format`"))
+                actual = stored_int(count, session_id=session_id, what="`message_count`", minimum=0)
                 if expected is not None:
-                    actual = stored_int(count, session_id=session_id, what="`message_count`")
                     raise transcript_moved(session_id, expected, actual)
             raise not_found(session_id, tenant)
         return int(added)
@@ -532,7 +533,7 @@ class SqlOps:
         if end <= start:
             return []
         rows = yield Sql(self.q.load, (session_id, start, end))
-        return [(stored_int(seq, session_id=session_id, what="message `seq`"), body) for seq, body in rows]
+        return [(stored_int(seq, session_id=session_id, what="message `seq`", minimum=0), body) for seq, body in rows]
 
     def count_messages(self, session_id: str, *, tenant: str | None = None) -> Op[int]:
         return (yield from self._peek(session_id, tenant))
@@ -542,12 +543,12 @@ class SqlOps:
         rows = yield Sql(self.q.get_message, (session_id, message_id))
         if not rows:
             return None
-        return stored_int(rows[0][0], session_id=session_id, what="message `seq`"), rows[0][1]
+        return stored_int(rows[0][0], session_id=session_id, what="message `seq`", minimum=0), rows[0][1]
 
     # state
     @staticmethod
     def _version(session_id: str, slot: str, value: object) -> int:
-        return stored_int(value, session_id=session_id, what=f"version of state {slot!r}")
+        return stored_int(value, session_id=session_id, what=f"version of state {slot!r}", minimum=0)
 
     def load_state(self, session_id: str, slot: str, *, tenant: str | None = None) -> Op[tuple[str | None, int]]:
         yield from self._peek(session_id, tenant)
@@ -634,7 +635,7 @@ class SqlOps:
     def append_audit(self, session_id: str, event: str, *, now: float, tenant: str | None = None) -> Op[None]:
         rows = yield Sql(self.q.next_audit, (now, session_id, tenant))
         count = self._guard(session_id, rows, tenant)[0]
-        seq = stored_int(count, session_id=session_id, what="`audit_count`") - 1
+        seq = stored_int(count, session_id=session_id, what="`audit_count`", minimum=1) - 1
         yield Sql(self.q.insert_audit, (session_id, seq, event, now))
 
     def read_audit(self, session_id: str, *, since: int, limit: int | None, tenant: str | None = None) -> Op[list[str]]:

@@ -213,16 +213,30 @@ def check_stored_text(value: object, *, session_id: str, what: str) -> str:
     return value
 
 
-def stored_int(value: object, *, session_id: str, what: str) -> int:
-    """A stored integer (a version, a position, a count), or `SchemaError` naming the session and ``what``."""
+def stored_int(value: object, *, session_id: str, what: str, minimum: int | None = None) -> int:
+    """A stored integer (a version, a position, a count), or `SchemaError` naming the session and ``what``.
+
+    Args:
+        value: The stored value (an int, or its text or bytes as a backend returns it).
+        session_id: The session it belongs to (named by the error).
+        what: The field (named by the error).
+        minimum: The smallest value the field can hold (0 for counts, positions and versions): a
+            smaller one is a corrupted row, refused before anything is read or written by it.
+    """
+    number: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
-    if isinstance(text, str) and text.isascii() and text.strip().removeprefix("-").isdigit():
-        return int(text)
-    raise corrupted(session_id, what, f"{value!r:.60} is not an integer")
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    else:
+        text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
+        if isinstance(text, str) and text.isascii() and text.strip().removeprefix("-").isdigit():
+            number = int(text)
+    if number is None:
+        raise corrupted(session_id, what, f"{value!r:.60} is not an integer")
+    if minimum is not None and number < minimum:
+        raise corrupted(session_id, what, f"{number} is below {minimum}, which it never is")
+    return number
 
 
 def _stored_float(value: object, *, session_id: str, what: str) -> float:
@@ -354,7 +368,9 @@ def session_info(
     if not isinstance(meta, dict):
         raise corrupted(session_id, "session `metadata`", f"{type(meta).__name__}, not an object")
     model_name = None if model is None else check_stored_text(model, session_id=session_id, what="session `model`")
-    window_value = None if window is None else stored_int(window, session_id=session_id, what="session `window`")
+    window_value = (
+        None if window is None else stored_int(window, session_id=session_id, what="session `window`", minimum=1)
+    )
     return SessionInfo(
         session_id=session_id,
         tenant=check_stored_text(tenant, session_id=session_id, what="session `tenant`"),
@@ -366,7 +382,7 @@ def session_info(
         archived_at=None
         if archived_at is None
         else _stored_float(archived_at, session_id=session_id, what="session `archived_at`"),
-        message_count=stored_int(message_count, session_id=session_id, what="session `message_count`"),
+        message_count=stored_int(message_count, session_id=session_id, what="session `message_count`", minimum=0),
     )
 
 
@@ -1287,7 +1303,7 @@ class _StoreCommon:
         version = record.get("version")
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise _bad_export(number, f"`version` {version!r:.60} is not an int >= 1", session_id)
-        if slot == DEFAULT_SLOT and state.get("format") == 1:
+        if slot == DEFAULT_SLOT:
             # the view state must open: a session that imports and then never loads is worse than a refusal
             from ..compaction.state import check_saved_view
 
@@ -1514,7 +1530,7 @@ class BaseStore(_StoreCommon):
         check_id(session_id)
         op = self._ops.load_state(session_id, self._check_slot(slot), tenant=_check_tenant(tenant))
         body, version = self._run(op, write=False)
-        stored = stored_int(version, session_id=session_id, what=f"version of state {slot!r}")
+        stored = stored_int(version, session_id=session_id, what=f"version of state {slot!r}", minimum=0)
         return self._decode_state(session_id, slot, body), stored
 
     def save_state(
@@ -1800,7 +1816,7 @@ class BaseAsyncStore(_StoreCommon):
         check_id(session_id)
         op = self._ops.load_state(session_id, self._check_slot(slot), tenant=_check_tenant(tenant))
         body, version = await self._run(op, write=False)
-        stored = stored_int(version, session_id=session_id, what=f"version of state {slot!r}")
+        stored = stored_int(version, session_id=session_id, what=f"version of state {slot!r}", minimum=0)
         return self._decode_state(session_id, slot, body), stored
 
     async def save_state(

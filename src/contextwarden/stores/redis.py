@@ -606,23 +606,25 @@ class RedisOps:
 
     def get_message(self, session_id: str, message_id: str, *, tenant: str | None = None) -> Op[tuple[int, str] | None]:
         found = self._ok(session_id, (yield self._eval(_GET_MESSAGE, session_id, message_id, tenant=tenant)), tenant)
-        if not found or found[1] is None:
+        if not found or found[0] is None:
             return None
-        return stored_int(found[0], session_id=session_id, what="message position"), _text(found[1])
+        seq = stored_int(found[0], session_id=session_id, what="message position", minimum=0)
+        return None if found[1] is None else (seq, _text(found[1]))
 
     # state
     def load_state(self, session_id: str, slot: str, *, tenant: str | None = None) -> Op[tuple[str | None, int]]:
         reply = yield self._eval(_LOAD_STATE, session_id, slot, tenant=tenant)
         version, body = self._ok(session_id, reply, tenant)
         what = f"version of state {slot!r}"
-        return (None if body is None else _text(body)), stored_int(version, session_id=session_id, what=what)
+        return (None if body is None else _text(body)), stored_int(version, session_id=session_id, what=what, minimum=0)
 
     def save_state(
         self, session_id: str, slot: str, body: str, *, expected: int, now: float, token: str, tenant: str | None = None
     ) -> Op[tuple[bool, int]]:
         reply = yield self._eval(_SAVE_STATE, session_id, slot, body, expected, token, now=now, tenant=tenant)
         ok, version = self._ok(session_id, reply, tenant)
-        return bool(int(ok)), stored_int(version, session_id=session_id, what=f"version of state {slot!r}")
+        version = stored_int(version, session_id=session_id, what=f"version of state {slot!r}", minimum=0)
+        return bool(int(ok)), version
 
     def restore_state(self, session_id: str, slot: str, body: str, *, version: int, now: float) -> Op[None]:
         self._ok(session_id, (yield self._eval(_RESTORE_STATE, session_id, slot, body, version, now=now)))
@@ -635,7 +637,12 @@ class RedisOps:
             (
                 slot,
                 _text(by_slot[slot]),
-                stored_int(version_of.get("v:" + slot, b"0"), session_id=session_id, what=f"version of state {slot!r}"),
+                stored_int(
+                    version_of.get("v:" + slot, b"0"),
+                    session_id=session_id,
+                    what=f"version of state {slot!r}",
+                    minimum=0,
+                ),
             )
             for slot in sorted(by_slot)
         ]
