@@ -504,8 +504,8 @@ def test_writes_count_as_activity(store: Any, clock: FakeClock) -> None:
 def _fill(store: Any, session_id: str) -> None:
     store.create_session(session_id, tenant="acme", model="m", window=1000, metadata={"k": "v"})
     store.append_messages(session_id, rounds(1203))
-    store.save_state(session_id, {"view": "x"}, expected_version=0)
-    store.save_state(session_id, {"view": "y"}, expected_version=1)
+    store.save_state(session_id, {"format": 1, "summary": "x"}, expected_version=0)  # a view state a session opens
+    store.save_state(session_id, {"format": 1, "summary": "y"}, expected_version=1)
     store.save_state(session_id, {"goal": "g"}, expected_version=0, slot="agent")
     store.put_snapshot(session_id, "snap_1", bytes(range(256)), metadata={"tool": "t"})
     for i in range(3):
@@ -530,7 +530,7 @@ def test_export_import_round_trip(store: Any) -> None:
     assert info.archived_at == original.archived_at
     assert info.created_at == original.created_at
     assert store.load_messages("copy") == store.load_messages("src")
-    assert store.load_state("copy") == ({"view": "y"}, 2)
+    assert store.load_state("copy") == ({"format": 1, "summary": "y"}, 2)
     assert store.load_state("copy", slot="agent") == ({"goal": "g"}, 1)
     assert store.get_snapshot("copy", "snap_1") == bytes(range(256))
     assert store.read_audit("copy") == [{"n": 0}, {"n": 1}, {"n": 2}]
@@ -545,7 +545,7 @@ def test_export_moves_between_backends(store: Any) -> None:
     back = list(target.export_session("src"))
     store.delete_session("src")
     store.import_session(back)
-    assert store.load_state("src") == ({"view": "y"}, 2)
+    assert store.load_state("src") == ({"format": 1, "summary": "y"}, 2)
 
 
 def test_import_refuses_to_overwrite_and_bad_input(store: Any) -> None:

@@ -546,7 +546,8 @@ class SessionStore(Protocol):
 
         Every line is read and checked before anything is written: the header, each message (as
         `Session.add` would check it), the tool pairs of the transcript (no result without its
-        call, no second result), states, snapshots and audit events. ``tenant`` puts the session
+        call, no second result), states (the view state in slot ``"view"`` as a session opens it:
+        its ``format`` and its shape), snapshots and audit events. ``tenant`` puts the session
         under that tenant instead of the one the export names (a service importing a tenant's
         upload passes it).
 
