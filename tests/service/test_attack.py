@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ from contextwarden.exceptions import ConfigError
 from contextwarden.settings import Settings, validate_config_file
 from contextwarden.testing import ScriptedError, ScriptedOpenAIServer, ScriptedStream
 
+from ._raw_upstream import RawAnswer, RawUpstream
 from .conftest import MODEL, Running, chat, make_settings, user
 
 UPSTREAM_KEY = "sk-live-UPSTREAMSECRET0123456789"
@@ -268,3 +270,57 @@ def test_a_client_that_sends_no_json_type_gets_415_not_a_crash() -> None:
     scope = {"type": "http", "method": "POST", "headers": [(b"content-length", b"10"), (b"host", b"127.0.0.1")]}
     assert refusal(scope, GuardPolicy()) == refusal(scope, GuardPolicy()) and refusal(scope, GuardPolicy())[0] == 415  # type: ignore[index]
     assert httpx  # the server tests above use it through the fixtures
+
+
+# --- memory stays bounded -------------------------------------------------------------------------
+
+
+def _json_answer(size: int) -> RawAnswer:
+    filler = "x" * size
+    body = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": filler}}]}).encode()
+    return 200, {"content-type": "application/json"}, [body]
+
+
+def _endless(path: str, body: bytes) -> RawAnswer:
+    event = b'data: {"choices": [{"index": 0, "delta": {"content": "' + b"y" * 1000 + b'"}}]}\n\n'
+    return 200, {"content-type": "text/event-stream"}, itertools.repeat(event)
+
+
+def _no_blank_line(path: str, body: bytes) -> RawAnswer:
+    return 200, {"content-type": "text/event-stream"}, itertools.repeat(b"data: " + b"z" * 1000)
+
+
+def test_a_reply_past_the_size_bound_is_a_502_naming_the_setting(
+    service_factory: Callable[[Settings], Running], sqlite_url: str
+) -> None:
+    with RawUpstream(lambda path, body: _json_answer(2_000_000)) as upstream:
+        service = service_factory(make_settings(sqlite_url, upstream.base_url, max_reply_bytes=100_000))
+        answer = service.client.post("/v1/chat/completions", json=chat(user("big")))
+        assert answer.status_code == 502 and "max_reply_bytes" in answer.json()["error"]["message"]
+
+
+def test_an_endless_stream_is_cut_with_an_error_event(
+    service_factory: Callable[[Settings], Running], sqlite_url: str
+) -> None:
+    with RawUpstream(_endless) as upstream:
+        service = service_factory(make_settings(sqlite_url, upstream.base_url, max_stream_bytes=200_000))
+        answer = service.client.post("/v1/chat/completions", json=chat(user("go"), stream=True))
+        assert answer.status_code == 200
+        last = json.loads(data_events(answer.text)[-1])
+        assert last["error"]["code"] == "upstream_stream_too_long" and len(answer.content) < 400_000
+
+
+def test_an_event_without_its_blank_line_is_refused_past_the_event_bound(
+    service_factory: Callable[[Settings], Running], sqlite_url: str
+) -> None:
+    with RawUpstream(_no_blank_line) as upstream:
+        service = service_factory(make_settings(sqlite_url, upstream.base_url, max_event_bytes=50_000))
+        answer = service.client.post("/v1/chat/completions", json=chat(user("go"), stream=True))
+        assert answer.status_code == 502 and answer.json()["error"]["code"] == "upstream_event_too_large"
+
+
+def test_refused_session_ids_leave_no_lock_behind(service: Running) -> None:
+    for i in range(60):
+        answer = service.client.post("/v1/chat/completions", json=chat(user("x"), user=f"{i}-" + "s" * 300))
+        assert answer.status_code == 400
+    assert len(service.app.state.service.pool._locks) == 0

@@ -31,6 +31,7 @@ from ..stores.sqlite import sqlite_path_from_url
 from ..tokens import counter_for_model, get_counter
 from . import api, health
 from .auth import Tenants
+from .bounds import ReplyLimits
 from .dashboard import STATIC_DIR, index
 from .dialects import DIALECTS, Dialect
 from .errors import ServiceError, error_response
@@ -243,6 +244,11 @@ def create_app(
                 connect_timeout=service.upstream_connect_timeout,
                 client=upstream_client,
             )
+        upstream.limits = ReplyLimits(
+            max_reply_bytes=service.max_reply_bytes,
+            max_stream_bytes=service.max_stream_bytes,
+            max_event_bytes=service.max_event_bytes,
+        )
         redactor = Redactor([upstream._api_key])
         logged = _service_loggers()
         log_filter = install(redactor, logged)

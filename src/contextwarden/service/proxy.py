@@ -537,7 +537,7 @@ async def _stream(turn: _Turn, view: list[Any] | None) -> Response:
             return answer
         # read up to the first event (to the end when the read-back tool is offered: the client must not see
         # its calls); an error sent as the stream's first event is still answerable
-        framer = SSEFramer()
+        framer = SSEFramer(svc.upstream.limits.max_event_bytes)
         assembler = dialect.assembler(turn.body)
         head: list[bytes] = []
         chunks = upstream.aiter_raw()

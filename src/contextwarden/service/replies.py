@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..usage import RequestUsage
+from .bounds import ReplyLimits, event_too_large
 
 __all__ = ["ChunkAssembler", "SSEFramer", "usage_of"]
 
@@ -41,27 +42,60 @@ def usage_of(data: Any) -> RequestUsage:
 
 
 class SSEFramer:
-    """Splits a byte stream into SSE events, each with its raw bytes (forwarded as is) and its data."""
+    """Splits a byte stream into SSE events, each with its raw bytes (forwarded as is) and its data.
 
-    def __init__(self) -> None:
-        self._buffer = b""
+    Each byte is searched once for the blank line that ends an event (an event arriving in many small
+    chunks costs its length, not its length squared), and an unfinished event longer than
+    ``max_event`` bytes raises.
+    """
+
+    def __init__(self, max_event: int = ReplyLimits.max_event_bytes) -> None:
+        self._buffer = bytearray()
+        self._searched = 0
+        """Bytes of the buffer known to hold no blank line (less one, which may start one)."""
+        self.max_event = max_event
 
     def feed(self, chunk: bytes) -> Iterator[tuple[bytes, str | None]]:
-        """Complete events in ``chunk`` (with what came before): (raw bytes, joined data or None for a comment)."""
-        self._buffer += chunk.replace(b"\r\n", b"\n")
+        """Complete events in ``chunk`` (with what came before): (raw bytes, joined data or None for a comment).
+
+        Raises:
+            ServiceError: 502 when an unfinished event passes ``max_event`` bytes.
+        """
+        self._buffer += chunk
+        start = 0
+        buffer = self._buffer
         while True:
-            end = self._buffer.find(b"\n\n")
+            end, width = _blank_line(buffer, max(start, self._searched))
             if end < 0:
-                return
-            raw, self._buffer = self._buffer[: end + 2], self._buffer[end + 2 :]
+                break
+            raw = bytes(buffer[start:end]).replace(b"\r\n", b"\n") + b"\n\n"
+            start = end + width
+            self._searched = start
             yield raw, _data(raw)
+        if start:
+            del buffer[:start]
+            self._searched = 0
+        self._searched = max(self._searched, len(buffer) - 3)
+        if len(buffer) > self.max_event:
+            raise event_too_large(self.max_event)
 
     def rest(self) -> tuple[bytes, str | None] | None:
         """An event the stream ended in without its blank line."""
-        raw, self._buffer = self._buffer, b""
+        raw = bytes(self._buffer).replace(b"\r\n", b"\n")
+        self._buffer = bytearray()
+        self._searched = 0
         if not raw.strip():
             return None
         return raw + b"\n\n", _data(raw)
+
+
+def _blank_line(buffer: bytearray, start: int) -> tuple[int, int]:
+    """Where the first blank line at or after ``start`` begins, and its width (``\n\n``, ``\r\n\r\n``)."""
+    lf = buffer.find(b"\n\n", start)
+    crlf = buffer.find(b"\r\n\r\n", start)
+    if crlf >= 0 and (lf < 0 or crlf < lf):
+        return crlf, 4
+    return lf, 2
 
 
 def _data(raw: bytes) -> str | None:

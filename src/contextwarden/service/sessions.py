@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -194,6 +194,8 @@ class SessionPool:
         self.limit = limit
         self._open: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._waiting: Counter[tuple[str, str]] = Counter()
+        """Requests waiting for each lock."""
 
     def __len__(self) -> int:
         return len(self._open)
@@ -222,11 +224,18 @@ class SessionPool:
         lock = self._locks.get(key)
         if lock is None:
             lock = self._locks[key] = asyncio.Lock()
-        await lock.acquire()
+        self._waiting[key] += 1
+        try:
+            await lock.acquire()
+        finally:
+            self._waiting[key] -= 1
+            if self._waiting[key] <= 0:
+                del self._waiting[key]
         try:
             entry, checked = await self._current(key, model=model, tools=tools, create=create, check=check)
         except BaseException:
             lock.release()
+            self._prune(key, lock)
             raise
         return Lease(
             tenant=tenant,
@@ -317,6 +326,15 @@ class SessionPool:
         if lease.failed:
             self._closed(key)
         lease.lock.release()
+        self._prune(key, lease.lock)
+
+    def _prune(self, key: tuple[str, str], lock: asyncio.Lock) -> None:
+        """Forget the lock of a session this process does not hold open, once nobody holds or awaits it:
+        a stream of refused or failed requests with ever new ids would otherwise grow the table."""
+        if key not in self._open and not lock.locked() and self._locks.get(key) is lock:
+            # a request waiting for this lock holds the object: a new one would not exclude it
+            if key not in self._waiting:
+                del self._locks[key]
 
     def forget(self, tenant: str, session_id: str) -> None:
         """Drop a session from memory (after it was deleted)."""

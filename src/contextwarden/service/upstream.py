@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 from starlette.requests import Request
 
+from .bounds import ReplyLimits, reply_too_large, stream_too_long
 from .errors import ServiceError
 
 __all__ = ["Upstream", "UpstreamBroken", "UpstreamReply", "env_proxy", "redact_url"]
@@ -67,8 +68,13 @@ class UpstreamReply:
             ServiceError: 504 when the upstream stops sending for longer than the timeout.
             UpstreamBroken: the connection broke.
         """
+        limit = self._upstream.limits.max_stream_bytes
+        size = 0
         try:
             async for chunk in self._response.content.iter_any():
+                size += len(chunk)
+                if size > limit:
+                    raise stream_too_long(self._upstream.shown_url, limit)
                 yield chunk
         except TimeoutError as exc:
             raise self._upstream.timed_out(exc) from None
@@ -79,13 +85,25 @@ class UpstreamReply:
         """The rest of a streamed body.
 
         Raises:
-            ServiceError: 504 when the upstream stops sending for longer than the timeout.
+            ServiceError: 504 when the upstream stops sending for longer than the timeout, 502 past
+                `ReplyLimits.max_reply_bytes`.
             UpstreamBroken: the connection broke.
         """
         if self._content is not None:
             return self._content
+        limit = self._upstream.limits.max_reply_bytes
+        declared = self._response.content_length
+        if declared is not None and declared > limit:
+            raise reply_too_large(self._upstream.shown_url, declared, limit)
+        chunks: list[bytes] = []
+        size = 0
         try:
-            self._content = await self._response.read()
+            async for chunk in self._response.content.iter_any():
+                size += len(chunk)
+                if size > limit:
+                    raise reply_too_large(self._upstream.shown_url, size, limit)
+                chunks.append(chunk)
+            self._content = b"".join(chunks)
         except TimeoutError as exc:
             raise self._upstream.timed_out(exc) from None
         except aiohttp.ClientError as exc:
@@ -137,6 +155,8 @@ class Upstream:
         self._client = client
         self.proxy = env_proxy(self.url)
         """The proxy the environment names for the upstream (read once; None: connect directly)."""
+        self.limits = ReplyLimits()
+        """How much of a reply is read (the app sets ``[service]``'s bounds)."""
 
     @property
     def client(self) -> aiohttp.ClientSession:
