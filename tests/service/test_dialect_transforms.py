@@ -129,3 +129,38 @@ def test_a_history_and_its_retries_and_continuations(first: list[str], more: lis
     assert continuation(spaced, keys).start == len(history)
     # another system prompt is another conversation
     assert continuation([{"role": "system", "content": "Generate a title."}, *history[1:]], keys).kind == "other"
+
+
+@given(anthropic_histories(), st.integers(1, 12))
+def test_an_anthropic_history_converted_request_by_request_is_the_history_converted_at_once(
+    body: dict[str, Any], cut: int
+) -> None:
+    dialect, memo = AnthropicMessages(), {}
+    dialect.conversation({**body, "messages": body["messages"][:cut]}, memo)
+    whole = dialect.conversation(body, memo)
+    assert whole.keyed == dialect.conversation(body).keyed
+    assert json.dumps(dialect.render(body, whole.convert(0))) == json.dumps(body)
+
+
+@given(
+    st.lists(
+        st.one_of(
+            said,
+            reasoning,
+            hosted,
+            st.just({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}),
+        ),
+        min_size=2,
+        max_size=10,
+    ),
+    st.integers(1, 9),
+)
+def test_responses_items_converted_request_by_request_are_the_items_converted_at_once(
+    items: list[dict[str, Any]], cut: int
+) -> None:
+    dialect, memo = OpenAIResponses(), {}
+    body = {"model": "m", "instructions": "Be Codex.", "input": items}
+    dialect.conversation({**body, "input": items[:cut]}, memo)
+    whole = dialect.conversation(body, memo)
+    assert whole.keyed == dialect.conversation(body).keyed
+    assert dialect.render(body, whole.convert(0)) == body

@@ -47,7 +47,7 @@ from ..messages import Message, TextPart
 from ..snapshots import READ_CONTEXT_TOOL
 from . import jsonio
 from .auth import presented_key
-from .dialects import Dialect, Reply, StreamAssembler
+from .dialects import Conversation, Dialect, Reply, StreamAssembler
 from .dialects.openai_chat import invalid_message
 from .errors import ServiceError
 from .headers import header_value
@@ -106,7 +106,7 @@ class _Turn:
         self.body = body
         self.raw = raw
         self.stream = bool(body.get("stream"))
-        self.conversation = dialect.conversation(body)
+        self._conversation: Conversation | None = None
         self.tools = dialect.tools(body)
         self.lease: Lease | None = None
         self.started = time.perf_counter()
@@ -121,6 +121,13 @@ class _Turn:
         self.read_backs = 0
         self.unmanaged: str | None = None
         """Why the request went upstream unmanaged (None: managed, or no session named)."""
+
+    @property
+    def conversation(self) -> Conversation:
+        """The request's conversation (converted with the help of the session's memo once leased)."""
+        if self._conversation is None:
+            self._conversation = self.dialect.conversation(self.body, self.lease.memo if self.lease else None)
+        return self._conversation
 
     # --- the session side ---------------------------------------------------------------------
     async def prepare(self) -> list[Any] | None:

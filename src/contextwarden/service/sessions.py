@@ -130,6 +130,7 @@ class _Entry:
     session: AsyncSession
     keys: list[MessageKey]
     store: _CheckedStore
+    memo: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -147,7 +148,8 @@ class Lease:
     """The session is known to hold everything the store has (it was read or its length checked in this lease)."""
     released: bool = False
     failed: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    memo: dict[str, Any] = field(default_factory=dict)
+    """What the proxy keeps of the session's last request between requests (its converted history)."""
 
     def expect(self, count: int | None) -> None:
         """Make the session's next append write only if the stored transcript has ``count`` messages;
@@ -155,7 +157,7 @@ class Lease:
         self.store.expected = count
 
     def _take(self, entry: _Entry) -> None:
-        self.session, self.keys, self.store = entry.session, entry.keys, entry.store
+        self.session, self.keys, self.store, self.memo = entry.session, entry.keys, entry.store, entry.memo
 
     def sync_keys(self) -> None:
         """Key the transcript messages added since the last call."""
@@ -245,6 +247,7 @@ class SessionPool:
             lock=lock,
             store=entry.store,
             checked=checked,
+            memo=entry.memo,
         )
 
     async def verify(self, lease: Lease, *, model: str | None = None, tools: Sequence[Mapping[str, Any]] = ()) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.responses import Response
@@ -179,12 +180,18 @@ class AnthropicMessages(Dialect):
             raise ServiceError(400, "`tools` must be a list of tool objects.", param="tools", code="invalid_type")
         return body
 
-    def conversation(self, body: Mapping[str, Any]) -> Conversation:
+    def conversation(self, body: Mapping[str, Any], memo: dict[str, Any] | None = None) -> Conversation:
+        system, sources = body.get("system"), body["messages"]
+        cached: _Converted | None = memo.get(self.name) if memo is not None else None
         try:
-            messages = adapter.to_messages(body["messages"], system=body.get("system"))
+            converted = _convert(system, sources, cached)
         except MessageError as exc:
             raise invalid_message("messages", 0, exc) from None
-        return Conversation(keyed=openai_chat.from_messages(messages), convert=lambda start: messages[start:])
+        if memo is not None:
+            memo[self.name] = converted
+        messages = [m for chunk in converted.chunks for m in chunk]
+        keyed = [k for chunk in converted.keyed for k in chunk]
+        return Conversation(keyed=keyed, convert=lambda start: messages[start:])
 
     def render(
         self, body: Mapping[str, Any], view: list[Any], *, extra_tools: Sequence[Mapping[str, Any]] = ()
@@ -274,6 +281,47 @@ class AnthropicMessages(Dialect):
         # older clients: "user_<hash>_account_<uuid>_session_<uuid>"
         _, marker, rest = user.partition("_session_")
         return rest.strip() or None if marker else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Converted:
+    """A request's history converted, one chunk per source (the system prompt first), kept for the next request."""
+
+    system: Any
+    sources: list[Any]
+    chunks: list[list[Message]]
+    keyed: list[list[dict[str, Any]]]
+
+
+def _convert(system: Any, sources: list[Any], cached: _Converted | None) -> _Converted:
+    """Convert the history, reusing the chunks of the sources the last request had the same.
+
+    Agents re-send the whole conversation, so all but the newest messages equal the last request's
+    (compared as JSON values, in C); only the rest is converted, each message in the context of the
+    one before it (a tool result takes its tool's name, and its grouping, from it).
+    """
+    chunks: list[list[Message]] = []
+    keyed: list[list[dict[str, Any]]] = []
+    reused = 0
+    if cached is not None and cached.system == system:
+        limit = min(len(cached.sources), len(sources))
+        while reused < limit and cached.sources[reused] == sources[reused]:
+            reused += 1
+        chunks, keyed = cached.chunks[: reused + 1], cached.keyed[: reused + 1]
+    else:
+        head = adapter.to_messages([], system=system) if system is not None else []
+        chunks, keyed = [head], [openai_chat.from_messages(head)]
+    for index in range(reused, len(sources)):
+        previous = next((chunk[-1] for chunk in reversed(chunks) if chunk), None)
+        context = [] if previous is None else [previous]
+        try:
+            chunk = adapter.to_messages([*context, sources[index]])[len(context) :]
+        except MessageError as exc:
+            exc.index = index
+            raise
+        chunks.append(chunk)
+        keyed.append(openai_chat.from_messages(chunk))
+    return _Converted(system=system, sources=list(sources), chunks=chunks, keyed=keyed)
 
 
 def _as_blocks(content: Any) -> list[Any]:

@@ -145,8 +145,11 @@ class Dialect(ABC):
         """
 
     @abstractmethod
-    def conversation(self, body: Mapping[str, Any]) -> Conversation:
+    def conversation(self, body: Mapping[str, Any], memo: dict[str, Any] | None = None) -> Conversation:
         """The request's conversation (system prompt first when the request carries one).
+
+        ``memo`` is the session's own dict, kept between its requests: a dialect that converts the
+        whole history keeps the conversion there, and converts only what is new the next time.
 
         Raises:
             ServiceError: 400 for a message the adapter cannot read.

@@ -84,7 +84,7 @@ class OpenAIChat(Dialect):
         check_stream_options(body)
         return body
 
-    def conversation(self, body: Mapping[str, Any]) -> Conversation:
+    def conversation(self, body: Mapping[str, Any], memo: dict[str, Any] | None = None) -> Conversation:
         messages: list[dict[str, Any]] = body["messages"]
 
         def convert(start: int) -> list[Message]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from starlette.responses import Response
@@ -108,6 +109,59 @@ def _render(messages: Sequence[Message]) -> list[Any]:
     return out
 
 
+def _model_side(item: Mapping[str, Any]) -> bool:
+    """An item the model produced (a run of them becomes one assistant message)."""
+    kind = item.get("type")
+    if kind is None or kind == "message":
+        return item.get("role") == "assistant"
+    return not str(kind).endswith("_output")
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Piece:
+    """Items up to one that ends a model turn (a user message, a tool output), converted."""
+
+    end: int
+    """Index of the piece's last item."""
+    messages: list[Message]
+    keyed: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Converted:
+    items: list[Any]
+    pieces: list[_Piece]
+
+
+def _convert(items: list[Any], cached: _Converted | None) -> _Converted:
+    """Convert the input items, reusing the pieces of the last request whose items are the same.
+
+    Agents re-send the whole conversation, so the items up to the newest equal the last request's
+    (compared as JSON values, in C); only the pieces after the last same one are converted.
+    """
+    pieces: list[_Piece] = []
+    if cached is not None:
+        same, limit = 0, min(len(cached.items), len(items))
+        while same < limit and cached.items[same] == items[same]:
+            same += 1
+        # a piece that ends on a model item (the end of the last input) may go on in this request
+        pieces = [p for p in cached.pieces if p.end < same and not _model_side(cached.items[p.end])]
+    start = pieces[-1].end + 1 if pieces else 0
+    begin = start
+    for index in range(start, len(items)):
+        item = items[index]
+        if index + 1 < len(items) and isinstance(item, Mapping) and _model_side(item):
+            continue
+        try:
+            messages = to_messages(items[begin : index + 1])
+        except MessageError as exc:
+            exc.index = begin + (exc.index or 0)
+            raise
+        pieces.append(_Piece(end=index, messages=messages, keyed=openai_chat.from_messages(messages)))
+        begin = index + 1
+    return _Converted(items=list(items), pieces=pieces)
+
+
 class _ResponsesAssembler(StreamAssembler):
     """Takes the reply from ``response.completed`` (or the ``output_item.done`` items before it)."""
 
@@ -173,17 +227,24 @@ class OpenAIResponses(Dialect):
             )
         return None
 
-    def conversation(self, body: Mapping[str, Any]) -> Conversation:
+    def conversation(self, body: Mapping[str, Any], memo: dict[str, Any] | None = None) -> Conversation:
         value = body["input"]
         items = [{"role": "user", "content": value}] if isinstance(value, str) else value
+        cached: _Converted | None = memo.get(self.name) if memo is not None else None
         try:
-            messages = to_messages(items)
+            converted = _convert(items, cached)
         except MessageError as exc:
             raise invalid_message("input", 0, exc) from None
+        if memo is not None:
+            memo[self.name] = converted
+        messages = [m for piece in converted.pieces for m in piece.messages]
+        keyed = [k for piece in converted.pieces for k in piece.keyed]
         instructions = body.get("instructions")
         if isinstance(instructions, str) and instructions:
-            messages.insert(0, Message.system(instructions, extra={_INSTRUCTIONS: True}))
-        return Conversation(keyed=openai_chat.from_messages(messages), convert=lambda start: messages[start:])
+            system = Message.system(instructions, extra={_INSTRUCTIONS: True})
+            messages.insert(0, system)
+            keyed.insert(0, {"role": "system", "content": instructions})
+        return Conversation(keyed=keyed, convert=lambda start: messages[start:])
 
     def render(
         self, body: Mapping[str, Any], view: list[Any], *, extra_tools: Sequence[Mapping[str, Any]] = ()
