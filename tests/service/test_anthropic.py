@@ -54,6 +54,7 @@ def test_a_messages_request_keeps_system_tools_and_signed_thinking_byte_for_byte
     assert sent["tools"] == tools
     assert sent["messages"] == history
     assert sent["metadata"] == {"user_id": "u"} and sent["context_management"] == {"edits": []}
+    assert upstream.received[-1].path == "/v1/messages?beta=true"
     received = upstream.received[-1].headers
     assert received["anthropic-version"] == "2023-06-01" and received["anthropic-beta"] == "feature-x"
     assert stored(service, "cc1")[-1] == ("assistant", "It prints 1.")

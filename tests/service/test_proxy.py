@@ -160,3 +160,16 @@ def test_a_bad_message_late_in_a_long_history_is_a_400_and_nothing_of_it_is_kept
     r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "bad"})
     assert r.status_code == 200, r.text
     assert len(stored(service, "bad")) == len(history) + 1
+
+
+def test_several_choices_record_no_reply_and_the_clients_pick_comes_with_its_next_request(
+    service: Running, upstream: ScriptedOpenAIServer
+) -> None:
+    headers = {"X-Session-Id": "n2"}
+    r = service.client.post("/v1/chat/completions", json=chat(SYSTEM, user("name a colour"), n=2), headers=headers)
+    assert r.status_code == 200
+    assert stored(service, "n2") == [("system", "You are a careful agent."), ("user", "name a colour")]
+    picked = chat(SYSTEM, user("name a colour"), assistant("blue"), user("why?"))
+    r = service.client.post("/v1/chat/completions", json=picked, headers=headers)
+    assert r.status_code == 200 and r.headers["x-session-id"] == "n2"
+    assert stored(service, "n2")[2:] == [("assistant", "blue"), ("user", "why?"), ("assistant", "ok")]

@@ -291,6 +291,12 @@ class _Turn:
         extra = [self.dialect.tool_schema(READ_CONTEXT_TOOL)] if self.offered else []
         return jsonio.dumps(self.dialect.render(self.body, view, extra_tools=extra))
 
+    @property
+    def upstream_path(self) -> str:
+        """The dialect's path under the upstream's API root, with the client's query (Claude Code's ``beta=true``)."""
+        query = self.request.url.query
+        return f"{self.dialect.upstream_path}?{query}" if query else self.dialect.upstream_path
+
     def upstream_headers(self, *, stream: bool) -> dict[str, str]:
         dialect = self.dialect
         return self.svc.upstream.headers(
@@ -497,7 +503,7 @@ async def _complete(turn: _Turn, view: list[Any] | None) -> Response:
     headers = turn.upstream_headers(stream=False)
     while True:
         sent = time.perf_counter()
-        upstream = await svc.upstream.send(turn.upstream_body(view), headers, stream=False, path=dialect.upstream_path)
+        upstream = await svc.upstream.send(turn.upstream_body(view), headers, stream=False, path=turn.upstream_path)
         svc.metrics.upstream_latency.observe(time.perf_counter() - sent)
         if upstream.status_code != 200:
             error = classify_error(upstream.status_code, upstream.content, url=svc.upstream.shown_url)
@@ -528,7 +534,7 @@ async def _stream(turn: _Turn, view: list[Any] | None) -> Response:
     headers = turn.upstream_headers(stream=True)
     while True:
         sent = time.perf_counter()
-        upstream = await svc.upstream.send(turn.upstream_body(view), headers, stream=True, path=dialect.upstream_path)
+        upstream = await svc.upstream.send(turn.upstream_body(view), headers, stream=True, path=turn.upstream_path)
         if upstream.status_code != 200:
             content = await _read_closing(upstream)
             svc.metrics.upstream_latency.observe(time.perf_counter() - sent)
