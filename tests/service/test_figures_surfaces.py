@@ -14,7 +14,7 @@ from contextwarden.cli import app
 from contextwarden.figures import figures
 from contextwarden.settings import Settings
 from contextwarden.stores import open_store
-from contextwarden.testing import ScriptedOpenAIServer
+from contextwarden.testing import ScriptedError, ScriptedOpenAIServer
 
 from .conftest import SYSTEM, Running, chat, make_settings, user
 
@@ -114,3 +114,18 @@ def test_a_request_for_an_unknown_model_leaves_no_session(service: Running) -> N
     )
     assert r.status_code == 400
     assert service.client.get("/v1/sessions").json()["data"] == []
+
+
+def test_a_request_the_upstream_refuses_leaves_no_new_session(
+    service_factory: Callable[[Settings], Running], sqlite_url: str
+) -> None:
+    refusal = ScriptedError(status=400, message="model not found", type="invalid_request_error")
+    with ScriptedOpenAIServer(script=[refusal], default="ok", model="scripted-model") as refusing:
+        service = service_factory(make_settings(sqlite_url, refusing.base_url))
+        refused = service.client.post("/v1/chat/completions", json=chat(user("hi")), headers={"X-Session-Id": "new"})
+        assert refused.status_code == 400
+        assert service.client.get("/v1/sessions").json()["data"] == []
+        # a session that existed before keeps its history when a later request is refused
+        ok = service.client.post("/v1/chat/completions", json=chat(user("hi")), headers={"X-Session-Id": "new"})
+        assert ok.status_code == 200
+        assert [s["session_id"] for s in service.client.get("/v1/sessions").json()["data"]] == ["new"]

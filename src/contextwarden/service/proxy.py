@@ -480,6 +480,8 @@ async def proxy(request: Request, dialect: Dialect) -> Response:
         if not handed_off:
             if turn is not None:
                 if turn.lease is not None:
+                    if turn.status >= 400:  # refused: a session made for this request is not kept
+                        await svc.pool.discard(turn.lease)
                     svc.pool.release(turn.lease)
                 turn.log()
             svc.limits.give(tenant)

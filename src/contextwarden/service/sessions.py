@@ -131,6 +131,8 @@ class _Entry:
     keys: list[MessageKey]
     store: _CheckedStore
     memo: dict[str, Any] = field(default_factory=dict)
+    created: bool = False
+    """The store's session was created for the request that opened it, which has not succeeded yet."""
 
 
 @dataclass(eq=False)
@@ -150,6 +152,9 @@ class Lease:
     failed: bool = False
     memo: dict[str, Any] = field(default_factory=dict)
     """What the proxy keeps of the session's last request between requests (its converted history)."""
+    created: bool = False
+    """This lease's request created the session (see `SessionPool.discard`)."""
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def expect(self, count: int | None) -> None:
         """Make the session's next append write only if the stored transcript has ``count`` messages;
@@ -158,6 +163,7 @@ class Lease:
 
     def _take(self, entry: _Entry) -> None:
         self.session, self.keys, self.store, self.memo = entry.session, entry.keys, entry.store, entry.memo
+        self.created = self.created or entry.created
 
     def sync_keys(self) -> None:
         """Key the transcript messages added since the last call."""
@@ -248,6 +254,7 @@ class SessionPool:
             store=entry.store,
             checked=checked,
             memo=entry.memo,
+            created=entry.created,
         )
 
     async def verify(self, lease: Lease, *, model: str | None = None, tools: Sequence[Mapping[str, Any]] = ()) -> None:
@@ -285,6 +292,7 @@ class SessionPool:
             if len(cached.session.engine.transcript) == stored:
                 self._open.move_to_end(key)
                 return cached, True
+        created = False
         if create:
             try:
                 info = await self.store.get_session(session_id, tenant=tenant)
@@ -295,6 +303,7 @@ class SessionPool:
                 info = await self.store.create_session(
                     session_id, tenant=tenant, model=model, window=int(options["window"])
                 )
+                created = True
         else:
             info = await self.store.get_session(session_id, tenant=tenant)
         # new here, or another replica (or a failed request) changed it: read it again from the store
@@ -306,7 +315,7 @@ class SessionPool:
             self._closed(key)
         if self.watch is not None:
             self.watch(tenant, session_id, session)
-        entry = _Entry(session=session, keys=[], store=store)
+        entry = _Entry(session=session, keys=[], store=store, created=created)
         self._open[key] = entry
         self._open.move_to_end(key)
         self._evict()
@@ -320,12 +329,28 @@ class SessionPool:
             if lock is not None and not lock.locked():
                 del self._locks[key]
 
+    async def discard(self, lease: Lease) -> None:
+        """The request was refused: delete the session it created (a refused request leaves no session behind).
+
+        A session that existed before the request is kept; `release` must still be called.
+        """
+        if not lease.created or lease.released:
+            return
+        try:
+            await self.store.delete_session(lease.session_id, tenant=lease.tenant)
+        except SessionNotFound:
+            pass
+        lease.failed = True  # dropped from memory on release
+
     def release(self, lease: Lease) -> None:
         """End the lease; a failed request's session is dropped (the store's copy is the truth)."""
         if lease.released:
             return
         lease.released = True
         key = (lease.tenant, lease.session_id)
+        entry = self._open.get(key)
+        if entry is not None and not lease.failed:
+            entry.created = False  # served once: the session is the client's now
         if lease.failed:
             self._closed(key)
         lease.lock.release()
