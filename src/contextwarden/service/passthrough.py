@@ -65,12 +65,7 @@ async def pass_through(request: Request, path: str) -> Response:
     except TimeoutError as exc:
         raise upstream.timed_out(exc) from None
     except aiohttp.ClientError as exc:
-        raise ServiceError(
-            502,
-            f"The upstream at {upstream.shown_url} could not be reached ({type(exc).__name__}); check "
-            "`[service] upstream_url` and that the server is running.",
-            code="upstream_unreachable",
-        ) from None
+        raise upstream.unreachable(exc) from None
     svc.metrics.unmanaged.labels("other_route").inc()
     logger.info("pass-through tenant=%s %s %s status=%s", tenant, request.method, path, reply.status)
     return Response(content, status_code=reply.status, headers=kept)

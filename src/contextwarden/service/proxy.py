@@ -385,27 +385,22 @@ async def _prepared(turn: _Turn, session_id: str | None) -> list[Any] | None:
     svc = turn.svc
     if session_id is None:
         return None
-    turn.lease = await _lease(turn, session_id)
-    try:
-        return await turn.prepare()
-    except _Elsewhere as elsewhere:
-        svc.pool.release(turn.lease)
-        turn.lease = None
-        if elsewhere.kind == "diverged" or "~" in session_id:
+    name = session_id
+    while True:
+        turn.lease = await _lease(turn, name)
+        try:
+            return await turn.prepare()
+        except _Elsewhere as elsewhere:
+            svc.pool.release(turn.lease)
+            turn.lease = None
+            if elsewhere.kind == "other" and "~" not in name:
+                # another conversation under the same id (a title generator, a summarizer): a session of its own
+                name = f"{session_id}~{head_digest(turn.conversation.keyed)}"
+                continue
             turn.unmanaged = elsewhere.kind
             svc.metrics.unmanaged.labels(elsewhere.kind).inc()
-            logger.info("session %s: the request's history departs from the transcript; sent unmanaged", session_id)
+            logger.info("session %s: the request's history departs from the transcript; sent unmanaged", name)
             return None
-    branch = f"{session_id}~{head_digest(turn.conversation.keyed)}"
-    turn.lease = await _lease(turn, branch)
-    try:
-        return await turn.prepare()
-    except _Elsewhere as elsewhere:
-        svc.pool.release(turn.lease)
-        turn.lease = None
-        turn.unmanaged = elsewhere.kind
-        svc.metrics.unmanaged.labels(elsewhere.kind).inc()
-        return None
 
 
 async def proxy(request: Request, dialect: Dialect) -> Response:

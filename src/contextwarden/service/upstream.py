@@ -253,12 +253,7 @@ class Upstream:
         except TimeoutError as exc:
             raise self.timed_out(exc) from None
         except aiohttp.ClientError as exc:
-            raise ServiceError(
-                502,
-                f"The upstream at {self.shown_url} could not be reached ({type(exc).__name__}); check "
-                "`[service] upstream_url` and that the server is running.",
-                code="upstream_unreachable",
-            ) from None
+            raise self.unreachable(exc) from None
         reply = UpstreamReply(response, self)
         if stream:
             return reply
@@ -273,6 +268,15 @@ class Upstream:
         finally:
             await reply.aclose()
         return reply
+
+    def unreachable(self, exc: BaseException) -> ServiceError:
+        """The 502 for an upstream that cannot be reached."""
+        return ServiceError(
+            502,
+            f"The upstream at {self.shown_url} could not be reached ({type(exc).__name__}); check "
+            "`[service] upstream_url` and that the server is running.",
+            code="upstream_unreachable",
+        )
 
     def timed_out(self, exc: BaseException) -> ServiceError:
         """The 504 for an upstream that did not answer in time."""

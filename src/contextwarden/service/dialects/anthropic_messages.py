@@ -23,7 +23,16 @@ from ...exceptions import MessageError
 from ...messages import Message
 from ...usage import RequestUsage
 from ..errors import ServiceError
-from .base import Conversation, Dialect, Reply, StreamAssembler, json_data, parse_object, require_model_and_stream
+from .base import (
+    Conversation,
+    Dialect,
+    Reply,
+    StreamAssembler,
+    parse_object,
+    require_messages,
+    require_model_and_stream,
+    require_tool_list,
+)
 from .openai_chat import invalid_message
 
 __all__ = ["AnthropicMessages", "usage_of"]
@@ -90,10 +99,7 @@ class _MessagesAssembler(StreamAssembler):
         self.stop_reason: str | None = None
         self._done = False
 
-    def feed(self, data: str) -> None:
-        event = json_data(data)
-        if event is None:
-            return
+    def take(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
         self._done = kind == "message_stop"
         if kind == "error":
@@ -164,20 +170,14 @@ class AnthropicMessages(Dialect):
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         body = parse_object(raw, "a Messages API request")
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-            raise ServiceError(
-                400, "`messages` must be a non-empty list of message objects.", param="messages", code="invalid_type"
-            )
+        require_messages(body)
         system = body.get("system")
         if system is not None and not (
             isinstance(system, str) or (isinstance(system, list) and all(isinstance(b, dict) for b in system))
         ):
             raise ServiceError(400, "`system` must be a string or a list of text blocks.", param="system")
         require_model_and_stream(body)
-        tools = body.get("tools")
-        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
-            raise ServiceError(400, "`tools` must be a list of tool objects.", param="tools", code="invalid_type")
+        require_tool_list(body)
         return body
 
     def conversation(self, body: Mapping[str, Any], memo: dict[str, Any] | None = None) -> Conversation:

@@ -59,9 +59,15 @@ class StreamAssembler(ABC):
     error: Any = None
     """The error object the upstream sent inside the stream, if any."""
 
-    @abstractmethod
     def feed(self, data: str) -> None:
         """Take one event's data (the JSON of the event, or an end marker)."""
+        event = json_data(data)
+        if event is not None:
+            self.take(event)
+
+    def take(self, event: Mapping[str, Any]) -> None:
+        """Take one event (a JSON object); the dialects whose events are JSON objects implement it."""
+        raise NotImplementedError(f"{type(self).__name__} reads its events in `feed`")
 
     @property
     @abstractmethod
@@ -98,6 +104,19 @@ def require_model_and_stream(body: Mapping[str, Any]) -> None:
     if "stream" in body and not isinstance(body["stream"], bool):
         raise ServiceError(400, "`stream` must be a boolean.", param="stream", code="invalid_type")
     check_texts(body, ("model",))
+
+
+def require_messages(body: Mapping[str, Any]) -> None:
+    """Check that ``messages`` is a non-empty list of objects.
+
+    Raises:
+        ServiceError: 400 naming the field.
+    """
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise ServiceError(
+            400, "`messages` must be a non-empty list of message objects.", param="messages", code="invalid_type"
+        )
 
 
 def require_tool_list(body: Mapping[str, Any]) -> None:

@@ -20,6 +20,7 @@ from .base import (
     Reply,
     StreamAssembler,
     parse_object,
+    require_messages,
     require_model_and_stream,
     require_tool_list,
 )
@@ -73,11 +74,7 @@ class OpenAIChat(Dialect):
 
     def parse(self, raw: bytes) -> dict[str, Any]:
         body = parse_object(raw, "a chat-completions request")
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-            raise ServiceError(
-                400, "`messages` must be a non-empty list of message objects.", param="messages", code="invalid_type"
-            )
+        require_messages(body)
         require_model_and_stream(body)
         require_tool_list(body)
         check_texts(body, ("user",))

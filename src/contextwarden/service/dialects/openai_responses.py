@@ -26,7 +26,15 @@ from ...exceptions import MessageError
 from ...messages import Message, TextPart
 from ...usage import RequestUsage
 from ..errors import ServiceError, error_body
-from .base import Conversation, Dialect, Reply, StreamAssembler, json_data, parse_object, require_model_and_stream
+from .base import (
+    Conversation,
+    Dialect,
+    Reply,
+    StreamAssembler,
+    parse_object,
+    require_model_and_stream,
+    require_tool_list,
+)
 from .openai_chat import invalid_message
 
 __all__ = ["OpenAIResponses", "to_messages", "usage_of"]
@@ -170,10 +178,7 @@ class _ResponsesAssembler(StreamAssembler):
         self.final: Mapping[str, Any] | None = None
         self._done = False
 
-    def feed(self, data: str) -> None:
-        event = json_data(data)
-        if event is None:
-            return
+    def take(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
         self._done = kind in _END_EVENTS
         if kind == "error" or kind == "response.failed":
@@ -210,9 +215,7 @@ class OpenAIResponses(Dialect):
         if instructions is not None and not isinstance(instructions, str):
             raise ServiceError(400, "`instructions` must be a string.", param="instructions", code="invalid_type")
         require_model_and_stream(body)
-        tools = body.get("tools")
-        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
-            raise ServiceError(400, "`tools` must be a list of tool objects.", param="tools", code="invalid_type")
+        require_tool_list(body)
         return body
 
     def refuse(self, body: Mapping[str, Any]) -> ServiceError | None:
