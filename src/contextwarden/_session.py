@@ -142,6 +142,8 @@ def _positive_int(value: object) -> TypeGuard[int]:
 
 _SAVE_ATTEMPTS = 3
 STATUS_EVERY = 10
+STATUS_LIST_LIMIT = 12
+"""Rows of a list (the user's instructions) the saved status record carries, newest first."""
 """A session with a store saves its figures and timeline at least every this many turns (and after compactions)."""
 """Compactions of one prepare that may lose a compare-and-set (a holder whose lock lease ran out)."""
 
@@ -807,7 +809,8 @@ class _BaseSession:
             self.timeline.load(record["timeline"])
 
     def status_record(self) -> dict[str, Any]:
-        """What the session saves in the store's ``status`` slot: its `figures` and its `timeline`."""
+        """What the session saves in the store's ``status`` slot: its `figures`, its `timeline`, the
+        prompt-cache reuse and the user's instructions in force (newest first, bounded)."""
         from .figures import figures
 
         usage = self.usage
@@ -817,7 +820,17 @@ class _BaseSession:
             "cache_read_tokens": usage.cache_read_tokens,
             "reuse": round(usage.cache_read_tokens / usage.input_tokens, 4) if usage.input_tokens else None,
         }
-        return {"figures": figures(self.status()), "timeline": self.timeline.to_dict(), "cache": cache}
+        current = self.instructions.current()
+        instructions = {
+            "total": len(current),
+            "items": [{"step": i.step, "kind": i.kind, "text": i.text} for i in reversed(current[-STATUS_LIST_LIMIT:])],
+        }
+        return {
+            "figures": figures(self.status()),
+            "timeline": self.timeline.to_dict(),
+            "cache": cache,
+            "instructions": instructions,
+        }
 
     def _note_point(self, status: ViewStatus | StatusReading) -> None:
         """A point of the timeline for the served view (cheap: no `ViewStatus` is computed for it)."""

@@ -105,6 +105,8 @@ def _layout(page: Any) -> dict[str, Any]:
           ratio: document.getElementById('gauge-ratio').textContent,
           ledger: document.querySelectorAll('#ledger li').length,
           working: document.querySelectorAll('#working-set li').length,
+          instructions: document.getElementById('instructions-card').hidden
+            ? -1 : document.querySelectorAll('#instructions li').length,
           chartWidth: document.getElementById('chart').getBoundingClientRect().width,
         })"""
     )
@@ -151,7 +153,7 @@ def test_screenshots_at_desktop_and_phone_width_show_the_same_figures(tmp_path: 
         assert shown["stack"] == pytest.approx(shown["fill"], abs=0.2)  # the components add up to the gauge
         assert shown["total"] == shown["used"]
         assert shown["listed"] == shown["ratio"]  # the list shows the gauge's ratio
-        assert 0 < shown["ledger"] <= 12 and 0 < shown["working"] <= 12
+        assert 0 < shown["ledger"] <= 12 and 0 < shown["working"] <= 12 and 0 < shown["instructions"] <= 12
         assert shown["chartWidth"] <= width
     desktop, phone = seen[1280], seen[420]
     assert {k: v for k, v in desktop.items() if k != "chartWidth"} == {

@@ -2,7 +2,7 @@
 
 Both paths give the same document: the `contextwarden.figures` of the view, its timeline
 (`contextwarden.timeline`), the prompt-cache reuse, and the lists of the context block as the view
-has them (newest first, bounded): the ledger, the working set and the user's instructions. A session
+has them (newest first, bounded): the user's instructions, the working set and the ledger. A session
 this process holds open is described live; any other from what the store saved (its figures and
 timeline, and its view state), without replaying its transcript.
 """
@@ -54,17 +54,14 @@ def _working_set(data: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _instructions(state: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The user's standing instructions as the context block shows them; None when the view has no such section.
-
-    The section's accessor is not part of the view state this version saves, so the dashboard hides
-    the panel; a saved ``instructions`` list of strings (newest last) is shown when present.
-    """
-    raw = (state or {}).get("instructions")
-    if not isinstance(raw, list):
+def _instructions(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The user's instructions in force as the context block keeps them (newest first, bounded); None when
+    the session saved none (a record written before the section existed)."""
+    raw = (record or {}).get("instructions")
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("items"), list):
         return None
-    texts = [str(t) for t in raw]
-    return {"total": len(texts), "items": list(reversed(texts[-LIST_LIMIT:]))}
+    items = [dict(i) for i in raw["items"] if isinstance(i, Mapping)][:LIST_LIMIT]
+    return {"total": int(raw.get("total") or len(items)), "items": items}
 
 
 def _cache(usage: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -90,7 +87,7 @@ def describe_live(info: SessionInfo, session: AsyncSession) -> dict[str, Any]:
         "cache": _cache(record["cache"]),
         "ledger": _ledger(session.ledger.to_dict()),
         "working_set": _working_set(engine.book.working_set.to_dict()),
-        "instructions": _instructions(None),
+        "instructions": _instructions(record),
         "summary": {"text": engine.summary, "span": list(span) if span else None},
     }
 
@@ -110,7 +107,7 @@ async def describe_stored(store: AsyncSessionStore, info: SessionInfo) -> dict[s
         "cache": _cache(record.get("cache")),
         "ledger": _ledger(state.get("ledger")),
         "working_set": _working_set(state.get("working_set")),
-        "instructions": _instructions(state),
+        "instructions": _instructions(record),
         "summary": {"text": state.get("summary"), "span": list(span) if span else None},
     }
 

@@ -235,7 +235,11 @@ function showLists(detail) {
   $("instructions-card").hidden = !rules;
   if (rules) {
     $("instructions-note").textContent = "newest " + rules.items.length + " of " + rules.total;
-    fillList("instructions", rules.items.map((t) => el("li", t, "text")), "none");
+    fillList("instructions", rules.items.map((r) => {
+      const li = el("li");
+      li.append(el("span", "#" + r.step, "step"), el("span", r.kind, "tag"), el("span", r.text, "text"));
+      return li;
+    }), "none");
   }
   const f = detail.figures || {};
   const cache = detail.cache || {};
