@@ -323,6 +323,10 @@ class _Turn:
         """An upstream text without credentials (the service's key, the client's bearer, key-shaped tokens)."""
         return self.svc.redactor.body(content, presented_key(self.request))
 
+    def secrets_out(self, content: bytes) -> bytes:
+        """A relayed reply without the service's key or the client's bearer in it."""
+        return self.svc.redactor.secrets_out(content, presented_key(self.request))
+
     def log(self) -> None:
         elapsed = (time.perf_counter() - self.started) * 1000
         session = self.lease.session_id if self.lease is not None else "-"
@@ -490,7 +494,7 @@ def _bad_reply(turn: _Turn, content: bytes) -> ServiceError:
     return ServiceError(
         502,
         f"The upstream at {turn.svc.upstream.shown_url} answered HTTP 200 with a body that is not a "
-        f"{turn.dialect.name} reply ({content[:120]!r}); check `[service] upstream_url`.",
+        f"{turn.dialect.name} reply ({turn.redacted(content[:120])!r}); check `[service] upstream_url`.",
         code="upstream_bad_reply",
     )
 
@@ -522,7 +526,10 @@ async def _complete(turn: _Turn, view: list[Any] | None) -> Response:
             continue
         await turn.record(reply)
         return Response(
-            upstream.content, status_code=200, media_type="application/json", headers=_session_headers(turn)
+            turn.secrets_out(upstream.content),
+            status_code=200,
+            media_type="application/json",
+            headers=_session_headers(turn),
         )
 
 
@@ -645,7 +652,11 @@ class _Relay(StreamingResponse):
         self.ended = False
         """The relay ran to its end (not cut short by the client going away)."""
         headers = {"cache-control": "no-cache", "x-accel-buffering": "no", **_session_headers(turn)}
-        super().__init__(self._events(), media_type="text/event-stream", headers=headers)
+        super().__init__(self._scrubbed(), media_type="text/event-stream", headers=headers)
+
+    async def _scrubbed(self) -> AsyncIterator[bytes]:
+        async for raw in self._events():
+            yield self.turn.secrets_out(raw)
 
     async def _events(self) -> AsyncIterator[bytes]:
         turn, assembler = self.turn, self.assembler

@@ -80,6 +80,16 @@ class Redactor:
         """``text`` redacted."""
         return redact_text(text, (*self.secrets, *(s for s in extra if s)))
 
+    def secrets_out(self, content: bytes, *extra: str | None) -> bytes:
+        """``content`` with the exact secrets replaced (a cheap pass for every reply, error or not: a model
+        can be made to repeat the key the service sent it with)."""
+        for secret in (*self.secrets, *extra):
+            if secret and len(secret) >= 4:
+                encoded = secret.encode()
+                if encoded in content:
+                    content = content.replace(encoded, REDACTED.encode())
+        return content
+
     def body(self, content: bytes, *extra: str | None) -> bytes:
         """A reply body redacted: JSON field by field (kept valid JSON), anything else as text."""
         secrets = (*self.secrets, *(s for s in extra if s))
