@@ -4,22 +4,27 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck unit docs fuzz bench-trim bench-probes bench clean
+.PHONY: demo test lint typecheck unit docs docs-ref fuzz bench-trim bench-probes bench clean
 
 $(PY):
+	@echo "==> creating the virtual environment $(VENV)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
+# pip prints each package as it goes: the first install takes a few minutes.
 $(STAMP): $(PY) pyproject.toml
-	$(PY) -m pip install --quiet -e '.[dev,docs]'
+	@echo "==> installing contextwarden with the dev extra into $(VENV) (first run: a few minutes)"
+	$(PY) -m pip install --progress-bar on -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
+	@echo "==> running the demo: a 300-turn coding-agent session, no network, no API key"
 	$(PY) -m contextwarden demo
+	@echo "==> the commands above run as printed from this directory; or first: source $(VENV)/bin/activate"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks tools
+	$(VENV)/bin/ruff format --check src tests benchmarks tools
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
@@ -30,6 +35,10 @@ unit: $(STAMP)
 # The documentation site (mkdocs.yml, docs/) into site/; warnings fail the build.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# Rewrite the generated reference pages and benchmark tables (a test checks they are current).
+docs-ref: $(STAMP)
+	$(PY) tools/gen_docs.py
 
 test: lint typecheck unit
 
@@ -63,8 +72,7 @@ bench-trim: $(STAMP)
 
 bench-probes: $(STAMP)
 	mkdir -p bench-out
-	$(PY) -m contextwarden bench probes --data ../shared/datasets/probe-traces/tau-airline-dev.jsonl \
-	    --budgets 2000,3000,4000 --json bench-out/probes.json
+	$(PY) -m contextwarden bench probes --budgets 2000,3000,4000 --json bench-out/probes.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

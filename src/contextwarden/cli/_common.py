@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape as plain
 
@@ -26,6 +29,7 @@ from ..session import Session
 from ..settings import Settings, load_settings
 from ..snapshots import SnapshotStore
 from ..stores import SessionStore
+from ..stores.base import EXPORT_FORMAT
 from ..tokens import Framing, TokenCounter, counter_for_model, framing_for_provider, get_counter
 
 __all__ = [
@@ -38,6 +42,7 @@ __all__ = [
     "get_settings",
     "load_transcript",
     "out",
+    "command_prefix",
     "plain",
     "print_json",
     "render_transcript",
@@ -58,6 +63,24 @@ out = _console()
 """Standard output (tables, JSON, views)."""
 err = _console(stderr=True)
 """Standard error (summaries, progress, errors)."""
+
+
+def command_prefix() -> str:
+    """How to run ``contextwarden`` again from this shell, as a user can paste it.
+
+    The bare name when ``contextwarden`` on ``PATH`` belongs to this interpreter's installation;
+    otherwise this interpreter with ``-m contextwarden`` (a relative path when it lives under the
+    working directory, as ``.venv/bin/python`` does after ``make demo``).
+    """
+    python = Path(sys.executable)
+    found = shutil.which("contextwarden")
+    if found is not None and Path(found).resolve().parent == python.resolve().parent:
+        return "contextwarden"
+    try:
+        shown = str(python.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        shown = str(python)
+    return f"{shlex.quote(shown)} -m contextwarden"
 
 
 class CLIError(Exception):
@@ -102,7 +125,7 @@ def print_json(data: Any) -> None:
 
 # --- transcript files ---------------------------------------------------------------------------
 
-Shape = Literal["list", "jsonl", "chat-request", "anthropic-request", "responses-request"]
+Shape = Literal["list", "jsonl", "chat-request", "anthropic-request", "responses-request", "export"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,7 +213,7 @@ def _parse_document(path: Path, text: str) -> tuple[Any, bool]:
 def load_transcript(path: Path, *, format: str = "auto") -> Loaded:
     """Read a transcript file: OpenAI chat messages (JSON list, JSONL, or a request body with
     ``messages``), Responses items (list or a body with ``input``), Anthropic messages (list or a
-    body with ``system`` and ``messages``).
+    body with ``system`` and ``messages``), or a ``contextwarden sessions export`` file.
 
     Raises:
         CLIError: missing or unreadable file, invalid JSON (with its line), a document that holds
@@ -202,6 +225,8 @@ def load_transcript(path: Path, *, format: str = "auto") -> Loaded:
         )
     text = _read_text(path)
     doc, is_jsonl = _parse_document(path, text)
+    if is_jsonl and doc and isinstance(doc[0], dict) and doc[0].get("format") == EXPORT_FORMAT:
+        return _load_export(path, doc, format=format)
     body: dict[str, Any] = {}
     system: Any = None
     shape: Shape
@@ -249,6 +274,33 @@ def load_transcript(path: Path, *, format: str = "auto") -> Loaded:
         raise CLIError(f"{path}: not a valid {fmt} transcript: {exc}") from None
     tools = body.get("tools") if isinstance(body.get("tools"), list) else []
     return Loaded(path=path, messages=messages, format=fmt, shape=shape, body=body, tools=list(tools or []))
+
+
+def _load_export(path: Path, rows: list[Any], *, format: str) -> Loaded:
+    """The transcript of a `contextwarden sessions export` file (its message lines, in order).
+
+    Views of it are written as OpenAI chat messages, or in ``format`` when one is given.
+
+    Raises:
+        CLIError: a message line that does not hold a valid message, or an export without messages.
+    """
+    lines = [(n, row) for n, row in enumerate(rows, 1) if isinstance(row, dict) and row.get("type") == "message"]
+    lines.sort(key=lambda item: item[1].get("seq", 0) if isinstance(item[1].get("seq"), int) else 0)
+    messages: list[Message] = []
+    for n, row in lines:
+        body = row.get("message")
+        try:
+            if not isinstance(body, dict):
+                raise TypeError(f"`message` is {type(body).__name__}, not an object")
+            messages.append(Message.from_dict(body))
+        except (ValidationError, TypeError, ValueError) as exc:
+            first = str(exc).splitlines()[0]
+            problem = f"message line {n} of the session export is not a valid message ({first})"
+            raise CLIError(f"{path}: {problem}.") from None
+    if not messages:
+        raise CLIError(f"{path}: the session export holds no messages.")
+    fmt: Format = "openai" if format == "auto" else format  # type: ignore[assignment]
+    return Loaded(path=path, messages=messages, format=fmt, shape="export", body={}, tools=[])
 
 
 def render_transcript(loaded: Loaded, view: Sequence[Message]) -> str:

@@ -19,6 +19,7 @@ import typer
 from rich.table import Table
 
 from ..benchmarks.probes import run_probes
+from ..benchmarks.samples import sample_path
 from ._common import CLIError, err, out, plain, progress_bar
 
 __all__ = ["bench_app", "fidelity_table", "probes_table", "repo_root"]
@@ -50,9 +51,12 @@ def _write_json(path: Path | None, result: Any) -> None:
 @bench_app.command("probes")
 def probes(
     data: Annotated[
-        Path,
-        typer.Option(help="Probe traces (JSONL): {id, messages, probes} per line; optionally keep, current, forged."),
-    ],
+        Path | None,
+        typer.Option(
+            help="Probe traces (JSONL): {id, messages, probes} per line; optionally keep, current, forged "
+            "(default: the packaged sample)."
+        ),
+    ] = None,
     budgets: Annotated[str, typer.Option(help="Comma list of token budgets.")] = "2000,3000,4000",
     summarizer: Annotated[
         str, typer.Option(help="none: clearing, eviction and the ledger alone; extractive: plus the summary layer.")
@@ -72,6 +76,7 @@ def probes(
         raise typer.BadParameter(f"{summarizer!r}: use none or extractive", param_hint="--summarizer")
     if mode not in ("turn", "once"):
         raise typer.BadParameter(f"{mode!r}: use turn or once", param_hint="--mode")
+    data = data if data is not None else sample_path("probe-traces.jsonl")
     if not data.is_file():
         raise typer.BadParameter(f"{data}: no such file", param_hint="--data")
     values = _budgets(budgets)
@@ -137,12 +142,16 @@ def probes_table(result: dict[str, Any], *, title: str) -> Table:
 
 @bench_app.command("fidelity")
 def fidelity(
-    data: Annotated[Path, typer.Option(help="Probe traces (JSONL): {id, messages, probes} per line.")],
+    data: Annotated[
+        Path | None,
+        typer.Option(help="Probe traces (JSONL): {id, messages, probes} per line (default: the packaged sample)."),
+    ] = None,
     budgets: Annotated[str, typer.Option(help="Summary sizes (max_tokens), comma list.")] = "400,800",
     llm: Annotated[bool, typer.Option(help="Also run the LLM summarizer against the scripted local server.")] = True,
     json_out: JsonPath = None,
 ) -> None:
     """Share of probe identifiers the summary of the evicted part alone keeps (a table; JSON with --json)."""
+    data = data if data is not None else sample_path("probe-traces.jsonl")
     if not data.is_file():
         raise typer.BadParameter(f"{data}: no such file", param_hint="--data")
     from ..benchmarks.fidelity import run_fidelity
@@ -326,7 +335,9 @@ def trim(
 
 @bench_app.command("locomo")
 def locomo(
-    data: Annotated[Path, typer.Option(help="LoCoMo JSON: a list of conversations with `qa`.")],
+    data: Annotated[
+        Path | None, typer.Option(help="LoCoMo JSON: a list of conversations with `qa` (default: the packaged sample).")
+    ] = None,
     budgets: Annotated[str, typer.Option(help="Comma list of context budgets (cl100k tokens).")] = "2000,4000,8000",
     embedder: Annotated[
         str, typer.Option(help="minilm: the packaged all-MiniLM-L6-v2 (extra `embeddings`); none: keyword only.")
@@ -345,6 +356,7 @@ def locomo(
     D11:26, `D30:05` is D30:5, `"D8:6; D9:17"` is two ids) and dropped when they name no turn
     (`D`); a question left without evidence counts in the all-evidence rate as a miss.
     """
+    data = data if data is not None else sample_path("locomo-sample.json")
     if not data.is_file():
         raise typer.BadParameter(f"{data}: no such file", param_hint="--data")
     if embedder not in ("minilm", "none"):

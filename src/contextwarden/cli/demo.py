@@ -21,7 +21,7 @@ from ..exceptions import SessionNotFound
 from ..recall import SessionMemory
 from ..settings import user_dir
 from ..stores import SessionStore
-from ._common import build_session, err, get_settings, out, print_json
+from ._common import build_session, command_prefix, err, get_settings, out, print_json
 from .sessions import DEMO_SLOT, open_cli_store
 from .transcript import summarizer_for
 
@@ -156,7 +156,7 @@ def _final_table(r: DemoResult, report: Path) -> Table:
             + (
                 "(the memory store ends with this command: pass --store to keep the session)"
                 if r.store_url.startswith("memory:")
-                else f"(contextwarden inspect {r.session_id} --store {r.store_url})"
+                else f"({command_prefix()} inspect {r.session_id} --store {r.store_url})"
             ),
         ),
         ("report", str(report)),
