@@ -127,6 +127,48 @@ def _trim_table(section: dict[str, Any]) -> list[str]:
     return lines
 
 
+def headline(result: dict[str, Any]) -> str:
+    """The README's table: the trim workload at N=1,000 in both windows, probe retention, memory recall."""
+    m = result.get("machine", {})
+    lines = [
+        "| workload | contextwarden | reference |",
+        "|---|---|---|",
+    ]
+    trim = result.get("trim")
+    if isinstance(trim, dict):
+        for window, t in trim.get("targets", {}).items():
+            cw = _cell(trim.get("cells", []), "contextwarden", 1000, int(window))
+            if cw is None:
+                continue
+            bound = ">" if t["ratio_is_lower_bound"] else ""
+            lines.append(
+                f"| trim a 1,000-message session (275 turns), {int(window) // 1000}k window | {cw['total_s']:.2f} s, "
+                f"p99 {_ms(cw.get('p99_ms'))} ms per turn, prefix reuse {cw.get('prefix_reuse', '-')} | "
+                f"langchain `trim_messages` {bound}{t['langchain_s']:,.1f} s ({bound}{t['ratio']:,.0f}x slower) |"
+            )
+    probes = result.get("probes")
+    if isinstance(probes, dict):
+        for name, data in probes.items():
+            if "error" in data or not data.get("budgets"):
+                continue
+            budgets = sorted(data["budgets"], key=int)
+            low = data["budgets"][budgets[0]]
+            lines.append(
+                f"| probe facts kept in view, `{name}` | {low['retention']:.3f} at {int(budgets[0]):,} tokens | "
+                f"all pairs intact: {'yes' if all(r['all_pairs_ok'] for r in data['budgets'].values()) else 'no'} |"
+            )
+    locomo = result.get("locomo")
+    if isinstance(locomo, dict) and "budgets" in locomo:
+        row = ", ".join(f"{locomo['budgets'][b]['evidence_recall']:.3f} at {int(b):,}" for b in locomo["budgets"])
+        lines.append(f"| LoCoMo evidence recall (memory) | {row} tokens | |")
+    lines += [
+        "",
+        f"Measured {result.get('date')} on {m.get('cpus')} CPUs ({m.get('cpu')}), Python {m.get('python')}"
+        " (`bench-results/latest.json`).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def markdown(result: dict[str, Any]) -> str:
     """The suite's tables in Markdown."""
     m = result.get("machine", {})

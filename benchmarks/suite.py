@@ -64,6 +64,32 @@ def machine() -> dict[str, Any]:
     }
 
 
+VERSIONED = (
+    "contextwarden",
+    "tiktoken",
+    "bpe-openai",
+    "langchain-core",
+    "autogen-core",
+    "llama-index-core",
+    "redis",
+    "psycopg",
+)
+"""Packages whose versions a result records (those installed)."""
+
+
+def versions() -> dict[str, str]:
+    """Versions of contextwarden and of the packages the benchmarks measure or compare with."""
+    from importlib import metadata
+
+    found: dict[str, str] = {}
+    for name in VERSIONED:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
 def _run(name: str, args: list[str], *, timeout: float, root: Path) -> tuple[int, float]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
@@ -139,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": machine(),
+        "versions": versions(),
         "load_before": _load(),
     }
     started = time.perf_counter()

@@ -1,6 +1,8 @@
-"""Every ```python block of README.md runs as written, on its own, in a fresh interpreter.
+"""Every ```python block of README.md and of the documentation (docs/**/*.md) runs as written.
 
-Blocks are found when the test is collected, so a block added to the README is tested at once.
+Each block runs on its own, in a fresh interpreter. Blocks are found when the test is collected,
+so a block added to a page is tested at once. A block that is not meant to run uses another
+fence (``text``, ``console``, ``toml``); there is no way to skip a ``python`` block.
 Model calls go to `ScriptedOpenAIServer` (a real local HTTP server): the blocks read its address
 from ``OPENAI_BASE_URL`` (falling back to a local Ollama address), as a user's script would.
 Blocks that use Redis or Postgres reach the local servers of the test suite. Each block runs in an
@@ -24,7 +26,9 @@ import pytest
 from contextwarden.messages import ToolCall
 from contextwarden.testing import ScriptedOpenAIServer, ScriptedReply
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 _FENCE = re.compile(r"^```(?P<lang>[^\n`]*)\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)
 
 
@@ -41,14 +45,27 @@ def python_blocks(text: str) -> list[tuple[int, str, str]]:
     return blocks
 
 
-BLOCKS = python_blocks(README.read_text(encoding="utf-8"))
+def _page(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
 
 
-def test_the_readme_has_python_blocks_and_the_finder_sees_every_fence() -> None:
-    text = README.read_text(encoding="utf-8")
-    assert len(BLOCKS) >= 10
-    opened = len(re.findall(r"^```python[ \t]*$", text, re.M))
-    assert opened == len(BLOCKS)
+BLOCKS = [
+    (_page(path), line, heading, code)
+    for path in PAGES
+    for line, heading, code in python_blocks(path.read_text(encoding="utf-8"))
+]
+
+
+@pytest.mark.parametrize("path", PAGES, ids=_page)
+def test_the_finder_sees_every_python_fence(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    opened = len(re.findall(r"^```(python|py|python3)[ \t]*$", text, re.M))
+    assert opened == len(python_blocks(text))
+
+
+def test_the_readme_and_the_docs_have_python_blocks() -> None:
+    assert sum(1 for block in BLOCKS if block[0] == "README.md") >= 1
+    assert len(BLOCKS) >= 20
 
 
 def _answer(body: dict[str, Any]) -> ScriptedReply | str:
@@ -69,17 +86,17 @@ def model_server() -> Iterator[ScriptedOpenAIServer]:
         yield server
 
 
-@pytest.mark.parametrize(("line", "heading", "code"), BLOCKS, ids=[f"line{b[0]}" for b in BLOCKS])
-def test_readme_block_runs_as_written(
-    line: int, heading: str, code: str, model_server: ScriptedOpenAIServer, tmp_path: Path
+@pytest.mark.parametrize(("page", "line", "heading", "code"), BLOCKS, ids=[f"{b[0]}:{b[1]}" for b in BLOCKS])
+def test_block_runs_as_written(
+    page: str, line: int, heading: str, code: str, model_server: ScriptedOpenAIServer, tmp_path: Path
 ) -> None:
-    script = tmp_path / f"readme_line{line}.py"
+    script = tmp_path / f"block_line{line}.py"
     script.write_text(code, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTEXTWARDEN_", "OPENAI_"))}
     env.update(
         OPENAI_BASE_URL=model_server.base_url,
         CONTEXTWARDEN_HOME=str(tmp_path / "home"),
-        PYTHONPATH=str(README.parent / "src"),
+        PYTHONPATH=str(ROOT / "src"),
     )
     result = subprocess.run(
         [sys.executable, script.name],
@@ -90,11 +107,11 @@ def test_readme_block_runs_as_written(
         timeout=180,
         check=False,
     )
-    assert result.returncode == 0, f"README block at line {line} ({heading}) failed:\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, f"{page} block at line {line} ({heading}) failed:\n{result.stderr[-3000:]}"
 
 
 def _cli_rows(text: str) -> list[tuple[list[str], list[str]]]:
-    """(command words, flags) of every `contextwarden ...` row of the README's command table."""
+    """(command words, flags) of every `contextwarden ...` row of a command table."""
     rows = []
     for cell in re.findall(r"^\| `(contextwarden [^`]+)`", text, re.M):
         words = cell.split()[1:]
@@ -107,11 +124,11 @@ def _cli_rows(text: str) -> list[tuple[list[str], list[str]]]:
     return rows
 
 
-CLI_ROWS = _cli_rows(README.read_text(encoding="utf-8"))
+CLI_ROWS = [row for path in PAGES for row in _cli_rows(path.read_text(encoding="utf-8"))]
 
 
 @pytest.mark.parametrize(("command", "flags"), CLI_ROWS, ids=[" ".join(r[0]) for r in CLI_ROWS])
-def test_readme_command_table_matches_the_cli(command: list[str], flags: list[str]) -> None:
+def test_command_tables_match_the_cli(command: list[str], flags: list[str]) -> None:
     from typer.testing import CliRunner
 
     from contextwarden.cli import app
@@ -119,4 +136,4 @@ def test_readme_command_table_matches_the_cli(command: list[str], flags: list[st
     result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, (command, result.output)
     for flag in flags:
-        assert flag in result.output, f"`contextwarden {' '.join(command)}` has no {flag} (README command table)"
+        assert flag in result.output, f"`contextwarden {' '.join(command)}` has no {flag} (a command table in the docs)"

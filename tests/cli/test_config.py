@@ -100,18 +100,18 @@ def test_missing_config_file_flag(runner: CliRunner, tmp_path: Path) -> None:
     assert "does not exist" in result.stderr
 
 
-def _readme_toml() -> str:
-    """The example config file of the README (its ```toml block)."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    return readme.split("```toml\n", 1)[1].split("```", 1)[0]
+def _documented_toml() -> str:
+    """The example config file of the configuration guide (its first ```toml block)."""
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "configuration.md").read_text(encoding="utf-8")
+    return guide.split("```toml\n", 1)[1].split("```", 1)[0]
 
 
-def test_the_readme_example_config_validates_and_works_at_use(
+def test_the_documented_example_config_validates_and_works_at_use(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "me"))  # the example's store lives under ~
     cfg = tmp_path / "contextwarden.toml"
-    cfg.write_text(_readme_toml(), encoding="utf-8")
+    cfg.write_text(_documented_toml(), encoding="utf-8")
     validated = runner.invoke(app, ["--config", str(cfg), "config", "validate"])
     assert validated.exit_code == 0, validated.stdout + validated.stderr
     listed = runner.invoke(app, ["--config", str(cfg), "sessions", "list", "--json"])
