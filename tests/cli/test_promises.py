@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from contextwarden.cli import app
+from contextwarden.cli._common import command_prefix
 
 
 @pytest.mark.parametrize("command", [["demo"], ["sessions", "list"], ["inspect"], ["config", "show"], ["serve"]])
@@ -73,7 +74,8 @@ def test_piped_output_is_not_wrapped(tmp_path: Path) -> None:
     args = ["demo", "--turns", "30", "--no-live", "--store", store, "--report", str(tmp_path / "r.html")]
     done = subprocess.run([*run, *args], capture_output=True, text=True, env=env, timeout=300, check=True)
     session_line = next(line for line in done.stdout.splitlines() if "session " in line and "inspect" in line)
-    assert f"(contextwarden inspect demo-7 --store {store})" in session_line  # one line, not cut at 80 columns
+    # one line, not cut at 80 columns; the command runs as printed (this interpreter when its script is not on PATH)
+    assert f"({command_prefix()} inspect demo-7 --store {store})" in session_line
     listed = subprocess.run(
         [*run, "sessions", "list", "--store", store], capture_output=True, text=True, env=env, timeout=120, check=True
     )
