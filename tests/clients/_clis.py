@@ -26,6 +26,9 @@ PACKAGES: Mapping[str, str] = {
 
 DIALECT: Mapping[str, str] = {"claude": "messages", "codex": "responses", "opencode": "chat", "qwen": "chat"}
 
+QWEN_WINDOW = 40_000
+"""The window qwen-code is told its model has: it compresses its own history past 70% of it."""
+
 CACHE = Path(os.environ.get("CONTEXTWARDEN_CLIENTS_DIR", Path.home() / ".cache" / "contextwarden-clients"))
 
 PROMPT = (
@@ -176,6 +179,8 @@ def invocation(name: str, bin_dir: Path, base_url: str, repo: Path, home: Path) 
                     "disableAutoUpdate": True,
                     "telemetry": {"enabled": False},
                     "selectedAuthType": "openai",
+                    # a window small enough that qwen compresses its own history during the run
+                    "model": {"generationConfig": {"contextWindowSize": QWEN_WINDOW}},
                 }
             )
         )
