@@ -4,8 +4,9 @@
 per step that makes the client list, read, grep, run a command or write in a scratch git
 repository, checking each step's result when the next request brings it back. Requests without
 the client's shell tool (title generation, the client's own compaction, quota probes) are side
-requests: answered with text, counted apart. When a request offers ``read_context`` and its text
-refers to it, the agent calls it once and checks the answer. Thinking blocks (Anthropic) and
+requests: answered with text, counted apart. When a request offers ``read_context``, the agent
+reads back a step's result that reached it as a stand-in (and checks the full text), and reads
+back once whatever else the view refers to. Thinking blocks (Anthropic) and
 encrypted reasoning items (Responses) it emits carry signatures it verifies when they come back.
 
 `Tap` forwards every request unchanged to a target (the proxy) and records what the client sent.
@@ -24,14 +25,28 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ._dialects import ROUTES, Call, Reply, Request, answer, parse
 
 STEPS = 40
 SHELL_TOOLS = ("Bash", "bash", "run_shell_command", "shell", "shell_command", "exec_command")
-_READ_REF = re.compile(r'read_context\("([^"\\]{1,200})"\)')
+_READ_REF = re.compile(r'read_context\("((?:snap_|#[0-9]|msg_)[^"\\]{0,200})"\)')  # not the header's placeholder
+_LEDGER_STEP = re.compile(r"^#(\d+) [^\w\s] (.*)$", re.M)  # "#12 ✓ Read(...)": a step of the progress ledger
 _SIDE_TEXT = "Working in the scratch repository."
+
+
+def _probe_ref(text: str) -> str | None:
+    """What to read back from a view: a file read that the progress ledger lists (``#N``), else a
+    snapshot the view refers to, else any step of the ledger."""
+    steps = list(_LEDGER_STEP.finditer(text))
+    for line in steps:
+        if any(word in line.group(2) for word in ("Read", "read", "cat ")):
+            return f"#{line.group(1)}"
+    found = _READ_REF.search(text)
+    if found is not None:
+        return found.group(1)
+    return f"#{steps[0].group(1)}" if steps else None
 
 
 def sign(text: str) -> str:
@@ -62,6 +77,15 @@ class Step:
     index: int
     action: str
     check: Callable[[str], bool]
+
+
+@dataclass(frozen=True)
+class _Issued:
+    """A call the agent made: a step, the read-back of a step's shortened result, or a read-back
+    of whatever the view referred to (``probe``), after which the agent does step ``step``."""
+
+    step: int
+    kind: Literal["step", "read", "probe"]
 
 
 @dataclass
@@ -97,7 +121,7 @@ class ScriptedAgent:
         self.plan = [self._step(k) for k in range(steps)]
         self.outcome = Outcome()
         self.records: list[Record] = []
-        self._issued: dict[str, int] = {}  # call id -> step index (-1 - step for a read_context call)
+        self._issued: dict[str, _Issued] = {}
         self._lock = threading.Lock()
 
     def _step(self, k: int) -> Step:
@@ -127,38 +151,48 @@ class ScriptedAgent:
         if not any(name in request.tools for name in SHELL_TOOLS):
             return "side", Reply(text=_SIDE_TEXT)
         next_step = 0
+        read_back: tuple[int, str] | None = None  # a step whose result came as a stand-in: read it back
         for result in request.results:
             issued = self._issued.get(result.call_id)
             if issued is None:
                 self.outcome.unknown_results.append(result.call_id)
                 continue
-            if issued < 0:  # a read_context answer: continue with the step it came before
+            if issued.kind != "step":
                 self.outcome.read_context_answers.append(result.text)
-                next_step = -1 - issued
+            if issued.kind == "probe":  # continue with the step it came before
+                next_step = issued.step
                 continue
-            step = self.plan[issued]
+            step = self.plan[issued.step]
+            found = _READ_REF.search(result.text)
             if step.check(result.text):
-                if issued not in self.outcome.steps_ok:
-                    self.outcome.steps_ok.append(issued)
-                self.outcome.steps_failed.pop(issued, None)
-            elif issued not in self.outcome.steps_ok:
-                self.outcome.steps_failed[issued] = result.text[:400]
-            next_step = issued + 1
+                if issued.step not in self.outcome.steps_ok:
+                    self.outcome.steps_ok.append(issued.step)
+                self.outcome.steps_failed.pop(issued.step, None)
+            elif issued.kind == "step" and found is not None and "read_context" in request.tools:
+                read_back = (issued.step, found.group(1))
+            elif issued.step not in self.outcome.steps_ok:
+                self.outcome.steps_failed[issued.step] = result.text[:400]
+            next_step = issued.step + 1
+        if read_back is not None:
+            return "read_context", self._read(request, read_back[1], _Issued(read_back[0], "read"))
         if "read_context" in request.tools and self.outcome.read_context_calls == 0:
-            found = _READ_REF.search(request.text)
-            if found is not None:
-                self.outcome.read_context_calls += 1
-                read = Call(f"call_{uuid.uuid4().hex[:20]}", "read_context", {"ref": found.group(1)})
-                self._issued[read.call_id] = -1 - next_step
-                return "read_context", self._with_reasoning(request, f"Read back {found.group(1)}.", read)
+            ref = _probe_ref(request.text)
+            if ref is not None:
+                return "read_context", self._read(request, ref, _Issued(next_step, "probe"))
         if next_step >= len(self.plan):
             self.outcome.finished = True
             return "agent", self._with_reasoning(request, f"All {len(self.plan)} steps done.", None)
         call = self._call(request, self.plan[next_step])
         if call is None:
             return "agent", Reply(text=f"Cannot do step {next_step}: no tool for it.")
-        self._issued[call.call_id] = next_step
+        self._issued[call.call_id] = _Issued(next_step, "step")
         return "agent", self._with_reasoning(request, f"Step {next_step}: {self.plan[next_step].action}.", call)
+
+    def _read(self, request: Request, ref: str, issued: _Issued) -> Reply:
+        self.outcome.read_context_calls += 1
+        call = Call(f"call_{uuid.uuid4().hex[:20]}", "read_context", {"ref": ref})
+        self._issued[call.call_id] = issued
+        return self._with_reasoning(request, f"Read back {ref}.", call)
 
     def _with_reasoning(self, request: Request, text: str, call: Call | None) -> Reply:
         thought = f"Thinking about: {text} ({uuid.uuid4().hex[:8]})"
@@ -382,8 +416,8 @@ class Tap:
                 self._forward(b"")
 
             def _forward(self, body: bytes) -> None:
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
-                headers.pop("Content-Encoding", None)
+                dropped = {*_HOP, "content-length", "content-encoding"}  # the body is forwarded decoded, whole
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
                 headers["Content-Length"] = str(len(body))
                 sent = Sent(self.command, self.path, headers, body)
                 owner.sent.append(sent)

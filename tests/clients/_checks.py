@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ._agent import Record, Sent
-from ._dialects import ROUTES, Dialect
+from ._dialects import ROUTES, Dialect, issued_reasoning
 
 
 def pairing_problems(dialect: Dialect, body: Mapping[str, Any]) -> list[str]:
@@ -73,8 +73,9 @@ def _system_kept(dialect: Dialect, client: Mapping[str, Any], upstream: Mapping[
 
 
 def canonical(value: Any) -> str:
-    """Bytes-level form of a JSON value as parsed (key order kept)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """A JSON value as text: every string and number as sent, objects' keys in sorted order (the order
+    of keys is JSON syntax, not content; a key dropped or added is a difference)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
 def own_tools(dialect: Dialect, body: Mapping[str, Any]) -> str:
@@ -85,12 +86,23 @@ def own_tools(dialect: Dialect, body: Mapping[str, Any]) -> str:
 
 
 def last_input(dialect: Dialect, body: Mapping[str, Any]) -> str:
-    """The newest message (or input item) the client sent: what identifies the request it came from."""
+    """What identifies the newest message (or input item) of a request: the ids of the tool results
+    it carries (the proxy may show a long result as a stand-in), else its whole content."""
     key = "input" if dialect == "responses" else "messages"
     items = body.get(key)
     if isinstance(items, str):
         return canonical(items)
-    return canonical(items[-1]) if items else ""
+    if not items:
+        return ""
+    ids = [call_id for kind, call_id in _pair_events(dialect, {key: items[-1:]}) if kind == "result"]
+    if dialect == "chat" and items[-1].get("role") == "tool":  # a chat turn's results are several messages
+        trailing = []
+        for message in reversed(items):
+            if message.get("role") != "tool":
+                break
+            trailing.append(str(message.get("tool_call_id")))
+        ids = sorted(trailing)
+    return "results:" + ",".join(sorted(ids)) if ids else canonical(items[-1])
 
 
 def client_requests(sent: Sequence[Sent]) -> list[tuple[Dialect, Mapping[str, Any]]]:
@@ -119,8 +131,15 @@ def own_content_problems(records: Sequence[Record], sent: Sequence[Sent]) -> lis
         dialect, body = record.request.dialect, record.request.body
         candidates = by_last.get(last_input(dialect, body))
         if candidates:
-            served = candidates[0]
-        elif record.kind != "agent" or served is None:
+            # requests sent at once may end alike (a title request repeats the user's prompt): the one served is
+            # the one whose system prompt and tools the upstream request carries, if any does
+            kept = [
+                c
+                for c in candidates
+                if _system_kept(dialect, c, body) and own_tools(dialect, c) == own_tools(dialect, body)
+            ]
+            served = (kept or candidates)[0]
+        elif record.kind == "side" or served is None:
             problems.append(f"upstream request {number} ({record.kind}) ends with no client request's last message")
             continue
         assert served is not None
@@ -131,3 +150,42 @@ def own_content_problems(records: Sequence[Record], sent: Sequence[Sent]) -> lis
         if served.get("model") != body.get("model"):
             problems.append(f"upstream request {number} ({record.kind}): model {body.get('model')!r}")
     return problems
+
+
+def _signed_parts(dialect: Dialect, body: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """(key, part) of every signed thinking block and reasoning item in a request."""
+    if dialect == "responses":
+        items = body.get("input")
+        for item in items if isinstance(items, list) else []:
+            if item.get("type") == "reasoning":
+                yield str(item.get("id") or item.get("encrypted_content")), item
+    elif dialect == "messages":
+        for message in body.get("messages") or []:
+            content = message.get("content")
+            for block in content if isinstance(content, list) else []:
+                if block.get("type") in ("thinking", "redacted_thinking"):
+                    yield str(block.get("signature") or block.get("data")), block
+
+
+def signed_parts_changed(records: Sequence[Record], sent: Sequence[Sent]) -> list[str]:
+    """Thinking blocks and reasoning items that reached the upstream other than byte for byte as the client sent them
+    (those of the proxy's own read-back rounds, which the client never saw, are checked by their signature)."""
+    theirs: dict[str, str] = {}
+    for dialect, body in client_requests(sent):
+        for key, part in _signed_parts(dialect, body):
+            theirs[key] = canonical(part)
+    changed = []
+    for number, record in enumerate(records):
+        for key, part in _signed_parts(record.request.dialect, record.request.body):
+            # the proxy may send the part as the upstream issued it (the client re-sends it with a key of its own
+            # added, Codex a "content": null): both forms carry the provider's signature unchanged
+            if key in theirs and canonical(part) not in (theirs[key], _as_issued(part)):
+                changed.append(f"upstream request {number}: {canonical(part)[:160]} (client: {theirs[key][:160]})")
+    return changed
+
+
+def _as_issued(part: Mapping[str, Any]) -> str:
+    """How the scripted upstream issued a signed part (what the proxy's transcript holds from its reply)."""
+    if part.get("type") == "reasoning" and isinstance(part.get("encrypted_content"), str):
+        return canonical(issued_reasoning(part["encrypted_content"]))
+    return canonical({"type": part.get("type"), "thinking": part.get("thinking"), "signature": part.get("signature")})

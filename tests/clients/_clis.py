@@ -26,7 +26,7 @@ PACKAGES: Mapping[str, str] = {
 
 DIALECT: Mapping[str, str] = {"claude": "messages", "codex": "responses", "opencode": "chat", "qwen": "chat"}
 
-QWEN_WINDOW = 40_000
+QWEN_WINDOW = 36_000
 """The window qwen-code is told its model has: it compresses its own history past 70% of it."""
 
 CACHE = Path(os.environ.get("CONTEXTWARDEN_CLIENTS_DIR", Path.home() / ".cache" / "contextwarden-clients"))

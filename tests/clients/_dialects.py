@@ -7,6 +7,7 @@ covered; the point is that a real client accepts every reply.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -75,6 +76,11 @@ class Request:
         return bool(self.body.get("stream"))
 
 
+def text_of(content: Any) -> str:
+    """The text of a message content, a list of parts or blocks, or a system field (joined by newlines)."""
+    return _text_of(content)
+
+
 def _text_of(content: Any) -> str:
     if content is None:
         return ""
@@ -85,6 +91,8 @@ def _text_of(content: Any) -> str:
         for part in content:
             if isinstance(part, str):
                 parts.append(part)
+            elif isinstance(part, list):
+                parts.append(_text_of(part))
             elif isinstance(part, Mapping):
                 if isinstance(part.get("text"), str):
                     parts.append(part["text"])
@@ -234,14 +242,7 @@ def _chat_stream(model: str, reply: Reply, prompt_tokens: int) -> Iterator[bytes
 def _responses_output(reply: Reply) -> list[dict[str, Any]]:
     output: list[dict[str, Any]] = []
     if reply.encrypted is not None:
-        output.append(
-            {
-                "type": "reasoning",
-                "id": f"rs_{uuid.uuid4().hex[:16]}",
-                "summary": [],
-                "encrypted_content": reply.encrypted,
-            }
-        )
+        output.append(issued_reasoning(reply.encrypted))
     if reply.text:
         output.append(
             {
@@ -264,6 +265,12 @@ def _responses_output(reply: Reply) -> list[dict[str, Any]]:
             }
         )
     return output
+
+
+def issued_reasoning(encrypted: str) -> dict[str, Any]:
+    """The reasoning item the agent emits for ``encrypted`` (its id derived from it)."""
+    digest = hashlib.sha256(encrypted.encode()).hexdigest()[:16]
+    return {"type": "reasoning", "id": f"rs_{digest}", "summary": [], "encrypted_content": encrypted}
 
 
 def _responses(model: str, reply: Reply, prompt_tokens: int, *, status: str = "completed") -> dict[str, Any]:
