@@ -102,6 +102,49 @@ def _host_port(url: str, node: str) -> None:
         _port(url, port)
 
 
+_REDIS_OPTIONS = frozenset(
+    {
+        # ours
+        "prefix",
+        "ttl",
+        # what redis-py's URL parser reads, and connection keywords it passes through
+        "db",
+        "socket_timeout",
+        "socket_connect_timeout",
+        "socket_read_size",
+        "socket_keepalive",
+        "retry_on_timeout",
+        "retry_on_error",
+        "max_connections",
+        "health_check_interval",
+        "ssl_check_hostname",
+        "ssl_validate_ocsp",
+        "ssl_validate_ocsp_stapled",
+        "ssl_include_verify_flags",
+        "ssl_exclude_verify_flags",
+        "ssl_min_version",
+        "timeout",
+        "protocol",
+        "legacy_responses",
+        "client_name",
+        "username",
+        "password",
+        "ssl_cert_reqs",
+        "ssl_ca_certs",
+        "ssl_ca_path",
+        "ssl_ca_data",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "ssl_password",
+        "encoding",
+        "encoding_errors",
+        "lib_name",
+        "lib_version",
+    }
+)
+"""Query options a Redis store URL may carry."""
+
+
 def _check_redis(url: str, scheme: str) -> None:
     try:
         parts = urlsplit(url)
@@ -117,6 +160,12 @@ def _check_redis(url: str, scheme: str) -> None:
                 raise _bad(url, f"ttl={value!r} is not a number of seconds > 0")
         elif key == "prefix" and not value:
             raise _bad(url, "prefix is empty; leave it out for the default or give a name")
+        elif key not in _REDIS_OPTIONS:
+            raise _bad(
+                url,
+                f"unknown option {key!r} (the Redis client would refuse it at the first request); "
+                f"use {', '.join(sorted(_REDIS_OPTIONS))}",
+            )
     if scheme == "unix":
         if not parts.path:
             raise _bad(url, "a unix:// URL names the socket path, e.g. unix:///run/redis.sock")

@@ -37,6 +37,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, field_validator
@@ -47,6 +48,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from ._json import too_deep
 from ._store_url import check_store_url, expand_store_url
 from .budget import COMPONENTS, Budget, ComponentBudgets, Thresholds
 from .compaction.config import _FLOAT_FIELDS, _INT_FIELDS, _MAX_WEIGHT, CompactionConfig
@@ -289,6 +291,20 @@ class ServiceSection(BaseModel):
     port: Int = Field(default=8787, ge=0, le=65535)
     upstream_url: str = "https://api.openai.com/v1"
     """The OpenAI-compatible server requests are forwarded to (its API root, usually ending in /v1)."""
+
+    @field_validator("upstream_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        try:
+            parts = urlsplit(value)
+            port = parts.port  # reading it checks it
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not a valid URL ({exc}); use e.g. http://127.0.0.1:8080/v1") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{value!r} is not an http(s) URL with a host; use e.g. http://127.0.0.1:8080/v1")
+        del port
+        return value
+
     upstream_api_key_env: str | None = "OPENAI_API_KEY"
     """Environment variable holding the upstream key; without it the client's own bearer is forwarded
     when the service has no API keys of its own."""
@@ -725,6 +741,22 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     return _parse(Path(path))[0]
 
 
+def check_environment_depth() -> None:
+    """Refuse a ``CONTEXTWARDEN_*`` variable whose JSON value nests past `MAX_CONFIG_DEPTH` (reading it
+    would exhaust the parser's recursion before any value is checked).
+
+    Raises:
+        ConfigError: naming the variable.
+    """
+    for name, value in os.environ.items():
+        if name.startswith(ENV_PREFIX) and value.lstrip()[:1] in ("[", "{") and too_deep(value, MAX_CONFIG_DEPTH):
+            raise ConfigError(
+                f"${name} nests arrays or objects deeper than {MAX_CONFIG_DEPTH} levels; a configuration value "
+                "is a few levels deep: fix or unset the variable.",
+                key=name.removeprefix(ENV_PREFIX).lower().replace("__", "."),
+            )
+
+
 def load_settings(config: str | os.PathLike[str] | None = None, **flags: Any) -> Settings:
     """Settings from the config file, the environment and ``flags`` (highest first: flags).
 
@@ -738,6 +770,7 @@ def load_settings(config: str | os.PathLike[str] | None = None, **flags: Any) ->
     """
     path = find_config_file(config)
     data = read_config_file(path) if path is not None else {}
+    check_environment_depth()
     token = _FILE_DATA.set(data)
     try:
         settings = Settings(**flags)
@@ -1036,7 +1069,14 @@ def validate_config_file(path: str | os.PathLike[str] | None, *, environment: bo
     if environment:
         token = _FILE_DATA.set({})
         try:
+            check_environment_depth()
             env_settings = Settings()
+        except ConfigError as exc:
+            problems.append(
+                ConfigProblem(
+                    source="environment", line=None, key=exc.key or "(environment)", message=str(exc), allowed=""
+                )
+            )
         except ValidationError as exc:
             problems.extend(_problems_from(exc, "environment", {}))
         else:

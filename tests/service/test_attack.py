@@ -324,3 +324,25 @@ def test_refused_session_ids_leave_no_lock_behind(service: Running) -> None:
         answer = service.client.post("/v1/chat/completions", json=chat(user("x"), user=f"{i}-" + "s" * 300))
         assert answer.status_code == 400
     assert len(service.app.state.service.pool._locks) == 0
+
+
+def test_a_cursor_with_a_control_character_is_a_400_naming_it(service: Running) -> None:
+    answer = service.client.get("/v1/sessions", params={"cursor": "\x00"})
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "cursor"
+
+
+def test_a_user_message_larger_than_the_window_is_a_400(service: Running, upstream: ScriptedOpenAIServer) -> None:
+    huge = chat(user("word " * 20_000))
+    answer = service.client.post("/v1/chat/completions", json=huge, headers={"x-session-id": "huge"})
+    assert 400 <= answer.status_code < 500, answer.text
+
+
+def test_a_redis_database_out_of_range_is_a_503_store_error(
+    service_factory: Callable[[Settings], Running], upstream: ScriptedOpenAIServer
+) -> None:
+    from _services import REDIS_URL
+
+    base = REDIS_URL.rsplit("/", 1)[0] if REDIS_URL.count("/") > 2 else REDIS_URL
+    service = service_factory(make_settings(f"{base}/99?prefix=cw-attack", upstream.base_url))
+    answer = service.client.post("/v1/chat/completions", json=chat(user("hi")), headers={"x-session-id": "s"})
+    assert answer.status_code == 503, answer.text

@@ -15,6 +15,7 @@ from ..timeline import STATUS_SLOT
 from .describe import describe_live, describe_stored, listed_figures
 from .errors import ServiceError
 from .events import sse_stream
+from .intake import check_query_text
 from .runtime import ServiceState, state_of
 from .sessions import Lease
 
@@ -48,9 +49,13 @@ async def list_sessions(request: Request) -> Response:
         limit = min(max(int(request.query_params.get("limit", "100")), 1), 1000)
     except ValueError:
         raise ServiceError(400, "`limit` must be an integer.", param="limit") from None
-    sessions, cursor = await svc.store.list_sessions(
-        tenant=tenant, limit=limit, cursor=request.query_params.get("cursor") or None
-    )
+    given = request.query_params.get("cursor") or None
+    if given is not None:
+        check_query_text("cursor", given)
+    try:
+        sessions, cursor = await svc.store.list_sessions(tenant=tenant, limit=limit, cursor=given)
+    except UsageError as exc:  # a cursor the store refuses (too long, not one it made)
+        raise ServiceError(400, f"`cursor` is not valid: {exc}", param="cursor", code="invalid_cursor") from None
     data = []
     for info in sessions:
         item = info.to_dict()

@@ -11,7 +11,9 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-__all__ = ["ServiceError", "error_body", "error_response"]
+from ..exceptions import ContextWardenError, StoreError, UsageError
+
+__all__ = ["ServiceError", "status_of", "error_body", "error_response"]
 
 _TYPES = {
     400: "invalid_request_error",
@@ -68,3 +70,13 @@ def error_response(
 def error_body(status: int, message: str, *, code: str | None = None, param: str | None = None) -> dict[str, Any]:
     """The OpenAI-style error object for ``status``."""
     return {"error": {"message": message, "type": _TYPES.get(status, "api_error"), "param": param, "code": code}}
+
+
+def status_of(exc: ContextWardenError) -> int:
+    """The HTTP status for a library error a request ran into: the store's failures are 503 (retry
+    later; the upstream was not at fault), a caller's mistake 400, anything else the upstream's 502."""
+    if isinstance(exc, StoreError):
+        return 503
+    if isinstance(exc, UsageError):
+        return 400
+    return 502

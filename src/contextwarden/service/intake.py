@@ -19,6 +19,7 @@ from .errors import ServiceError
 
 __all__ = [
     "MAX_BODY_DEPTH",
+    "check_query_text",
     "check_stream_options",
     "check_texts",
     "deep_field",
@@ -100,6 +101,27 @@ def check_texts(body: Mapping[str, Any], fields: Iterable[str]) -> None:
                 param=name,
                 code="invalid_text",
             )
+
+
+def check_query_text(name: str, value: str, *, max_chars: int = 1024) -> None:
+    """A query parameter the service hands to a store: printable, without lone surrogates, bounded.
+
+    Raises:
+        ServiceError: 400 naming the parameter.
+    """
+    bad = next((c for c in value if not c.isprintable()), None)
+    if bad is not None or has_lone_surrogate(value) or len(value) > max_chars:
+        problem = (
+            f"is {len(value)} characters long (at most {max_chars})"
+            if len(value) > max_chars
+            else f"holds the character U+{ord(bad or chr(0xFFFD)):04X}"
+        )
+        raise ServiceError(
+            400,
+            f"`{name}` {problem}; pass the value the previous page returned.",
+            param=name,
+            code=f"invalid_{name}",
+        )
 
 
 def check_stream_options(body: Mapping[str, Any]) -> None:

@@ -49,7 +49,7 @@ from . import jsonio
 from .auth import presented_key
 from .dialects import Conversation, Dialect, Reply, StreamAssembler
 from .dialects.openai_chat import invalid_message
-from .errors import ServiceError
+from .errors import ServiceError, status_of
 from .headers import header_value
 from .history import READ_BACK, continuation, head_digest
 from .identity import fingerprint, session_of
@@ -467,7 +467,7 @@ async def proxy(request: Request, dialect: Dialect) -> Response:
         if turn is not None and turn.lease is not None:
             turn.lease.failed = True
         logger.warning("%s failed for tenant %s: %s", dialect.name, tenant, type(exc).__name__)
-        status = 503 if type(exc).__name__ in ("StoreUnavailable", "LockTimeout") else 502
+        status = status_of(exc)
         if turn is not None:
             turn.status = status
         return dialect.error_response(status, svc.redactor.text(str(exc)), code=type(exc).__name__)

@@ -26,6 +26,7 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from .._store_url import check_store_url
 from ..exceptions import ConfigError
 from .base import (
     DEFAULT_LOCK_LEASE,
@@ -134,6 +135,7 @@ def open_store(url: str, **options: Any) -> SessionStore:
 
         return SqliteStore.connect(path, **{**_sqlite_options(query), **options})
     if scheme in _REDIS_SCHEMES:
+        check_store_url(url, check_path=False)  # an unknown option fails here, not at the first request
         store: SessionStore = _backend("redis").RedisStore.connect(url, **options)
         return store
     if scheme in _POSTGRES_SCHEMES:
@@ -157,6 +159,7 @@ def open_async_store(url: str, **options: Any) -> AsyncSessionStore:
 
         return AsyncSqliteStore.connect(path, **{**_sqlite_options(query), **options})
     if scheme in _REDIS_SCHEMES:
+        check_store_url(url, check_path=False)  # an unknown option fails here, not at the first request
         store: AsyncSessionStore = _backend("redis").AsyncRedisStore.connect(url, **options)
         return store
     if scheme in _POSTGRES_SCHEMES:

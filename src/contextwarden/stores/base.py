@@ -58,6 +58,7 @@ import anyio
 from pydantic import TypeAdapter, ValidationError
 
 from .. import toolpairs
+from .._json import has_lone_surrogate
 from ..exceptions import (
     LockTimeout,
     MessageError,
@@ -1112,6 +1113,11 @@ class _StoreCommon:
         check_id(tenant, what="tenant")
         if model is not None and not isinstance(model, str):
             raise UsageError(f"`model` must be a string or None, got {type(model).__name__}.")
+        if model is not None and has_lone_surrogate(model):
+            raise UsageError(
+                f"`model` {model!r} holds a lone surrogate character (an unpaired \\ud800-\\udfff), which no store "
+                "can hold; pass the model's name as valid Unicode."
+            )
         if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
             raise UsageError(f"`window` must be a positive int (tokens) or None, got {window!r}.")
         if metadata is not None and not isinstance(metadata, Mapping):

@@ -1,0 +1,41 @@
+"""Bad input to the library and the configuration gets a typed error that names it, never a raw one."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from contextwarden.cli import app
+from contextwarden.exceptions import ConfigError, UsageError
+from contextwarden.settings import Settings, load_settings, validate_config_file
+from contextwarden.stores import open_store
+
+
+def test_a_lone_surrogate_in_a_session_s_model_is_a_usage_error() -> None:
+    store = open_store("memory://")
+    with pytest.raises(UsageError, match="lone surrogate"):
+        store.create_session("x", model="m\ud800")
+
+
+def test_an_unknown_redis_url_option_is_refused_before_any_request() -> None:
+    with pytest.raises(ConfigError, match="unknown option 'bogus'"):
+        open_store("redis://127.0.0.1:6379/0?prefix=p&bogus=1")
+    with pytest.raises((ValueError, ConfigError), match="unknown option .bogus."):
+        Settings(store={"url": "redis://127.0.0.1:6379/0?bogus=1"}).check()
+
+
+def test_a_malformed_upstream_url_is_a_configuration_error() -> None:
+    with pytest.raises(ValueError, match="not a valid URL"):
+        Settings(service={"upstream_url": "http://[::1"})
+    result = CliRunner().invoke(app, ["serve", "--upstream", "http://[::1"])
+    assert result.exit_code != 0 and "Traceback" not in result.output and "upstream_url" in result.output
+
+
+def test_a_deep_json_variable_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONTEXTWARDEN_COMPACTION__CASCADE", "[" * 5000 + "]" * 5000)
+    with pytest.raises(ConfigError, match="CONTEXTWARDEN_COMPACTION__CASCADE"):
+        load_settings()
+    problems = validate_config_file(None)
+    assert problems and "deeper than" in problems[0].message
+    result = CliRunner().invoke(app, ["config", "show"])
+    assert "RecursionError" not in result.output and "unexpected" not in result.output
