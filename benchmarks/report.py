@@ -180,6 +180,8 @@ def markdown(result: dict[str, Any]) -> str:
     trim = result.get("trim")
     if isinstance(trim, dict):
         lines += ["**trim** (peers_bench.py; total session time, per-turn latency, correctness on every turn)", ""]
+        if "error" in trim:
+            lines.append(str(trim["error"]))
         lines += _trim_table(trim)
         for window, t in trim.get("targets", {}).items():
             bound = " (lower bound: langchain hit the time budget)" if t["ratio_is_lower_bound"] else ""
