@@ -28,6 +28,7 @@ from .base import (
     Dialect,
     Reply,
     StreamAssembler,
+    as_sent,
     parse_object,
     require_messages,
     require_model_and_stream,
@@ -212,7 +213,7 @@ class AnthropicMessages(Dialect):
         context = [i for i, m in enumerate(view) if m.extra.get("contextwarden") == "context"]
         if context:
             self._breakpoints(out, rendered, view, context[-1])
-        out["messages"] = rendered
+        out["messages"] = as_sent(rendered, body.get("messages"))
         return out
 
     def _breakpoints(self, out: dict[str, Any], rendered: list[dict[str, Any]], view: list[Message], at: int) -> None:

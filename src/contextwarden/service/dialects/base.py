@@ -130,6 +130,25 @@ def require_tool_list(body: Mapping[str, Any]) -> None:
         raise ServiceError(400, "`tools` must be a list of tool objects.", param="tools", code="invalid_type")
 
 
+def as_sent(rendered: list[Any], sent: Any) -> list[Any]:
+    """``rendered`` with each item that equals the client's own at the same place, from either end,
+    replaced by the client's object: what did not change goes upstream as the client wrote it (its
+    keys in its order), not as a rendering of it."""
+    if not isinstance(sent, list):
+        return rendered
+    out = list(rendered)
+    head = 0
+    limit = min(len(out), len(sent))
+    while head < limit and out[head] == sent[head]:
+        out[head] = sent[head]
+        head += 1
+    tail = 1
+    while tail <= limit - head and out[-tail] == sent[-tail]:
+        out[-tail] = sent[-tail]
+        tail += 1
+    return out
+
+
 def json_data(data: str) -> Mapping[str, Any] | None:
     """An event's data as a JSON object (None for anything else)."""
     try:

@@ -19,6 +19,7 @@ from .base import (
     Dialect,
     Reply,
     StreamAssembler,
+    as_sent,
     parse_object,
     require_messages,
     require_model_and_stream,
@@ -96,7 +97,7 @@ class OpenAIChat(Dialect):
         self, body: Mapping[str, Any], view: list[Any], *, extra_tools: Sequence[Mapping[str, Any]] = ()
     ) -> dict[str, Any]:
         out = dict(body)
-        out["messages"] = view
+        out["messages"] = as_sent(view, body.get("messages"))
         if extra_tools:
             out["tools"] = [*(body.get("tools") or ()), *extra_tools]
         if body.get("stream"):

@@ -31,6 +31,7 @@ from .base import (
     Dialect,
     Reply,
     StreamAssembler,
+    as_sent,
     parse_object,
     require_model_and_stream,
     require_tool_list,
@@ -254,7 +255,7 @@ class OpenAIResponses(Dialect):
     ) -> dict[str, Any]:
         out = dict(body)
         # `instructions` stays the client's own field; its message in the view is not sent twice
-        out["input"] = _render([m for m in view if not m.extra.get(_INSTRUCTIONS)])
+        out["input"] = as_sent(_render([m for m in view if not m.extra.get(_INSTRUCTIONS)]), body.get("input"))
         if extra_tools:
             out["tools"] = [*(body.get("tools") or ()), *extra_tools]
         return out
