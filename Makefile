@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck unit docs docs-ref fuzz bench-trim bench-probes bench clean
+.PHONY: demo test test-llama llama-server lint typecheck unit docs docs-ref fuzz bench-trim bench-probes bench clean
 
 $(PY):
 	@echo "==> creating the virtual environment $(VENV)"
@@ -52,6 +52,15 @@ fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz CONTEXTWARDEN_FUZZ_SCALE=$(FUZZ_SCALE) CONTEXTWARDEN_FUZZ_REPORT=fuzz-out/report.json \
 	    $(PY) -m pytest -q -m 'hypothesis or fuzz' -p no:cacheprovider > fuzz-out/fuzz.log 2>&1; \
 	    status=$$?; tail -n 25 fuzz-out/fuzz.log; echo "log: fuzz-out/fuzz.log"; exit $$status
+
+# Builds llama-cpp-python's server once (cached in ~/.cache/contextwarden/llama-cpp, ~10 min on 2 cores).
+llama-server:
+	PYTHON=$(PYTHON) bash scripts/llama-server.sh build
+
+# The scenarios against a real llama-cpp-python server (SmolLM2-135M, n_ctx 2048): sessions, the
+# four integrations, the proxy. Counts land in bench-out/realserver.json.
+test-llama: $(STAMP) llama-server
+	CONTEXTWARDEN_LLAMA_SERVER=1 $(PY) -m pytest tests/realserver -q
 
 # The whole suite: trim (with langchain, AutoGen and LlamaIndex peers), probes, locomo, stores ->
 # bench-results/latest.{json,md,html}. The peers are installed here, not in the dev extra.

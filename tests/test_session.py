@@ -44,7 +44,7 @@ def test_tools_leave_the_budget() -> None:
     tool = {"type": "function", "function": {"name": "search", "description": "Search flights", "parameters": {}}}
     s = Session(window=5000, counter="heuristic", tools=[tool])
     assert 0 < s.budget.tool_schemas < 200
-    assert s.budget.effective == 5000 - s.budget.tool_schemas
+    assert s.budget.effective == 5000 - 1024 - s.budget.tool_schemas  # a window-only session keeps 1,024 for the reply
 
 
 # --- adding ----------------------------------------------------------------------------------

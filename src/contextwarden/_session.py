@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import uuid
 import weakref
@@ -40,9 +41,11 @@ from .exceptions import (
 from .figures import measure
 from .instructions import UserInstructions
 from .ledger import Ledger, StepStatus
+from .llm.served_window import ServedWindow
 from .messages import Message, ToolCall
 from .models import lookup_model
 from .notes import NOTES_TOOL, Notes
+from .served import default_reply_reserve, registry_knows, resolve_served_window, unknown_model_margin
 from .snapshots import READ_CONTEXT_TOOL, FileSnapshotStore, MemorySnapshotStore, SnapshotStore, read_context
 from .timeline import Timeline
 from .tokens import TokenCounter, counter_for_model, get_counter
@@ -136,6 +139,13 @@ def _weak_sink(method: Callable[[Mapping[str, Any]], None]) -> Callable[[Mapping
     return sink
 
 
+def served_base_url(model: object) -> str | None:
+    """The base URL of a model client bound to one server (its window can be probed there), else None."""
+    from .llm.base import ServerBound
+
+    return model.base_url if isinstance(model, ServerBound) else None
+
+
 def _positive_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
@@ -205,6 +215,8 @@ class _BaseSession:
         thresholds: Thresholds | None = None,
         max_tokens: int | Literal["reserved"] | None = "reserved",
         memory: SessionMemory | LongTermMemory | HybridMemory | bool | None = None,
+        served_window: int | ServedWindow | Literal["probe"] | None = None,
+        base_url: str | None = None,
     ) -> None:
         self.session_id = session_id or "ses_" + uuid.uuid4().hex
         self.memory: SessionMemory | None = None
@@ -223,18 +235,38 @@ class _BaseSession:
             )
         self.max_tokens: int | Literal["reserved"] | None = max_tokens
         """The reply limit `complete()`/`stream()` send when the call gives none (see `Session`)."""
+        served = resolve_served_window(served_window, base_url=base_url, model=model)
+        self.served: ServedWindow | None = served
+        """What the model server said about its window (``served_window=``), or None."""
+        served_limit = served.window if served is not None else None
         if window is None and model is None:
-            raise ConfigError("Session needs `model=` (looked up in the registry) or `window=` (tokens).", key="window")
+            if served_limit is None:
+                raise ConfigError(
+                    "Session needs `model=` (looked up in the registry), `window=` (tokens), or "
+                    "`served_window=` (the server's window, or 'probe' with `base_url=`).",
+                    key="window",
+                )
+            window = served_limit
         info = lookup_model(model, window=window) if model is not None else None
         ctx_window = window if window is not None else info.context_window  # type: ignore[union-attr]
         if reserved_output is None:
-            reserved_output = min(info.max_output, ctx_window // 4) if info is not None else 0
+            # a session that knows only a window still keeps room for the reply: without it, a
+            # `max_tokens="reserved"` request would send no limit and replies could run past the window
+            reserved_output = (
+                min(info.max_output, ctx_window // 4) if info is not None else default_reply_reserve(ctx_window)
+            )
         self.config = CompactionConfig.coerce(config)
+        guessed = counter is None and not (model is not None and registry_knows(model))
         if counter is None:
             counter = counter_for_model(model) if model is not None else get_counter("heuristic")
         elif isinstance(counter, str):
             counter = get_counter(counter)
         self.accountant = TokenAccountant(counter, framing=framing)
+        if guessed or (served is not None and served.token_count_url is not None and info is None):
+            # counts of a tokenizer that is not the model's may fall short: a margin until usage calibrates
+            self.accountant.calibration.prior = unknown_model_margin(counter, served)
+        if served_limit is not None:
+            self.accountant.calibration.adopt_window(served_limit)
         self.tools = [*tools, READ_CONTEXT_TOOL] if include_read_tool else list(tools)
         if include_read_tool and self.memory is not None:
             from .recall import RECALL_TOOL
@@ -248,6 +280,8 @@ class _BaseSession:
         )
         """The budget as configured; `budget` adds calibration and the window the server serves."""
         self._budget_key: tuple[float, int | None] = (1.0, None)
+        self._instruction_tokens = 0
+        """Tokens of a framework's own instructions counted in ``configured_budget.tool_schemas``."""
         self._pipeline_cache: tuple[Budget, int, Budget] | None = None
         self._engine_built = False
         """False while `_reset_engine` builds an engine (its constructor already asks for the budget)."""
@@ -355,7 +389,7 @@ class _BaseSession:
             return
         counted = self.accountant.count_tools(tools) if tools else 0
         try:
-            configured = replace(self.configured_budget, tool_schemas=counted)
+            configured = replace(self.configured_budget, tool_schemas=counted + self._instruction_tokens)
         except ConfigError as exc:
             raise BudgetExceeded(
                 f"session {self.session_id!r}: the request's tool schemas take {counted} tokens, which leaves no room "
@@ -368,6 +402,29 @@ class _BaseSession:
         self.configured_budget = configured
         self._budget_key = (-1.0, None)  # recomputed from the new configured budget on next read
         self._pipeline_cache = None
+
+    def count_instructions(self, text: str | None) -> int:
+        """Count a framework's own system prompt in the budget, like tool schemas: sent with every request.
+
+        Frameworks (LangChain's ``system_prompt``, an Agents SDK agent's ``instructions``,
+        pydantic-ai's ``instructions``) send their instructions beside the history the session
+        manages; the integrations hand them here, so the view is held to what is left. Only the
+        latest text counts (calling again with other instructions replaces them).
+
+        Returns:
+            The tokens the instructions take (0 for none).
+        """
+        tokens = self.accountant.count_message(Message.system(text)) if text and text.strip() else 0
+        if tokens != self._instruction_tokens:
+            tools = self.configured_budget.tool_schemas - self._instruction_tokens
+            try:
+                self.configured_budget = replace(self.configured_budget, tool_schemas=tools + tokens)
+            except ConfigError:  # instructions larger than the window: counting them would leave no budget
+                logger.warning("session %s: instructions of %d tokens leave no room", self.session_id, tokens)
+                return 0
+            self._instruction_tokens = tokens
+            self._budget_key = (math.nan, None)  # the next `budget` is built from the new configured one
+        return tokens
 
     def _reply_limit(self, max_tokens: int | None) -> int | None:
         """The ``max_tokens`` to send: the call's own, else the session's setting."""

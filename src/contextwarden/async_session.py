@@ -20,6 +20,7 @@ from .exceptions import (
     StoreUnavailable,
     StreamInterrupted,
     SummaryRejected,
+    UpstreamError,
     UsageError,
     VersionConflict,
 )
@@ -36,6 +37,7 @@ from ._session import (
     Served,
     _BaseSession,
     _is_async_store,
+    served_base_url,
 )
 
 __all__ = ["AsyncSession"]
@@ -377,7 +379,9 @@ class AsyncSession(_BaseSession):
                         view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
                     )
                 except ContextOverflowError as exc:
-                    overflow = exc
+                    overflow = await self._served_limit(exc, model)
+                except UpstreamError as exc:
+                    overflow = await self._overflow_or_raise(exc, model)
                 else:
                     for replayed in replay_events(self._accept(response)):
                         yield replayed
@@ -388,6 +392,29 @@ class AsyncSession(_BaseSession):
             view = (await self.on_context_overflow(format="internal")).view
             sent_limit, limit = limit, self._reply_limit(max_tokens)
             self._check_progress(overflow, sent, sent_limit, limit)
+
+    async def _served_limit(self, error: ContextOverflowError, model: object) -> ContextOverflowError:
+        """Async twin of `Session._served_limit`."""
+        base_url = served_base_url(model)
+        if error.limit is not None or base_url is None:
+            return error
+        from .llm.stream_recovery import awith_served_limit
+
+        return await awith_served_limit(error, base_url, model=self.model)
+
+    async def _overflow_or_raise(self, error: UpstreamError, model: object) -> ContextOverflowError:
+        """Async twin of `Session._overflow_or_raise`."""
+        base_url = served_base_url(model)
+        if error.status_code is not None or base_url is None:
+            raise error
+        from .llm.served_window import aprobe
+        from .llm.stream_recovery import overflow_after_cut
+
+        try:
+            served = await aprobe(base_url, model=self.model)
+        except UpstreamError:
+            raise error from None
+        return overflow_after_cut(error, served, window=self.budget.window)
 
     async def delegate_pending(self, model: AsyncModel) -> list[DelegationResult]:
         """Async twin of `Session.delegate_pending`."""

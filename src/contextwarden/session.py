@@ -20,6 +20,7 @@ from .exceptions import (
     StoreUnavailable,
     StreamInterrupted,
     SummaryRejected,
+    UpstreamError,
     UsageError,
     VersionConflict,
 )
@@ -37,6 +38,7 @@ from ._session import (
     Served,
     _BaseSession,
     _is_async_store,
+    served_base_url,
 )
 from .async_session import AsyncSession
 
@@ -52,7 +54,8 @@ class Session(_BaseSession):
         session_id: Stable id (generated when omitted).
         model: Looked up in the model registry for window, max output and tokenizer.
         window: Context window in tokens (overrides the registry).
-        reserved_output: Tokens kept free for the reply (default: min(max output, window/4)).
+        reserved_output: Tokens kept free for the reply (default: min(max output, window/4); without a
+            registry entry min(1024, window/4)).
         tools: OpenAI tool schemas sent with every call (their tokens leave the budget).
         counter: A TokenCounter or spec (``"tiktoken:cl100k_base"``, ``"heuristic"``...).
         config: Compaction thresholds and policies.
@@ -70,6 +73,15 @@ class Session(_BaseSession):
         data_dir: Directory for snapshot files when there is no store.
         thresholds: Pressure states (warning 0.70, error 0.90, critical 0.95, overflow 1.0 by default).
         format: Format of `prepare()` output and of `add()` input by default.
+        served_window: The window the model server serves: tokens, a
+            `contextwarden.llm.served_window.ServedWindow`, or ``"probe"`` to ask the server at
+            ``base_url`` now (llama.cpp, vLLM, Ollama, llama-cpp-python). A window smaller than the
+            configured one replaces it; with neither ``model`` nor ``window`` it is the window.
+        base_url: The model server's OpenAI-compatible URL, for ``served_window="probe"``.
+
+    Before usage reports calibrate the counts, a session whose model the registry does not know
+    and whose counter it guessed counts with a 25% margin; one whose probe found the server's
+    token-count endpoint measures its margin there (see `contextwarden.served`).
     """
 
     def __init__(self, session_id: str | None = None, *, summarizer: Summarizer | None = None, **kwargs: Any) -> None:
@@ -357,7 +369,9 @@ class Session(_BaseSession):
                         view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
                     )
                 except ContextOverflowError as exc:
-                    overflow = exc
+                    overflow = self._served_limit(exc, model)
+                except UpstreamError as exc:
+                    overflow = self._overflow_or_raise(exc, model)
                 else:
                     yield from replay_events(self._accept(response))
                     return
@@ -367,6 +381,33 @@ class Session(_BaseSession):
             view = self.on_context_overflow(format="internal").view
             sent_limit, limit = limit, self._reply_limit(max_tokens)
             self._check_progress(overflow, sent, sent_limit, limit)
+
+    def _served_limit(self, error: ContextOverflowError, model: object) -> ContextOverflowError:
+        """``error``, with the server's window from its own endpoints when the error named none."""
+        base_url = served_base_url(model)
+        if error.limit is not None or base_url is None:
+            return error
+        from .llm.stream_recovery import with_served_limit
+
+        return with_served_limit(error, base_url, model=self.model)
+
+    def _overflow_or_raise(self, error: UpstreamError, model: object) -> ContextOverflowError:
+        """A plain request after a cut stream failed too: an overflow when the server's window says so.
+
+        Raises:
+            UpstreamError: ``error``, when the server names no window the view passes.
+        """
+        base_url = served_base_url(model)
+        if error.status_code is not None or base_url is None:
+            raise error
+        from .llm.served_window import probe
+        from .llm.stream_recovery import overflow_after_cut
+
+        try:
+            served = probe(base_url, model=self.model)
+        except UpstreamError:
+            raise error from None
+        return overflow_after_cut(error, served, window=self.budget.window)
 
     def delegate_pending(self, model: Model) -> list[DelegationResult]:
         """Run every sub-task marked delegable now, each in its own session with ``model``; add their results."""

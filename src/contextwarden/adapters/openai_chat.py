@@ -80,13 +80,17 @@ def _parse(item: Any, i: int, names: dict[str, str]) -> Message:
         )
     if not isinstance(role, str) or role not in ROLES:
         raise c.bad(i, "role", f"is unknown ({c.show(role)})", f"use one of {sorted(ROLES)}")
-    if src.get("function_call") is not None:
+    # Servers that speak both dialects (llama-cpp-python's chatml-function-calling) send the legacy
+    # `function_call` beside the `tool_calls` it duplicates: the twin is dropped, a lone one refused.
+    if src.get("function_call") is not None and not src.get("tool_calls"):
         raise c.bad(
             i,
             "function_call",
             "is the legacy function-calling field",
             "use `tool_calls` [{'id', 'type': 'function', 'function': {'name', 'arguments'}}]",
         )
+    if src.get("function_call") is not None:
+        src = {key: value for key, value in src.items() if key != "function_call"}
     hints: c.JSONDict = {}
     parts: list[Part] = []
     content = src.get("content")

@@ -24,21 +24,40 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
-from agents import SessionSettings, TResponseInputItem
+from agents import (
+    AgentOutputSchemaBase,
+    Handoff,
+    Model,
+    ModelResponse,
+    ModelSettings,
+    ModelTracing,
+    SessionSettings,
+    Tool,
+    TResponseInputItem,
+)
+from agents.items import TResponseStreamEvent
 from agents.models.fake_id import FAKE_RESPONSES_ID
 from agents.run import CallModelData, ModelInputData
+from openai.types.responses import ResponseCompletedEvent
 
 from ..adapters import Format, from_messages, to_messages
 from ..exceptions import UsageError
 from ..messages import Message
 from ..session import AsyncSession, PreparedView, Session
-from ._mirror import Mirror
+from ._mirror import Mirror, unseen
+from ._recovery import add_instructions, as_overflow, record_input_tokens
 
-__all__ = ["ContextWardenInputFilter", "ContextWardenSession", "items_to_messages", "messages_to_items"]
+__all__ = [
+    "ContextWardenInputFilter",
+    "ContextWardenModel",
+    "ContextWardenSession",
+    "items_to_messages",
+    "messages_to_items",
+]
 
 _FORMAT: Format = "responses"
 _DERIVED = "cw_item_"
@@ -115,6 +134,8 @@ class ContextWardenSession:
         self._store = store
         self._options = options
         self._session: AsyncSession | None = None if store is not None else AsyncSession(session_id, **options)
+        self.served: list[TResponseInputItem] = []
+        """The items ``get_items`` returned last (a run's input starts with them; the rest is the run's own)."""
 
     async def open(self) -> AsyncSession:
         """The contextwarden session (opened in the store on first use)."""
@@ -128,7 +149,9 @@ class ContextWardenSession:
         view = await session.prepare(format=_FORMAT)
         if limit is None and self.session_settings is not None:
             limit = self.session_settings.limit
-        return _last_items(view.messages, limit)
+        items = _last_items(view.messages, limit)
+        self.served = list(items)
+        return items
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append items to the transcript (written to the store at once)."""
@@ -197,6 +220,7 @@ class ContextWardenInputFilter:
         session = self.session
         session.add(messages)
         self._mirror.mark(items)
+        add_instructions(session, data.model_data.instructions)
         view: PreparedView
         if isinstance(session, AsyncSession):
             view = await session.prepare(format=_FORMAT)
@@ -204,3 +228,116 @@ class ContextWardenInputFilter:
             view = session.prepare(format=_FORMAT)
         self.seconds += time.perf_counter() - started
         return ModelInputData(input=view.messages, instructions=data.model_data.instructions)
+
+
+class ContextWardenModel(Model):
+    """An Agents SDK model wrapper: usage calibrates the session; a context-length error compacts and retries.
+
+    Neither an SDK session nor an input filter sees the model's reply or its errors; this wrapper
+    does. ``Agent(model=ContextWardenModel(model, session), ...)``: after each reply the input
+    tokens the SDK reports go to the session's calibration, and the agent's instructions are
+    counted in the session. When the model raises a context-length error (a provider's
+    ``context_length_exceeded``, or the wording of any server the library knows), the session
+    compacts with the reactive layer, adopting the window the error names, and the request is
+    sent once more: the compacted view, then the run's items the session has not seen.
+
+    Args:
+        wrapped: The model the agent would use (``OpenAIChatCompletionsModel(...)``, ...).
+        session: The conversation's contextwarden session, or its `ContextWardenSession`.
+    """
+
+    def __init__(self, wrapped: Model, session: Session | AsyncSession | ContextWardenSession) -> None:
+        if not isinstance(session, Session | AsyncSession | ContextWardenSession):
+            raise UsageError(
+                f"session={type(session).__name__}: pass the conversation's contextwarden session "
+                "(`Session`, `AsyncSession` or `ContextWardenSession`)."
+            )
+        self.wrapped = wrapped
+        self._source = session
+
+    async def _session(self) -> Session | AsyncSession:
+        source = self._source
+        return await source.open() if isinstance(source, ContextWardenSession) else source
+
+    async def _retry_input(
+        self, error: BaseException, given: str | list[TResponseInputItem]
+    ) -> list[TResponseInputItem]:
+        overflow = as_overflow(error)
+        if overflow is None:
+            raise error
+        session = await self._session()
+        items = cast(
+            list[TResponseInputItem], [{"role": "user", "content": given}] if isinstance(given, str) else given
+        )
+        source = self._source
+        if isinstance(source, ContextWardenSession):
+            # the run's input is the session's items, then what the run added (the SDK saves it after the run)
+            served = source.served
+            known = len(served) if items[: len(served)] == served else 0
+            fresh = unseen(items_to_messages(items[known:]), session.transcript)
+        else:
+            fresh = []  # the input filter already added the run's items to the session
+        view = (
+            await session.on_context_overflow(format=_FORMAT, error=overflow)
+            if isinstance(session, AsyncSession)
+            else session.on_context_overflow(format=_FORMAT, error=overflow)
+        )
+        return [*view.messages, *messages_to_items(fresh)]
+
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff],
+        tracing: ModelTracing,
+        **kwargs: Any,
+    ) -> ModelResponse:
+        """The wrapped model's reply; on a context-length error compact and ask once more."""
+        session = await self._session()
+        add_instructions(session, system_instructions)
+        args = (model_settings, tools, output_schema, handoffs, tracing)
+        try:
+            response = await self.wrapped.get_response(system_instructions, input, *args, **kwargs)
+        except Exception as exc:
+            retried = await self._retry_input(exc, input)
+            response = await self.wrapped.get_response(system_instructions, retried, *args, **kwargs)
+        record_input_tokens(session, response.usage.input_tokens)
+        return response
+
+    async def stream_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff],
+        tracing: ModelTracing,
+        **kwargs: Any,
+    ) -> AsyncIterator[TResponseStreamEvent]:
+        """The wrapped model's stream; a context-length error before its first event compacts and retries."""
+        session = await self._session()
+        add_instructions(session, system_instructions)
+        args = (model_settings, tools, output_schema, handoffs, tracing)
+        started = False
+        try:
+            async for event in self.wrapped.stream_response(system_instructions, input, *args, **kwargs):
+                started = True
+                _record_stream_usage(session, event)
+                yield event
+            return
+        except Exception as exc:
+            if started:
+                raise
+            retried = await self._retry_input(exc, input)
+        async for event in self.wrapped.stream_response(system_instructions, retried, *args, **kwargs):
+            _record_stream_usage(session, event)
+            yield event
+
+
+def _record_stream_usage(session: Session | AsyncSession, event: TResponseStreamEvent) -> None:
+    if isinstance(event, ResponseCompletedEvent) and event.response.usage is not None:
+        record_input_tokens(session, event.response.usage.input_tokens)

@@ -8,7 +8,10 @@ Like ``ContextEditingMiddleware`` it hands that view to the model in ``wrap_mode
 without touching the graph state (``after_model`` adds the reply to the session), so the state
 keeps the whole conversation; ``rewrite_state=True`` replaces the state's messages by the view
 instead, as ``SummarizationMiddleware`` does. The provider's reported input tokens calibrate the
-session's counting after each call.
+session's counting after each call, and the agent's system prompt is counted in the session's
+budget (the agent sends it beside the view). A context-length error from the model (LangChain's own
+``ContextOverflowError``, a provider's ``context_length_exceeded``) makes ``wrap_model_call``
+compact the view with the reactive layer and call the model once more.
 
 `pre_model_hook` does the same for LangGraph's prebuilt ReAct agent: it returns
 ``{"llm_input_messages": view}``, which the agent sends instead of the state's messages.
@@ -35,6 +38,14 @@ from ..exceptions import UsageError
 from ..session import AsyncSession, PreparedView, Session
 from ..snapshots import READ_CONTEXT_TOOL
 from ._mirror import Mirror, unseen
+from ._recovery import add_instructions, as_overflow, record_input_tokens
+
+try:
+    from langchain_core.exceptions import ContextOverflowError as _LangChainOverflow
+
+    _OVERFLOW_TYPES: tuple[type[BaseException], ...] = (_LangChainOverflow,)
+except ImportError:  # an older langchain-core without its own overflow error: the wording still tells
+    _OVERFLOW_TYPES = ()
 
 __all__ = ["ContextWardenMiddleware", "SessionSource", "pre_model_hook", "read_context_tool"]
 
@@ -152,10 +163,25 @@ def _for_model(view: PreparedView) -> list[AnyMessage]:
 def _record_usage(thread: _Thread, response: Any) -> None:
     messages = response.result if isinstance(response, ModelResponse) else [response]
     for m in messages:
-        usage = getattr(m, "usage_metadata", None) if isinstance(m, AIMessage) else None
+        usage = m.usage_metadata if isinstance(m, AIMessage) else None
         if usage and usage.get("input_tokens"):
-            thread.session.on_turn_end({"input_tokens": usage["input_tokens"]})
+            record_input_tokens(thread.session, usage["input_tokens"])
             return
+
+
+def _last_id(request: ModelRequest[Any]) -> str | None:
+    return request.messages[-1].id if request.messages else None
+
+
+def _add_system(thread: _Thread, request: ModelRequest[Any]) -> bool:
+    """Count the agent's own system prompt in the session; True when it was new (prepare again)."""
+    system = request.system_message
+    text = system.text if system is not None else None
+    if not text:
+        return False
+    before = thread.session.configured_budget
+    add_instructions(thread.session, text)
+    return thread.session.configured_budget is not before
 
 
 class ContextWardenMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
@@ -217,9 +243,18 @@ class ContextWardenMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Call the model with the prepared view instead of the state's messages."""
         thread = self._threads.get()
         view = thread.view
-        if view is None or not request.messages or thread.view_of != request.messages[-1].id:
+        if _add_system(thread, request) or view is None or thread.view_of != _last_id(request):
             view = _sync_prepare(thread, request.messages)  # another middleware changed the messages
-        response = handler(request.override(messages=_for_model(view)))
+        try:
+            response = handler(request.override(messages=_for_model(view)))
+        except Exception as exc:
+            overflow = as_overflow(exc, *_OVERFLOW_TYPES)
+            session = thread.session
+            if overflow is None or isinstance(session, AsyncSession):
+                raise
+            # the provider's window is smaller than the view: compact deeper and call once more
+            view = thread.view = session.on_context_overflow(format="langchain", error=overflow)
+            response = handler(request.override(messages=_for_model(view)))
         _record_usage(thread, response)
         return response
 
@@ -229,9 +264,21 @@ class ContextWardenMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Async `wrap_model_call`."""
         thread = self._threads.get()
         view = thread.view
-        if view is None or not request.messages or thread.view_of != request.messages[-1].id:
+        if _add_system(thread, request) or view is None or thread.view_of != _last_id(request):
             view = await _async_prepare(thread, request.messages)
-        response = await handler(request.override(messages=_for_model(view)))
+        try:
+            response = await handler(request.override(messages=_for_model(view)))
+        except Exception as exc:
+            overflow = as_overflow(exc, *_OVERFLOW_TYPES)
+            if overflow is None:
+                raise
+            session = thread.session
+            view = thread.view = (
+                await session.on_context_overflow(format="langchain", error=overflow)
+                if isinstance(session, AsyncSession)
+                else session.on_context_overflow(format="langchain", error=overflow)
+            )
+            response = await handler(request.override(messages=_for_model(view)))
         _record_usage(thread, response)
         return response
 

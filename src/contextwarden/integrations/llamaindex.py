@@ -21,25 +21,35 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
+    ChatResponse,
     ImageBlock,
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
 )
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+from llama_index.core.instrumentation.events import BaseEvent
+from llama_index.core.instrumentation.events.llm import LLMChatEndEvent
 from llama_index.core.memory.types import BaseMemory
-from pydantic import PrivateAttr
+from llama_index_instrumentation import get_dispatcher
+from pydantic import ConfigDict, PrivateAttr
 
 from ..exceptions import MessageError, UsageError
 from ..messages import ImagePart, Message, Part, Role, TextPart, ThinkingPart, ToolCall
 from ..session import AsyncSession, Session
+from ._recovery import add_instructions, as_overflow, record_input_tokens
 
 __all__ = ["ContextWardenMemory", "from_messages", "to_messages"]
+
+logger = logging.getLogger("contextwarden.integrations")
 
 FORMAT = "llamaindex"
 _DERIVED = "cw_li_"
@@ -187,13 +197,21 @@ class ContextWardenMemory(BaseMemory):
     """A LlamaIndex memory backed by a contextwarden session: ``get`` returns the managed view.
 
     Build it with `from_defaults` (or the same keyword arguments): ``session_id``, ``store``,
-    ``asynchronous`` and any option of `Session` / `AsyncSession` (``window=``, ``model=``,
-    ``config=``, ...).
+    ``asynchronous``, ``instructions`` (the agent's system prompt, counted in the budget; the agent
+    sends it itself) and any option of `Session` / `AsyncSession` (``window=``, ``model=``,
+    ``served_window=``, ``config=``, ...).
+
+    The usage of each LLM call that carried the memory's view (LlamaIndex's instrumentation reports
+    it) calibrates the session. A LlamaIndex agent cannot retry a model call from its memory: on a
+    context-length error call `on_context_overflow` and run again.
     """
 
     _options: dict[str, Any] = PrivateAttr(default_factory=dict)
     _session: Session | AsyncSession | None = PrivateAttr(default=None)
     _built: dict[tuple[str, str], ChatMessage] = PrivateAttr(default_factory=dict)
+    _instructions: str | None = PrivateAttr(default=None)
+    _last: ChatMessage | None = PrivateAttr(default=None)
+    _listener: _UsageListener | None = PrivateAttr(default=None)
 
     def __init__(
         self,
@@ -201,11 +219,14 @@ class ContextWardenMemory(BaseMemory):
         session_id: str | None = None,
         store: Any = None,
         asynchronous: bool = False,
+        instructions: str | None = None,
         **options: Any,
     ) -> None:
         super().__init__()
         self._options = {"session_id": session_id, "store": store, "asynchronous": asynchronous, **options}
+        self._instructions = instructions
         self._session = self._new_session() if not (asynchronous and store is not None) else None
+        self._listener = _UsageListener.attach(self)
 
     @classmethod
     def class_name(cls) -> str:
@@ -222,7 +243,9 @@ class ContextWardenMemory(BaseMemory):
         session_id, store, asynchronous = options.pop("session_id"), options.pop("store"), options.pop("asynchronous")
         if store is not None:
             options["store"] = store
-        return AsyncSession(session_id, **options) if asynchronous else Session(session_id, **options)
+        session = AsyncSession(session_id, **options) if asynchronous else Session(session_id, **options)
+        add_instructions(session, self._instructions)
+        return session
 
     @property
     def session(self) -> Session | AsyncSession:
@@ -237,6 +260,7 @@ class ContextWardenMemory(BaseMemory):
             session_id, store = options.pop("session_id"), options.pop("store")
             options.pop("asynchronous")
             self._session = await AsyncSession.open(session_id, store=store, **options)
+            add_instructions(self._session, self._instructions)
         return cast(AsyncSession, self._session)
 
     def _view(self, view: list[Message]) -> list[ChatMessage]:
@@ -249,7 +273,42 @@ class ContextWardenMemory(BaseMemory):
             built.update(zip(((m.message_id, m.content_hash) for m in missing), from_messages(missing), strict=True))
         if len(built) > 4 * len(view) + 64:  # forget what compaction took out of the view
             self._built = built = {key: built[key] for key in keys}
-        return [built[key] for key in keys]
+        out = [built[key] for key in keys]
+        self._last = out[-1] if out else None
+        return out
+
+    # --- calibration and recovery -------------------------------------------------------------------
+    def sent(self, messages: Sequence[ChatMessage]) -> bool:
+        """Whether ``messages`` (an LLM call's input) carry this memory's latest view."""
+        last = self._last
+        return last is not None and any(m is last for m in messages)
+
+    def record_usage(self, response: Any) -> None:
+        """Feed the prompt tokens of a LlamaIndex ``ChatResponse`` into the session's calibration.
+
+        Called for every LLM call that carried this memory's view (LlamaIndex's instrumentation
+        reports them); usage is read from ``raw["usage"]`` or ``additional_kwargs``.
+        """
+        record_input_tokens(self.session, _prompt_tokens(response))
+
+    def on_context_overflow(self, error: BaseException | None = None) -> None:
+        """The model refused the view as too long: compact with the reactive layer (the next ``get`` fits).
+
+        LlamaIndex agents cannot retry a model call from a memory: catch the error around the run and
+        call this, then run again (see the real-servers guide). ``error`` may be the framework's own
+        exception; a window it names is adopted.
+        """
+        overflow = as_overflow(error) if error is not None else None
+        self._sync("on_context_overflow").on_context_overflow(format="internal", error=overflow)
+
+    async def aon_context_overflow(self, error: BaseException | None = None) -> None:
+        """Async `on_context_overflow`."""
+        overflow = as_overflow(error) if error is not None else None
+        session = self.session if self._session is not None else await self._asession()
+        if isinstance(session, AsyncSession):
+            await session.on_context_overflow(format="internal", error=overflow)
+        else:
+            session.on_context_overflow(format="internal", error=overflow)
 
     def _sync(self, method: str) -> Session:
         session = self.session
@@ -335,3 +394,43 @@ class ContextWardenMemory(BaseMemory):
         else:
             self._session = self._new_session()
         return None
+
+
+def _prompt_tokens(response: Any) -> int | None:
+    """The prompt tokens a LlamaIndex ``ChatResponse`` reports (raw OpenAI usage or ``additional_kwargs``)."""
+    raw = response.raw if isinstance(response, ChatResponse) else None
+    usage = raw.get("usage") if isinstance(raw, Mapping) else None
+    if isinstance(usage, Mapping) and isinstance(usage.get("prompt_tokens"), int):
+        return int(usage["prompt_tokens"])
+    extra = response.additional_kwargs if isinstance(response, ChatResponse) else {}
+    tokens = extra.get("prompt_tokens")
+    return tokens if isinstance(tokens, int) else None
+
+
+class _UsageListener(BaseEventHandler):
+    """Hands the usage of each LLM call that carried a memory's view to that memory (held weakly)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    memory: Any = None
+
+    @classmethod
+    def attach(cls, memory: ContextWardenMemory) -> _UsageListener:
+        listener = cls(memory=weakref.ref(memory))
+        get_dispatcher().add_event_handler(listener)
+        return listener
+
+    @classmethod
+    def class_name(cls) -> str:
+        """LlamaIndex's name for the class."""
+        return "ContextWardenUsageListener"
+
+    def handle(self, event: BaseEvent, **kwargs: Any) -> None:
+        """Record the usage of a finished chat call that sent the memory's view."""
+        memory = self.memory() if self.memory is not None else None
+        if not isinstance(memory, ContextWardenMemory) or not isinstance(event, LLMChatEndEvent):
+            return
+        if event.response is not None and memory._session is not None and memory.sent(event.messages):
+            try:
+                memory.record_usage(event.response)
+            except Exception:  # calibration must never break the agent's run
+                logger.exception("recording LlamaIndex usage failed")

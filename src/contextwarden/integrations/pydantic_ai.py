@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from typing import Any, cast
 
+from pydantic_ai import RunContext
+from pydantic_ai.exceptions import ModelContextWindowExceededError
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -41,13 +44,17 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.settings import ModelSettings
 
 from ..exceptions import MessageError, UsageError
 from ..messages import Message, Part, TextPart, ThinkingPart, ToolCall
 from ..session import AsyncSession, Session
 from ._mirror import Mirror, unseen
+from ._recovery import add_instructions, as_overflow, record_input_tokens
 
-__all__ = ["HistoryProcessor", "from_messages", "history_processor", "to_messages"]
+__all__ = ["ContextWardenModel", "HistoryProcessor", "from_messages", "history_processor", "to_messages"]
 
 FORMAT = "pydantic-ai"
 _DERIVED = "cw_pai_"
@@ -266,6 +273,11 @@ class _Processor:
         """Time spent adding messages and preparing views (the per-turn overhead the benchmarks report)."""
 
     def add(self, history: list[ModelMessage]) -> None:
+        # the agent's instructions travel beside the history, not in it: the session counts them
+        instructions = next(
+            (m.instructions for m in reversed(history) if isinstance(m, ModelRequest) and m.instructions), None
+        )
+        add_instructions(self.session, instructions)
         fresh = self.mirror.fresh(history)
         transcript = self.session.transcript
         messages = to_messages(fresh, start=len(transcript))
@@ -333,3 +345,82 @@ def history_processor(session: Session | AsyncSession) -> HistoryProcessor:
 
     process.state = state  # type: ignore[attr-defined]  # read by benchmarks (time spent)
     return cast(HistoryProcessor, process)
+
+
+# --- the model wrapper: calibration and recovery ----------------------------------------------------
+class ContextWardenModel(WrapperModel):
+    """A pydantic-ai model wrapper: reported usage calibrates ``session``; a context-length error compacts and retries.
+
+    A history processor cannot see the model's reply or its errors; this wrapper can. Use both::
+
+        Agent(ContextWardenModel(model, session), history_processors=[history_processor(session)])
+
+    After each reply the input tokens pydantic-ai reports go to the session's calibration. When
+    the model raises ``ModelContextWindowExceededError`` (or any error whose text is a provider's
+    context-length refusal), the session compacts with the reactive layer (adopting the window the
+    error names) and the request is sent once more with the compacted view.
+
+    Args:
+        wrapped: The model (or its name) the agent would use.
+        session: The same contextwarden session the history processor uses.
+    """
+
+    def __init__(self, wrapped: Model | str, session: Session | AsyncSession) -> None:
+        if not isinstance(session, Session | AsyncSession):
+            raise UsageError(f"session={type(session).__name__}: pass the contextwarden session of the conversation.")
+        super().__init__(wrapped)
+        self.session = session
+
+    async def _compacted(self, error: BaseException, messages: list[ModelMessage]) -> list[ModelMessage]:
+        overflow = as_overflow(error, ModelContextWindowExceededError)
+        if overflow is None:
+            raise error
+        session = self.session
+        view = (
+            await session.on_context_overflow(format="internal", error=overflow)
+            if isinstance(session, AsyncSession)
+            else session.on_context_overflow(format="internal", error=overflow)
+        )
+        retried = from_messages(view.view)
+        # the newest request keeps the run's instructions (pydantic-ai reads them from there)
+        last = next((m for m in reversed(messages) if isinstance(m, ModelRequest)), None)
+        if last is not None and last.instructions and retried and isinstance(retried[-1], ModelRequest):
+            retried[-1] = replace(retried[-1], instructions=last.instructions)
+        return retried
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        """Send the request; on a context-length error compact and send it once more."""
+        try:
+            response = await self.wrapped.request(messages, model_settings, model_request_parameters)
+        except Exception as exc:
+            retried = await self._compacted(exc, messages)
+            response = await self.wrapped.request(retried, model_settings, model_request_parameters)
+        record_input_tokens(self.session, response.usage.input_tokens)
+        return response
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: RunContext[Any] | None = None,
+    ) -> AsyncIterator[StreamedResponse]:
+        """Stream the request; a context-length error before the stream opens compacts and retries once."""
+        async with AsyncExitStack() as stack:
+            try:
+                stream = await stack.enter_async_context(
+                    self.wrapped.request_stream(messages, model_settings, model_request_parameters, run_context)
+                )
+            except Exception as exc:
+                retried = await self._compacted(exc, messages)
+                stream = await stack.enter_async_context(
+                    self.wrapped.request_stream(retried, model_settings, model_request_parameters, run_context)
+                )
+            yield stream
+            record_input_tokens(self.session, stream.usage.input_tokens)

@@ -20,7 +20,7 @@ from .._json import MAX_DEPTH, BadJSON, loads
 from .._version import __version__
 from ..exceptions import ContextOverflowError, UpstreamError, UsageError
 from .base import RetryPolicy
-from .errors import classify_error, transport_error
+from .errors import blames_request, classify_error, transport_error
 
 logger = logging.getLogger("contextwarden.llm")
 
@@ -135,14 +135,22 @@ class _Retry(Exception):
 def _decide_status(response: httpx.Response, url: str, retry: RetryPolicy, attempt: int) -> _Retry:
     error = classify_error(response.status_code, response.content, url=url)
     wait = None
-    if not isinstance(error, ContextOverflowError) and RetryPolicy.is_retryable_status(response.status_code):
+    if (
+        not isinstance(error, ContextOverflowError)
+        and RetryPolicy.is_retryable_status(response.status_code)
+        and not blames_request(response.status_code, response.content)
+    ):
         wait = retry.wait_before(attempt + 1, response.headers)
     return _Retry(error, wait)
 
 
-def _decide_transport(exc: httpx.TransportError, url: str, retry: RetryPolicy, attempt: int) -> _Retry:
+def _decide_transport(
+    exc: httpx.TransportError, url: str, retry: RetryPolicy, attempt: int, *, stream: bool = False
+) -> _Retry:
+    # A streamed request the server drops before answering is a `StreamInterrupted` like an empty
+    # stream: some servers (llama-cpp-python's) reset the connection on a prompt too long for them.
     wait = retry.wait_before(attempt + 1) if _is_retryable_transport(exc) else None
-    return _Retry(transport_failure(exc, url), wait)
+    return _Retry(transport_failure(exc, url, stream=stream), wait)
 
 
 def _log_retry(url: str, decision: _Retry, attempt: int, retry: RetryPolicy) -> None:
@@ -179,13 +187,13 @@ def send_sync(
             try:
                 response = client.send(request, stream=True)
             except httpx.TransportError as exc:
-                raise _decide_transport(exc, url, config.retry, attempt) from exc
+                raise _decide_transport(exc, url, config.retry, attempt, stream=stream) from exc
             try:
                 if response.status_code >= 400 or not stream:
                     response.read()
             except httpx.TransportError as exc:
                 response.close()
-                raise _decide_transport(exc, url, config.retry, attempt) from exc
+                raise _decide_transport(exc, url, config.retry, attempt, stream=stream) from exc
             if response.status_code >= 400:
                 response.close()
                 raise _decide_status(response, url, config.retry, attempt)
@@ -216,13 +224,13 @@ async def send_async(
             try:
                 response = await client.send(request, stream=True)
             except httpx.TransportError as exc:
-                raise _decide_transport(exc, url, config.retry, attempt) from exc
+                raise _decide_transport(exc, url, config.retry, attempt, stream=stream) from exc
             try:
                 if response.status_code >= 400 or not stream:
                     await response.aread()
             except httpx.TransportError as exc:
                 await response.aclose()
-                raise _decide_transport(exc, url, config.retry, attempt) from exc
+                raise _decide_transport(exc, url, config.retry, attempt, stream=stream) from exc
             if response.status_code >= 400:
                 await response.aclose()
                 raise _decide_status(response, url, config.retry, attempt)

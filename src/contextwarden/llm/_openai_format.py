@@ -53,7 +53,9 @@ def message_to_openai(message: Message) -> dict[str, Any]:
     # Assistant: thinking is not sent back (chat completions has no field for it).
     calls = message.tool_calls
     text = message.text
-    out["content"] = text if text or not calls else None
+    # "" rather than null: OpenAI accepts both, but some servers (llama-cpp-python's) answer a null
+    # content with HTTP 500 and every later turn fails while that round is in the view.
+    out["content"] = text
     if calls:
         out["tool_calls"] = [
             {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments or "{}"}}

@@ -18,7 +18,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..exceptions import ConfigError
 from ..messages import Message, ToolCall
@@ -32,6 +32,7 @@ __all__ = [
     "ModelResponse",
     "ResponseDone",
     "RetryPolicy",
+    "ServerBound",
     "StreamEvent",
     "TextDelta",
     "ThinkingDelta",
@@ -140,6 +141,16 @@ class ResponseDone:
 
 StreamEvent = TextDelta | ThinkingDelta | ToolCallDelta | ResponseDone
 """What ``stream()`` yields; the last event is always `ResponseDone`."""
+
+
+@runtime_checkable
+class ServerBound(Protocol):
+    """A model client that talks to one server (the HTTP clients): its window can be probed there."""
+
+    @property
+    def base_url(self) -> str:
+        """The server's OpenAI-compatible base URL."""
+        ...
 
 
 class Model(Protocol):

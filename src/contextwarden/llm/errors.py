@@ -16,7 +16,7 @@ from typing import Any, Literal
 from .._json import MAX_DEPTH, BadJSON, loads
 from ..exceptions import ContextOverflowError, StreamInterrupted, UpstreamError
 
-__all__ = ["classify_error", "is_context_overflow", "transport_error"]
+__all__ = ["blames_request", "classify_error", "is_context_overflow", "transport_error"]
 
 _MAX_DETAIL = 500
 
@@ -148,6 +148,27 @@ def is_context_overflow(text: str) -> bool:
     return any(marker in lowered for marker in _OVERFLOW_MARKERS)
 
 
+# Lower-cased words of a 5xx body that blame the request, not the server's state: sending the same
+# request again fails the same way (llama-cpp-python answers a message it cannot validate with 500).
+_REQUEST_FAULTS: tuple[str, ...] = (
+    "validation error",
+    "field required",
+    "input should be",
+    "is not a valid",
+    "none is not an allowed value",
+    "invalid request",
+    "unprocessable",
+)
+
+
+def blames_request(status_code: int, body: str | bytes) -> bool:
+    """Whether a server error's body says the request itself is at fault (retrying it cannot help)."""
+    if status_code < 500:
+        return False
+    text = (body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body)[:20_000].lower()
+    return any(marker in text for marker in _REQUEST_FAULTS)
+
+
 def _hint(status_code: int | None) -> str:
     if status_code is None:
         return "the server reported an error in the middle of the reply; check the server's logs"
@@ -165,7 +186,10 @@ def _hint(status_code: int | None) -> str:
             " `max_retries`"
         )
     if status_code >= 500:
-        return "the server failed; retry later or check the server's logs"
+        return (
+            "the server failed on this request; its message above says why (a server that fails the same way again"
+            " refuses something in the request itself), else retry later or check the server's logs"
+        )
     return "the server rejected the request; check the model name and the request parameters"
 
 

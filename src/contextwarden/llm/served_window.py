@@ -18,7 +18,8 @@ window in the refusal; the probe sends one prompt of `OVERFLOW_PROBE_TOKENS` tok
 ``max_tokens=1`` and reads the window from that error. Pass ``overflow_probe=False`` to skip it.
 
 The probing logic is written once, as a generator of HTTP calls (`_probe_flow`); `probe` and
-`aprobe` only carry the calls out.
+`aprobe` only carry the calls out (with httpx, imported on first use: `ServedWindow` itself needs
+nothing).
 """
 
 from __future__ import annotations
@@ -26,13 +27,13 @@ from __future__ import annotations
 import re
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import httpx
-
-from ..exceptions import ContextOverflowError, UpstreamError
-from ._http import check_allowed, decode_reply, transport_failure
+from ..exceptions import ContextOverflowError
 from .errors import classify_error
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["OVERFLOW_PROBE_TOKENS", "ServedWindow", "ServerKind", "acount_tokens", "aprobe", "count_tokens", "probe"]
 
@@ -70,7 +71,7 @@ class ServedWindow:
 
 
 @dataclass(frozen=True, slots=True)
-class _Call:
+class Call:
     """One HTTP call the probe wants made."""
 
     method: Literal["GET", "POST"]
@@ -79,7 +80,7 @@ class _Call:
 
 
 @dataclass(frozen=True, slots=True)
-class _Answer:
+class Answer:
     """The outcome of a `_Call`: a status and the decoded JSON (``None`` when not JSON), or no reply."""
 
     status: int | None
@@ -143,8 +144,8 @@ def _trained(model_info: object) -> int | None:
     return None
 
 
-def _ollama_flow(base: str, root: str, model: str) -> Generator[_Call, _Answer, ServedWindow | None]:
-    show = yield _Call("POST", f"{root}/api/show", {"model": model})
+def _ollama_flow(base: str, root: str, model: str) -> Generator[Call, Answer, ServedWindow | None]:
+    show = yield Call("POST", f"{root}/api/show", {"model": model})
     if show.status != 200 or not isinstance(show.data, Mapping):
         return None
     trained = _trained(show.data.get("model_info"))
@@ -158,7 +159,7 @@ def _ollama_flow(base: str, root: str, model: str) -> Generator[_Call, _Answer, 
         trained_window=trained,
         tokenizer=tokenizer if isinstance(tokenizer, str) else None,
     )
-    running = yield _Call("GET", f"{root}/api/ps")
+    running = yield Call("GET", f"{root}/api/ps")
     if running.status == 200 and isinstance(running.data, Mapping) and isinstance(running.data.get("models"), list):
         for entry in running.data["models"]:
             if isinstance(entry, Mapping) and model in (entry.get("name"), entry.get("model")):
@@ -173,8 +174,8 @@ def _ollama_flow(base: str, root: str, model: str) -> Generator[_Call, _Answer, 
 
 def _llama_cpp_python_flow(
     base: str, root: str, model: str | None, overflow_probe: bool
-) -> Generator[_Call, _Answer, ServedWindow | None]:
-    counted = yield _Call("POST", f"{root}/extras/tokenize/count", {"input": "a", "model": model})
+) -> Generator[Call, Answer, ServedWindow | None]:
+    counted = yield Call("POST", f"{root}/extras/tokenize/count", {"input": "a", "model": model})
     if counted.status != 200 or not isinstance(counted.data, Mapping) or "count" not in counted.data:
         return None
     found = ServedWindow(
@@ -187,7 +188,7 @@ def _llama_cpp_python_flow(
     if not overflow_probe:
         return found
     prompt = " a" * OVERFLOW_PROBE_TOKENS
-    refused = yield _Call("POST", f"{base}/completions", {"model": model, "prompt": prompt, "max_tokens": 1})
+    refused = yield Call("POST", f"{base}/completions", {"model": model, "prompt": prompt, "max_tokens": 1})
     if refused.status is None or refused.status < 400:
         return found
     error = classify_error(refused.status, refused.text, url=f"{base}/completions")
@@ -196,15 +197,15 @@ def _llama_cpp_python_flow(
     return found
 
 
-def _probe_flow(base_url: str, model: str | None, overflow_probe: bool) -> Generator[_Call, _Answer, ServedWindow]:
+def _probe_flow(base_url: str, model: str | None, overflow_probe: bool) -> Generator[Call, Answer, ServedWindow]:
     base = base_url.rstrip("/")
     root = _root(base)
-    props = yield _Call("GET", f"{root}/props")
+    props = yield Call("GET", f"{root}/props")
     if props.status == 200 and isinstance(props.data, Mapping):
         found = _llama_cpp(base, root, props.data)
         if found is not None:
             return found
-    listing = yield _Call("GET", f"{base}/models")
+    listing = yield Call("GET", f"{base}/models")
     entries: list[Mapping[str, Any]] = []
     if listing.status == 200 and isinstance(listing.data, Mapping) and isinstance(listing.data.get("data"), list):
         entries = [e for e in listing.data["data"] if isinstance(e, Mapping)]
@@ -231,18 +232,18 @@ def _probe_flow(base_url: str, model: str | None, overflow_probe: bool) -> Gener
     return ServedWindow(base_url=base, server="openai-compatible", window=None, model=name)
 
 
-def _count_call(served: ServedWindow, text: str) -> _Call | None:
+def _count_call(served: ServedWindow, text: str) -> Call | None:
     url = served.token_count_url
     if url is None:
         return None
     if served.server == "llama.cpp":
-        return _Call("POST", url, {"content": text})
+        return Call("POST", url, {"content": text})
     if served.server == "llama-cpp-python":
-        return _Call("POST", url, {"input": text, "model": served.model})
-    return _Call("POST", url, {"model": served.model, "prompt": text})
+        return Call("POST", url, {"input": text, "model": served.model})
+    return Call("POST", url, {"model": served.model, "prompt": text})
 
 
-def _count_from(answer: _Answer) -> int | None:
+def _count_from(answer: Answer) -> int | None:
     if answer.status != 200 or not isinstance(answer.data, Mapping):
         return None
     count = answer.data.get("count")
@@ -250,82 +251,6 @@ def _count_from(answer: _Answer) -> int | None:
         return count
     tokens = answer.data.get("tokens")
     return len(tokens) if isinstance(tokens, list) else None
-
-
-def _headers(api_key: str | None) -> dict[str, str]:
-    return {"authorization": f"Bearer {api_key}"} if api_key else {}
-
-
-def _answer(response: httpx.Response, url: str) -> _Answer:
-    try:
-        data = decode_reply(response.content, url, "a probe answer")
-    except UpstreamError:
-        data = None
-    return _Answer(response.status_code, data, response.text)
-
-
-class _Unreachable(Exception):
-    def __init__(self, error: UpstreamError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-def _send_sync(client: httpx.Client, call: _Call, headers: Mapping[str, str], timeout: float) -> _Answer:
-    check_allowed(call.url)
-    try:
-        response = client.request(call.method, call.url, json=call.body, headers=headers, timeout=timeout)
-    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-        raise _Unreachable(transport_failure(exc, call.url)) from exc
-    except httpx.TransportError:
-        return _Answer(None, None)
-    return _answer(response, call.url)
-
-
-async def _send_async(client: httpx.AsyncClient, call: _Call, headers: Mapping[str, str], timeout: float) -> _Answer:
-    check_allowed(call.url)
-    try:
-        response = await client.request(call.method, call.url, json=call.body, headers=headers, timeout=timeout)
-    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-        raise _Unreachable(transport_failure(exc, call.url)) from exc
-    except httpx.TransportError:
-        return _Answer(None, None)
-    return _answer(response, call.url)
-
-
-def _run_sync(
-    flow: Generator[_Call, _Answer, Any], client: httpx.Client | None, api_key: str | None, timeout: float
-) -> Any:
-    owned = client is None
-    http = client if client is not None else httpx.Client(trust_env=False)
-    try:
-        call = next(flow)
-        while True:
-            call = flow.send(_send_sync(http, call, _headers(api_key), timeout))
-    except StopIteration as stop:
-        return stop.value
-    except _Unreachable as exc:
-        raise exc.error from exc.__cause__
-    finally:
-        if owned:
-            http.close()
-
-
-async def _run_async(
-    flow: Generator[_Call, _Answer, Any], client: httpx.AsyncClient | None, api_key: str | None, timeout: float
-) -> Any:
-    owned = client is None
-    http = client if client is not None else httpx.AsyncClient(trust_env=False)
-    try:
-        call = next(flow)
-        while True:
-            call = flow.send(await _send_async(http, call, _headers(api_key), timeout))
-    except StopIteration as stop:
-        return stop.value
-    except _Unreachable as exc:
-        raise exc.error from exc.__cause__
-    finally:
-        if owned:
-            await http.aclose()
 
 
 def probe(
@@ -356,7 +281,9 @@ def probe(
         UpstreamError: Nothing listens at ``base_url``.
         UsageError: ``contextwarden.llm.ALLOW_MODEL_REQUESTS`` is off and the server is not local.
     """
-    found: ServedWindow = _run_sync(_probe_flow(base_url, model, overflow_probe), http_client, api_key, timeout)
+    from ._served_io import run_sync
+
+    found: ServedWindow = run_sync(_probe_flow(base_url, model, overflow_probe), http_client, api_key, timeout)
     return found
 
 
@@ -370,11 +297,13 @@ async def aprobe(
     http_client: httpx.AsyncClient | None = None,
 ) -> ServedWindow:
     """The async twin of `probe`."""
-    found: ServedWindow = await _run_async(_probe_flow(base_url, model, overflow_probe), http_client, api_key, timeout)
+    from ._served_io import run_async
+
+    found: ServedWindow = await run_async(_probe_flow(base_url, model, overflow_probe), http_client, api_key, timeout)
     return found
 
 
-def _count_flow(served: ServedWindow, text: str) -> Generator[_Call, _Answer, int | None]:
+def _count_flow(served: ServedWindow, text: str) -> Generator[Call, Answer, int | None]:
     call = _count_call(served, text)
     if call is None:
         return None
@@ -395,7 +324,9 @@ def count_tokens(
     Raises:
         UpstreamError: The server cannot be reached.
     """
-    counted: int | None = _run_sync(_count_flow(served, text), http_client, api_key, timeout)
+    from ._served_io import run_sync
+
+    counted: int | None = run_sync(_count_flow(served, text), http_client, api_key, timeout)
     return counted
 
 
@@ -408,5 +339,7 @@ async def acount_tokens(
     http_client: httpx.AsyncClient | None = None,
 ) -> int | None:
     """The async twin of `count_tokens`."""
-    counted: int | None = await _run_async(_count_flow(served, text), http_client, api_key, timeout)
+    from ._served_io import run_async
+
+    counted: int | None = await run_async(_count_flow(served, text), http_client, api_key, timeout)
     return counted

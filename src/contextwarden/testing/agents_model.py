@@ -19,6 +19,8 @@ from agents.models.chatcmpl_converter import Converter
 from openai.types.chat import ChatCompletionMessage
 from openai.types.responses import ResponseStreamEvent
 
+from ..llm.errors import classify_error
+
 __all__ = ["ChatCompletionsTestModel"]
 
 
@@ -53,7 +55,8 @@ class ChatCompletionsTestModel(Model):
         if tools:
             body["tools"] = [Converter.tool_to_openai(t) for t in tools]
         response = await self._client.post(f"{self.base_url}/chat/completions", json=body)
-        response.raise_for_status()
+        if response.status_code >= 400:  # the library's errors, so integrations see a refusal for what it is
+            raise classify_error(response.status_code, response.content, url=str(response.url))
         reply = response.json()
         message = ChatCompletionMessage.model_validate(reply["choices"][0]["message"])
         usage = reply.get("usage") or {}

@@ -22,6 +22,8 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
+from ..llm.errors import classify_error
+
 __all__ = ["OpenAICompatibleChatModel"]
 
 
@@ -56,7 +58,8 @@ class OpenAICompatibleChatModel(BaseChatModel):
         if kwargs.get("tools"):
             body["tools"] = kwargs["tools"]
         response = self._client.post(f"{self.base_url}/chat/completions", json=body)
-        response.raise_for_status()
+        if response.status_code >= 400:  # the library's errors, so integrations see a refusal for what it is
+            raise classify_error(response.status_code, response.content, url=str(response.url))
         reply = response.json()
         choice = reply["choices"][0]["message"]
         calls = [

@@ -17,6 +17,8 @@ import httpx
 from llama_index.core.base.llms.types import ChatMessage, TextBlock, ToolCallBlock
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 
+from ..llm.errors import classify_error
+
 __all__ = ["openai_mock_llm"]
 
 
@@ -31,7 +33,8 @@ def openai_mock_llm(base_url: str, *, model: str = "scripted-model") -> MockFunc
         if tools:
             body["tools"] = [t.metadata.to_openai_tool() for t in tools]
         response = client.post(f"{base_url}/chat/completions", json=body)
-        response.raise_for_status()
+        if response.status_code >= 400:  # the library's errors, so integrations see a refusal for what it is
+            raise classify_error(response.status_code, response.content, url=str(response.url))
         reply = response.json()["choices"][0]["message"]
         blocks: list[Any] = [TextBlock(text=reply["content"])] if reply.get("content") else []
         for call in reply.get("tool_calls") or []:

@@ -26,6 +26,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
+from ..llm.errors import classify_error
+
 __all__ = ["openai_function_model"]
 
 
@@ -47,7 +49,8 @@ def openai_function_model(base_url: str, *, model: str = "scripted-model") -> Fu
                 for t in info.function_tools
             ]
         response = await client.post(f"{base_url}/chat/completions", json=body)
-        response.raise_for_status()
+        if response.status_code >= 400:  # the library's errors, so integrations see a refusal for what it is
+            raise classify_error(response.status_code, response.content, url=str(response.url))
         reply = response.json()
         message = reply["choices"][0]["message"]
         parts: list[Any] = [

@@ -5,7 +5,8 @@ Each model call gives one sample: the accountant's estimate for the request and 
 ``reported / estimated`` as a correction factor, clamped so that one odd sample (a request the
 estimate did not see, such as a provider-side system prompt) cannot swing it far, and exposes the
 recent error of the raw estimates. A session applies the factor (``applied``) to its budget once
-``min_samples`` samples agree on it.
+``min_samples`` samples agree on it; until then it applies ``prior``, a safety margin for a
+counter that is not the model's own tokenizer (1.0: none).
 
 A context-length error can also report the window the server really serves (Ollama's
 ``num_ctx`` and vLLM's ``max_model_len`` are often smaller than the model's); ``served_window``
@@ -36,6 +37,7 @@ class Calibration:
         max_factor: float = 2.0,
         window: int = 20,
         min_samples: int = 3,
+        prior: float = 1.0,
     ) -> None:
         """Create a calibration with no samples (factor 1.0).
 
@@ -44,7 +46,9 @@ class Calibration:
             min_factor: lower clamp of the factor.
             max_factor: upper clamp of the factor.
             window: how many recent samples `error` averages over.
-            min_samples: samples needed before ``applied`` uses the factor (1.0 until then).
+            min_samples: samples needed before ``applied`` uses the factor (``prior`` until then).
+            prior: the factor ``applied`` uses before ``min_samples`` samples: above 1.0 it counts
+                every message as that much larger, a margin for a tokenizer that may undercount.
         """
         if not 0 < alpha <= 1:
             raise ConfigError(f"Calibration `alpha` must be in (0, 1], got {alpha!r}.", key="alpha")
@@ -55,6 +59,10 @@ class Calibration:
             )
         if window < 1:
             raise ConfigError(f"Calibration `window` must be >= 1, got {window!r}.", key="window")
+        if not (isinstance(prior, int | float) and min_factor <= prior <= max_factor):
+            raise ConfigError(
+                f"Calibration `prior` must be between min_factor and max_factor, got {prior!r}.", key="prior"
+            )
         if isinstance(min_samples, bool) or not isinstance(min_samples, int) or min_samples < 1:
             raise ConfigError(f"Calibration `min_samples` must be an int >= 1, got {min_samples!r}.", key="min_samples")
         self.alpha = alpha
@@ -62,6 +70,8 @@ class Calibration:
         self.min_factor = min_factor
         self.max_factor = max_factor
         self.window = window
+        self.prior = float(prior)
+        """The factor applied before ``min_samples`` samples (a safety margin; 1.0: none)."""
         self.factor = 1.0
         """Current correction: multiply an estimate by it (1.0 until the first sample)."""
         self.samples = 0
@@ -72,12 +82,12 @@ class Calibration:
 
     @property
     def applied(self) -> float:
-        """The factor a budget applies: ``factor`` to two decimals once ``min_samples`` were recorded, else 1.0.
+        """The factor a budget applies: ``factor`` to two decimals once ``min_samples`` were recorded, else ``prior``.
 
         Rounded so that the budget moves in steps, not on every sample.
         """
         if self.samples < self.min_samples:
-            return 1.0
+            return round(self.prior, 2)
         return round(self.factor, 2)
 
     def adopt_window(self, limit: int) -> bool:
@@ -152,6 +162,7 @@ class Calibration:
             "recent": [list(s) for s in self._recent],
             "min_samples": self.min_samples,
             "served_window": self.served_window,
+            "prior": self.prior,
         }
 
     @classmethod
@@ -168,6 +179,7 @@ class Calibration:
                 max_factor=float(data["max_factor"]),
                 window=int(data["window"]),
                 min_samples=int(data.get("min_samples", 3)),
+                prior=float(data.get("prior", 1.0)),
             )
             factor = float(data["factor"])
             if not math.isfinite(factor):
