@@ -133,6 +133,7 @@ def test_pydantic_ai_model_wrapper_and_history_processor(llama_server: str, wind
 def _llamaindex_llm(base_url: str) -> Any:
     """A LlamaIndex chat LLM over the library's OpenAI-compatible client (errors and usage as the library reports)."""
     from llama_index.core.base.llms.types import ChatMessage, ChatResponse, CompletionResponse, LLMMetadata
+    from llama_index.core.llms.callbacks import llm_chat_callback
     from llama_index.core.llms.custom import CustomLLM
 
     from contextwarden.integrations.llamaindex import to_messages as from_llamaindex
@@ -144,6 +145,7 @@ def _llamaindex_llm(base_url: str) -> Any:
         def metadata(self) -> LLMMetadata:
             return LLMMetadata(context_window=N_CTX, num_output=REPLY_TOKENS, is_chat_model=True)
 
+        @llm_chat_callback()  # type: ignore[misc]  # LlamaIndex's instrumentation reports the usage from here
         def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
             reply = client.request(from_llamaindex(messages), max_tokens=REPLY_TOKENS)
             usage = {"prompt_tokens": reply.usage.input_tokens} if reply.usage.reported else {}
