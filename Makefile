@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test test-llama llama-server lint typecheck unit docs docs-ref fuzz bench-trim bench-probes bench clean
+.PHONY: demo test test-llama llama-server lint typecheck unit docs docs-ref readme-chart fuzz bench-trim bench-probes bench clean
 
 $(PY):
 	@echo "==> creating the virtual environment $(VENV)"
@@ -35,6 +35,10 @@ unit: $(STAMP)
 # The documentation site (mkdocs.yml, docs/) into site/; warnings fail the build.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# The README's picture: the demo report's utilization chart (Playwright with Debian's chromium).
+readme-chart: $(STAMP)
+	$(PY) tools/render_chart.py
 
 # Rewrite the generated reference pages and benchmark tables (a test checks they are current).
 docs-ref: $(STAMP)
