@@ -40,9 +40,11 @@ from ..exceptions import (
     OverflowUnresolved,
     SessionNotFound,
     UnknownModelError,
+    UpstreamError,
     UsageError,
 )
 from ..llm.errors import classify_error
+from ..llm.served_window import ServedWindow
 from ..messages import Message, TextPart
 from ..snapshots import READ_CONTEXT_TOOL
 from . import jsonio
@@ -585,6 +587,10 @@ async def _stream(turn: _Turn, view: list[Any] | None) -> Response:
             raise
         except UpstreamBroken:
             await upstream.aclose()
+            retry = await _retry_cut_stream(turn)
+            if retry is not None:
+                view = retry
+                continue
             raise ServiceError(
                 502,
                 f"The upstream at {svc.upstream.shown_url} broke the stream before its first event.",
@@ -593,6 +599,10 @@ async def _stream(turn: _Turn, view: list[Any] | None) -> Response:
         svc.metrics.upstream_latency.observe(time.perf_counter() - sent)
         if first_data is None:
             await upstream.aclose()
+            retry = await _retry_cut_stream(turn)
+            if retry is not None:
+                view = retry
+                continue
             raise ServiceError(
                 502, f"The upstream at {svc.upstream.shown_url} sent an empty stream.", code="upstream_empty_stream"
             )
@@ -617,6 +627,39 @@ async def _stream(turn: _Turn, view: list[Any] | None) -> Response:
                 view = await turn.answer_read_back(reply)
                 continue
         return _Relay(turn, upstream, chunks, framer, head)
+
+
+_SERVED: dict[tuple[str, str], ServedWindow] = {}
+"""What each upstream said its window is, by (base URL, model): probed once, on the first cut stream."""
+
+
+async def _retry_cut_stream(turn: _Turn) -> list[Any] | None:
+    """A stream cut before its first event, near the upstream's window: compact and retry (None: do not).
+
+    Some servers refuse an over-long streamed prompt with an empty stream or a dropped connection
+    (llama-cpp-python's): the upstream's own endpoints name its window
+    (`contextwarden.llm.served_window`), and a view near it is compacted as after a context-length error.
+    """
+    if turn.lease is None or turn.view_tokens is None:
+        return None
+    from ..llm.served_window import aprobe
+    from ..llm.stream_recovery import likely_overflow, overflow_from_window
+
+    base_url, model = turn.svc.upstream.base_url, str(turn.body.get("model"))
+    served = _SERVED.get((base_url, model))
+    if served is None:
+        try:
+            served = _SERVED[(base_url, model)] = await aprobe(base_url, model=model)
+        except (UpstreamError, UsageError) as exc:
+            logger.info("probing the upstream's window failed: %s", exc)
+            return None
+    # counts may fall short of the server's own: half the window is near enough for a stream cut this way
+    if served.window is None or not likely_overflow(
+        prompt_tokens=turn.view_tokens, window=served.window, largest_answered=turn.view_tokens, near=0.5
+    ):
+        return None
+    error = overflow_from_window(served, url=turn.svc.upstream.shown_url, prompt_tokens=turn.view_tokens)
+    return await turn.compact_for_retry(error) if error is not None else None
 
 
 async def _read_closing(response: UpstreamReply) -> bytes:
