@@ -333,6 +333,9 @@ class ServiceSection(BaseModel):
     0 (the default): none, so ``/metrics`` names no session of any tenant."""
     log_content: bool = False
     """Log message content (off: logs carry sizes and ids only)."""
+    shadow: bool = False
+    """Shadow mode: every request goes upstream exactly as the client sent it, while the session records the
+    conversation and computes the view it would have sent (dashboard, sessions API, ``view_tokens`` in the log)."""
     max_cached_sessions: Int = Field(default=1000, gt=0)
     """Sessions kept open in memory per process (the least recently used are reopened from the store)."""
     allowed_origins: list[str] = Field(default_factory=list)

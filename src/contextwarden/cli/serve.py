@@ -49,6 +49,13 @@ def serve_command(
         str | None, typer.Option("--hash-key", help="Print the SHA-256 of an API key for `\\[service] api_keys`, exit.")
     ] = None,
     log_level: Annotated[str, typer.Option(help="Log level: debug, info, warning, error.")] = "info",
+    shadow: Annotated[
+        bool,
+        typer.Option(
+            "--shadow",
+            help="Forward every request unchanged; record the sessions and the views the proxy would send.",
+        ),
+    ] = False,
     detect_window: Annotated[
         bool,
         typer.Option(
@@ -83,6 +90,8 @@ def serve_command(
         service["port"] = port
     if upstream is not None:
         service["upstream_url"] = upstream
+    if shadow:
+        service["shadow"] = True
     if service:
         flags["service"] = service
     if store is not None:
@@ -102,6 +111,10 @@ def serve_command(
     base = _url(settings.service.host, listener.getsockname()[1])
     upstream_shown = redact_url(settings.service.upstream_url)
     typer.echo(f"contextwarden: dashboard {base}/  ·  clients use {base}/v1  ·  upstream {upstream_shown}")
+    if settings.service.shadow:
+        typer.echo(
+            "contextwarden: shadow mode: requests go upstream unchanged; the dashboard shows the views it would send"
+        )
     server = uvicorn.Config(app, log_level=log_level.lower(), access_log=False, timeout_graceful_shutdown=5)
     uvicorn.Server(server).run(sockets=[listener])
 

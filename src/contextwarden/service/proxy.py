@@ -196,7 +196,12 @@ class _Turn:
                 return None
             messages, view = messages[: -self.drop], view[: -self.drop]
         names = {str(t.get("name") or (t.get("function") or {}).get("name")) for t in self.tools}
-        self.offered = READ_BACK not in names and self.read_backs < _READ_BACK_ROUNDS and _offers_read_back(view)
+        self.offered = (
+            not self.svc.settings.service.shadow
+            and READ_BACK not in names
+            and self.read_backs < _READ_BACK_ROUNDS
+            and _offers_read_back(view)
+        )
         return messages
 
     async def _add(self, messages: list[Message], start: int) -> int:
@@ -225,8 +230,8 @@ class _Turn:
 
     async def compact_for_retry(self, error: ContextOverflowError) -> list[Any] | None:
         """After a context-length error: the deeper-compacted view to retry with (None: no retry)."""
-        if self.lease is None or self.retried or self.drop:
-            return None
+        if self.lease is None or self.retried or self.drop or self.svc.settings.service.shadow:
+            return None  # in shadow mode the client's request stands as sent, and so does the upstream's answer
         self.retried = True
         self.svc.metrics.retries.inc()
         prepared = await self.lease.session.on_context_overflow(format=self.dialect.view_format, error=error)
@@ -245,7 +250,8 @@ class _Turn:
         if lease is None or self.drop or self.unmanaged:
             return  # a retry's reply is stored already; an unmanaged request has no session
         session = lease.session
-        session.on_turn_end(usage)
+        if not self.svc.settings.service.shadow:  # in shadow mode the usage is the whole request's, not the view's
+            session.on_turn_end(usage)
         if reply.messages is None:
             return
         lease.sync_keys()
@@ -288,7 +294,7 @@ class _Turn:
 
     # --- the upstream side --------------------------------------------------------------------
     def upstream_body(self, view: list[Any] | None) -> bytes:
-        if view is None:
+        if view is None or self.svc.settings.service.shadow:
             return self.raw
         extra = [self.dialect.tool_schema(READ_CONTEXT_TOOL)] if self.offered else []
         return jsonio.dumps(self.dialect.render(self.body, view, extra_tools=extra))
@@ -391,6 +397,17 @@ async def _prepared(turn: _Turn, session_id: str | None) -> list[Any] | None:
     svc = turn.svc
     if session_id is None:
         return None
+    if svc.settings.service.shadow:
+        try:
+            return await _session_view(turn, session_id)
+        except (BudgetExceeded, OverflowUnresolved) as exc:  # observed, not enforced: the request goes as sent
+            logger.info("shadow: session %s would refuse the request: %s", session_id, exc)
+            return None
+    return await _session_view(turn, session_id)
+
+
+async def _session_view(turn: _Turn, session_id: str) -> list[Any] | None:
+    svc = turn.svc
     name = session_id
     while True:
         turn.lease = await _lease(turn, name)
