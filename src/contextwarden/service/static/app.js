@@ -282,14 +282,9 @@ function scheduleDetail() {
 
 function onEvent(kind, data) {
   if (kind === "context.status") {
-    const gauge = $("gauge");
-    gauge.dataset.ratio = String(data.ratio);
-    gauge.dataset.state = data.state;
-    $("gauge-fill").style.width = Math.min(100, data.ratio * 100).toFixed(1) + "%";
-    $("gauge-used").textContent = String(data.used);
-    $("gauge-budget").textContent = String(data.budget);
-    $("gauge-ratio").textContent = pct(data.ratio);
-    $("gauge-state").textContent = data.state;
+    // the event carries the same figures as the API (its `budget` is the effective budget)
+    showGauge({ ratio: data.ratio, state: data.state, used: data.used, effective: data.budget,
+                last_layer: data.last_layer });
     scheduleDetail();
   } else if (kind === "compaction.finished" || kind === "alert") {
     scheduleDetail();
