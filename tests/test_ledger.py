@@ -170,7 +170,7 @@ def test_render_prefers_newest_lines_and_keeps_facts() -> None:
     assert TIKTOKEN.count_text(text) <= 150
     assert "#40 " in text and "#1 " not in text
     assert "Earlier steps:" in text
-    assert "Key data:" in text and "TP039" in text
+    assert "Key data by source" in text and "TP039" in text and "[book #40" in text and "ORD-39" in text
 
 
 # --- the ledger in a session -----------------------------------------------------------------
@@ -374,7 +374,7 @@ def test_estimated_render_fits_its_budget_while_facts_remain(data: st.DataObject
     max_tokens = data.draw(st.integers(1, 500), label="max_tokens")
     exclude = data.draw(st.sampled_from(["", "ORD-4411\nLisbon"]), label="exclude")
     text = led.render(max_tokens=max_tokens, count=TIKTOKEN.count_text, exact=False, exclude=exclude)
-    if "\nKey data: " in text:  # facts left that could have been dropped: the estimate fits
+    if "\nKey data by source" in text:  # facts left that could have been dropped: the estimate fits
         assert led.estimate(text) <= max_tokens, text
 
 

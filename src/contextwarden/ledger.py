@@ -29,6 +29,7 @@ from .ledger_entries import (
     shorten,
 )
 from .messages import Message
+from .provenance import admitted, source_label
 from .shellrefs import is_path
 
 __all__ = ["Ledger", "LedgerEntry", "StepStatus", "describe_call", "entry_for_round", "request_facts"]
@@ -37,6 +38,28 @@ _MARK = {"planned": "…", "done": "✓", "failed": "✗"}
 _RANKS = 6
 """`fact_rank` values run from 0 to 5."""
 HEADER = "[Progress ledger: steps already completed; do not repeat them.]"
+KEY_DATA = "Key data by source: "
+
+
+def _source(e: LedgerEntry) -> str:
+    """Where an entry's facts came from: the step and its tools, or the user's request."""
+    return f"#{e.step} user" if e.kind == "request" else source_label(e.step, e.tools)
+
+
+def _by_source(facts: Sequence[str], origin: Mapping[str, str]) -> str:
+    """Facts grouped by the tool (or the user) they came from, each group naming its steps.
+
+    A label per tool rather than per step: the steps of one tool share one label, which keeps
+    the ledger's room for the facts themselves.
+    """
+    groups: dict[str, tuple[list[str], list[str]]] = {}
+    for f in facts:
+        step, _, who = origin.get(f, "? ").partition(" ")
+        steps, items = groups.setdefault(who, ([], []))
+        if step not in steps:
+            steps.append(step)
+        items.append(f)
+    return " ".join(f"[{who} {' '.join(steps)}] " + " · ".join(items) for who, (steps, items) in groups.items())
 
 
 @dataclass
@@ -52,6 +75,8 @@ class Ledger:
     kept_facts: list[str] = field(default_factory=list)
     """Best facts of rolled-up requests and failures, oldest first (bounded by ``max_kept_facts``)."""
     max_kept_facts: int = 60
+    kept_sources: dict[str, str] = field(default_factory=dict)
+    """Where each kept fact came from (``#<step> <tool>`` or ``#<step> user``)."""
     _scale: float = field(default=1.15, repr=False, compare=False)
     _line_memo: dict[tuple[int, str], str] = field(default_factory=dict, repr=False, compare=False)
     _raw_costs: dict[str, float] = field(default_factory=dict, repr=False, compare=False)
@@ -59,6 +84,8 @@ class Ledger:
         default_factory=dict, repr=False, compare=False
     )
     _tally_memo: dict[tuple[int, int, int], str] = field(default_factory=dict, repr=False, compare=False)
+    _origin: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    """Sources of the facts of the render in progress (see `_by_source`)."""
     _changes: int = field(default=0, repr=False, compare=False)
     """Bumped by every change of entries or counts (keys the summary-line memo)."""
     """Unscaled size estimates of facts and lines: renders repeat most of them."""
@@ -146,11 +173,16 @@ class Ledger:
             # What the user asked for and what failed outlives the entry: its best facts stay
             # listed (bounded), so a session hundreds of steps long still shows its first ticket.
             if e.kind == "request" or e.status == "failed":
-                for f in e.facts[:6]:
+                facts = e.facts[:6] if e.kind == "request" else admitted(e.facts[:6])
+                for f in facts:
                     # file paths are left to the working set, which ranks the files a user named
                     if f not in self.kept_facts and fact_rank(f) <= 3 and not (e.kind == "request" and is_path(f)):
                         self.kept_facts.append(f)
-                del self.kept_facts[: max(0, len(self.kept_facts) - self.max_kept_facts)]
+                        self.kept_sources[f] = _source(e)
+                dropped = self.kept_facts[: max(0, len(self.kept_facts) - self.max_kept_facts)]
+                del self.kept_facts[: len(dropped)]
+                for f in dropped:
+                    self.kept_sources.pop(f, None)
             self.rolled_up[e.status] = self.rolled_up.get(e.status, 0) + 1
             for tool in e.tools:
                 key = f"tool:{tool}"
@@ -189,8 +221,8 @@ class Ledger:
             max_tokens = int(max_tokens * 0.97)  # estimates only: leave a margin so one render fits
         listable = max(1, max_tokens // 12)
         skipped, entries = (entries[:-listable], entries[-listable:]) if len(entries) > listable else ([], entries)
-        # the summary line of everything skipped is an upper bound of the one rendered; 4: "Key data: "
-        room = max_tokens - cost(HEADER) - cost(self._summary_line(skipped or entries)) - 6
+        # the summary line of everything skipped is an upper bound of the one rendered
+        room = max_tokens - cost(HEADER) - cost(self._summary_line(skipped or entries)) - cost(KEY_DATA)
         if room <= 0:
             return ""  # not even the header and the summary line fit
         # the agent's own notes come first: they are few and say what it decided
@@ -206,9 +238,12 @@ class Ledger:
         #    then tool steps' facts, newest step first, gathered up to three times the room so
         #    rendering stays cheap for long sessions.
         buckets: list[list[str]] = [[] for _ in range(_RANKS)]
+        origin: dict[str, str] = {}
+        """Each fact's source, as the first entry that gave it (newest first) names it."""
         for f in self.kept_facts:
             # what users stated in requests that rolled up: few, and not repeated by any newer step
             buckets[fact_rank(f)].append(f)
+            origin.setdefault(f, self.kept_sources.get(f, "user"))
         # then what users asked for, every listed request (they are few, and a tool's output is
         # seldom what a later step needs by name the way a stated id or constraint is)
         everything = [*skipped, *entries]
@@ -216,6 +251,8 @@ class Ledger:
             if e.kind == "request":
                 for rank, group in enumerate(self._ranked_facts(e)[0]):
                     buckets[rank].extend(group)
+                    for f in group:
+                        origin.setdefault(f, _source(e))
         gathered = 0
         for e in reversed(everything):
             if e.kind == "request":
@@ -223,6 +260,8 @@ class Ledger:
             ranked_facts, weight = self._ranked_facts(e)
             for rank, group in enumerate(ranked_facts):
                 buckets[rank].extend(group)
+                for f in group:
+                    origin.setdefault(f, _source(e))
             gathered += weight
             if gathered > room * 3:
                 break
@@ -262,6 +301,7 @@ class Ledger:
                     taken.add(f)
                     used += c
         facts = kept
+        self._origin = origin
         text = self._compose([*skipped, *entries[:hidden]], visible, facts, note_lines)
         if not exact:
             # the line-by-line budget above is approximate: trim facts until the whole text's estimate
@@ -305,6 +345,8 @@ class Ledger:
         groups: list[list[str]] = [[] for _ in range(_RANKS)]
         for f in e.facts:
             groups[fact_rank(f)].append(f)
+        if e.kind != "request":  # text lifted from a tool output: identifiers, and lines that give no orders
+            groups = [admitted(g) for g in groups]
         grouped = tuple(tuple(g) for g in groups)
         weight = sum(len(f) // 3 + 1 for f in e.facts)
         self._rank_memo[e.step] = (e.facts, grouped, weight)
@@ -351,7 +393,7 @@ class Ledger:
     ) -> str:
         lines = [HEADER, *note_lines, self._summary_line(hidden), *(self._line(e) for e in visible)]
         if facts:
-            lines.append("Key data: " + " · ".join(facts))
+            lines.append(KEY_DATA + _by_source(facts, self._origin))
         return "\n".join(x for x in lines if x)
 
     def _line(self, e: LedgerEntry) -> str:
@@ -399,6 +441,7 @@ class Ledger:
             "next_step": self.next_step,
             "notes_added": self.notes_added,
             "kept_facts": list(self.kept_facts),
+            "kept_sources": dict(self.kept_sources),
             "scale": self._scale,
         }
 
@@ -425,5 +468,7 @@ class Ledger:
             notes_added=check.integer(data.get("notes_added", 0), "ledger.notes_added", minimum=0),
             kept_facts=check.strings(data.get("kept_facts", []), "ledger.kept_facts"),
         )
+        sources = check.mapping(data.get("kept_sources", {}), "ledger.kept_sources")
+        ledger.kept_sources = {str(k): str(v) for k, v in sources.items() if isinstance(v, str)}
         ledger._scale = min(1.5, max(0.5, scale))
         return ledger

@@ -39,6 +39,7 @@ from .memory.records import Hit, MemoryRecord
 from .memory.status import RecallStatus, RetrievalMode
 from .memory.tiers import HybridMemory
 from .messages import Message, TextPart
+from .provenance import withhold
 
 if TYPE_CHECKING:
     from .budget import Budget
@@ -459,7 +460,8 @@ def _render(hits: Sequence[Hit], session_id: str) -> str:
     lines = [f'{header} (source · step · time · score; read_context("#<step>") shows a step in full):']
     for members in groups.values():
         lines.append(_label(members, session_id))
-        lines.extend(h.memory.text for h in members)
+        # recalled tool output is data: a sentence of it that gives orders stays in the tool result
+        lines.extend(withhold(h.memory.text) if h.memory.role == "tool" else h.memory.text for h in members)
     return "\n".join(lines)
 
 

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from .keyinfo import error_lines
 from .messages import Message, ToolCall
+from .provenance import admitted
 from .shellrefs import exit_code, find_paths, is_path, shell_references, test_summary
 
 __all__ = ["WorkItem", "WorkingSet"]
@@ -246,7 +247,8 @@ class WorkingSet:
                 if item is not None:
                     item.outcome = outcome
                     if failed:
-                        for line in error_lines(text, limit=2):
+                        # error lines leave the output for the context block: none that gives orders
+                        for line in admitted(error_lines(text, limit=2)):
                             self._touch("error", _one_line(line), "seen", index, tier=2)
                     else:
                         self._resolve_errors()
@@ -451,7 +453,7 @@ def _outcome(text: str, *, is_error: bool) -> tuple[bool, str]:
         or (code is None and "Traceback (most recent call last)" in text)
     )
     if failed:
-        first = error_lines(text, limit=1)
+        first = admitted(error_lines(text, limit=2))[:1]
         detail = _one_line(first[0])[:120] if first else (f"exit code {code}" if code is not None else "error")
         return True, f"failed: {detail}"
     if summary.get("passed"):

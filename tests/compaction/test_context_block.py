@@ -45,6 +45,7 @@ def test_the_block_lists_the_evicted_steps_within_its_room() -> None:
 
 def test_sections_come_before_the_ledger_user_words_first_then_summary() -> None:
     book = book_with_evictions()
+    book.evict(book.rounds[1])  # the user's request left the view: the section shows it
     book.summary, book.summary_span = "Matched INV-700 to INV-705.", ("m1", "m2")
     book.notes.handle_tool_call({"action": "add", "kind": "decision", "text": "Use the March rates."}, turn=1)
     room = context_block.context_room(book, CONFIG, None)
@@ -54,6 +55,12 @@ def test_sections_come_before_the_ledger_user_words_first_then_summary() -> None
     context_block.render(book, CONFIG)
     text = book.context.text  # type: ignore[union-attr]
     assert text.index(HEADER) < text.index("Summary of messages") < text.index("Use the March rates.")
+
+
+def test_the_user_section_does_not_repeat_a_message_still_in_view() -> None:
+    book = book_with_evictions()  # the request is the newest user message: protected, in view
+    room = context_block.context_room(book, CONFIG, None)
+    assert not any(part.startswith(HEADER) for part in context_block.sections(book, room))
 
 
 def test_without_room_the_block_falls_back_to_its_header() -> None:

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from contextwarden.compaction import context_block
 from contextwarden.compaction.config import CompactionConfig
 from contextwarden.compaction.summarizer import SummaryRequest
 from contextwarden.exceptions import SnapshotError
@@ -232,7 +233,9 @@ def test_after_a_thrashing_alert_the_deeper_target_is_reached() -> None:
         pv = s.prepare(format="internal")
         if [e for e in rec.since(mark, "alert") if e.alert == "thrashing"]:
             target = rec.since(mark, "compaction.started")[0].target
-            assert pv.status.used <= target, (i, pv.status.used, target, pv.status.breakdown)
+            # the user's own words come on top of a deeper cut (they are few, and nothing stands in for them)
+            words = s.engine.book.room.user_need + context_block.SECTION_HEADER
+            assert pv.status.used <= target + words, (i, pv.status.used, target, words, pv.status.breakdown)
             return
     raise AssertionError("no thrashing alert")
 

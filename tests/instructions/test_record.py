@@ -29,6 +29,8 @@ def test_a_rule_given_at_step_3_is_in_the_view_at_step_300() -> None:
     for step in range(300):
         if step == 3:
             session.add([Message.user(rule), Message.assistant("Understood.")])
+        if step == 150:  # a newer request: the rule's message is no longer the one in force at the end
+            session.add([Message.user("Now the download test too."), Message.assistant("On it.")])
         session.add(_tool_round(step))
         session.prepare(format="internal")
     text, view = _view_text(session)

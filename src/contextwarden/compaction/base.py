@@ -76,6 +76,8 @@ class Room:
     """Most tokens the user's instructions may take in the context block (``instructions_share``)."""
     user_need: int = 0
     """Tokens the user's instructions need in the context block, measured when a compaction starts."""
+    lean: bool = False
+    """A tight budget or a deeper cut than low water: the user's plain requests are left to the ledger."""
 
     @classmethod
     def of(

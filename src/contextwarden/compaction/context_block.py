@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 
+from ..instructions import UserInstructions
 from ..messages import Message, TextPart
 from ..summarize.extractive import fit_summary
 from .book import RoundBook
@@ -63,11 +64,16 @@ def working_set_need(book: RoundBook) -> int:
 
 
 def instructions_need(book: RoundBook) -> int:
-    """Tokens the block needs to show the user's instructions, within their cap (`Room.user_cap`)."""
+    """Tokens the block needs to show the user's instructions, within their cap (`Room.user_cap`).
+
+    Measured before the compaction evicts anything, for every message the user wrote: the messages
+    still in view now may leave it in this compaction.
+    """
     cap = book.room.user_cap
     if cap <= 0:
         return 0
-    _, tokens = book.read_instructions().render(max_tokens=cap, count=book.accountant.count_text)
+    requests = not book.room.lean
+    _, tokens = book.read_instructions().render(max_tokens=cap, count=book.accountant.count_text, requests=requests)
     return tokens + 1 if tokens else 0
 
 
@@ -87,7 +93,7 @@ def context_room(book: RoundBook, config: CompactionConfig, target: int | None) 
         half_share = min(cap, int(effective * config.ledger_share / 2) + room.work_need + room.user_need)
         if target < config.low_water * effective - 1:  # a deeper cut (thrashing, reactive) must land
             # ...but not by cutting the user's words: they are few and nothing else stands in for them
-            half_share = min(half_share, max(target - room.floor, room.user_need + SECTION_HEADER))
+            half_share = min(half_share, max(0, target - room.floor) + room.user_need + SECTION_HEADER)
         tokens = min(tokens, max(target - rest, half_share))
     return tokens
 
@@ -130,7 +136,16 @@ def user_section(book: RoundBook, room: int) -> tuple[str, int]:
     cap = min(book.room.user_cap, room - SECTION_HEADER)
     if cap <= 0:
         return "", 0
-    return book.read_instructions().render(max_tokens=cap, count=book.accountant.count_text)
+    record = book.read_instructions()
+    in_view = _in_view(book, record)
+    count = book.accountant.count_text
+    return record.render(max_tokens=cap, count=count, in_view=in_view, requests=not book.room.lean)
+
+
+def _in_view(book: RoundBook, record: UserInstructions) -> set[int]:
+    """Steps of the user's messages the view still shows (the section does not repeat them)."""
+    rounds = book.rounds
+    return {i.step for i in record.items if i.step < len(rounds) and rounds[i.step].state != "evicted"}
 
 
 def render(book: RoundBook, config: CompactionConfig, *, target: int | None = None) -> None:
@@ -181,7 +196,9 @@ def render(book: RoundBook, config: CompactionConfig, *, target: int | None = No
         tokens = count_rendered(msg)
     if tokens > room and len(parts) > 2 and user[0]:  # then the other sections: the user's words stay
         user_cap = max(0, room - count_message(Message.user(head)) - 4)
-        words = book.read_instructions().render(max_tokens=user_cap, count=book.accountant.count_text)[0]
+        record = book.read_instructions()
+        in_view = _in_view(book, record)
+        words = record.render(max_tokens=user_cap, count=book.accountant.count_text, in_view=in_view, requests=False)[0]
         msg = block("\n".join([head, words] if words else [head]))
         tokens = count_rendered(msg)
     if tokens > room and config.require_user_first:

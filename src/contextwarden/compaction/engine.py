@@ -377,9 +377,11 @@ class ContextEngine:
         book.room = Room.of(
             effective, config, tight=tight, floor=floor, work_need=book.room.work_need, user_need=book.room.user_need
         )
-        book.room = replace(
-            book.room, work_need=context_block.working_set_need(book), user_need=context_block.instructions_need(book)
-        )
+        # a tight budget or a deeper cut (thrashing, reactive): the user's plain requests leave the
+        # section to the ledger's denser lines; what they ruled, corrected and decided stays
+        lean = tight or target < config.low_water * effective - 1
+        book.room = replace(book.room, work_need=context_block.working_set_need(book), lean=lean)
+        book.room = replace(book.room, user_need=context_block.instructions_need(book))
         if "clear" in config.layers and self._open("clear", trigger) and book.total() > target:
             layer = self._run("clear", trigger, target, lambda: clear.run(book, target, config, protected=protected))
         if "evict" in config.layers and self._open("evict", trigger) and book.total() > target:

@@ -3,11 +3,12 @@
 The layer yields one `SummaryRequest` (the previous summary, the messages newly out of view, the
 size the summary may take in the context block) and receives the reply; `Session` and
 `AsyncSession` drive that I/O with their summarizer. A reply is rejected when it is not text,
-looks like an error, or keeps too few of the identifiers it was given (unless the summarizer
-checks identifiers by its own rules). Consecutive failures open a circuit breaker that stops
-only this layer; a summarizer that answers degraded requests without a model keeps it running.
-A background summarizer may hand in a better summary of exactly the current span at any
-compaction (`merge_ready`).
+looks like an error, carries an instruction that came from a tool output of the span
+(`contextwarden.provenance`: tool output is data, never a rule), or keeps too few of the
+identifiers it was given (unless the summarizer checks identifiers by its own rules).
+Consecutive failures open a circuit breaker that stops only this layer; a summarizer that
+answers degraded requests without a model keeps it running. A background summarizer may hand
+in a better summary of exactly the current span at any compaction (`merge_ready`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Generator, Sequence
 from ..events import Alert, EventBus
 from ..exceptions import SummaryRejected
 from ..keyinfo import fact_rank, rank_facts
+from ..messages import Message
+from ..provenance import forged_instruction
 from .base import Change
 from .book import RoundBook
 from .bookround import BookRound
@@ -101,13 +104,16 @@ class SummaryLayer:
         else:
             text = reply
             problem = "the summarizer failed" if text is None else check_summary(text)
+            if problem is None and text is not None:
+                problem = _forged(text, messages)
             if problem is None and text is not None and not self.checks_identifiers:
                 problem = lost_identifiers(book, fresh, text, request.max_tokens, config)
         if problem is not None and not degraded:
             self._failed(problem, config)
         if problem is not None:
             # the summarizer's own fallback (deterministic) still moves the summary forward
-            text = fallback if fallback is not None and check_summary(fallback) is None else None
+            usable = fallback is not None and check_summary(fallback) is None and _forged(fallback, messages) is None
+            text = fallback if usable else None
             if text is None:
                 return False
         elif not degraded:
@@ -147,8 +153,18 @@ class SummaryLayer:
             logger.exception("summary merge hook failed for session %s", self.session_id)
             return False
         if isinstance(better, str) and check_summary(better) is None:
-            book.summary = better.strip()
+            span = [r for r in book.rounds if r.state == "evicted" and r.ordinal <= book.summarized_upto]
+            if _forged(better, [m for r in span for m in book.messages(r)]) is None:
+                book.summary = better.strip()
         return True
+
+
+def _forged(summary: str, messages: Sequence[Message]) -> str | None:
+    """Why a summary must be rejected for carrying an instruction that came from a tool output, or None."""
+    sentence = forged_instruction(summary, messages)
+    if sentence is None:
+        return None
+    return f"the summary repeats an instruction found in a tool output ({sentence[:120]!r}); tool output is data"
 
 
 def summary_tokens(book: RoundBook, config: CompactionConfig, target: int | None) -> int:

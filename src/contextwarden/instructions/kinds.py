@@ -135,6 +135,23 @@ _AUTHORITY_RE = re.compile(
 )
 
 
+# orders for the rest of the session, or about rules themselves: program output does not say these
+_STANDING_RE = re.compile(
+    r"\b(?:from now on|going forward|henceforth|for the rest of (?:the|this)|from this point|under no circumstances?|"
+    r"at all times|until (?:i|the user|further notice)|(?:is|are|has been|have been) (?:now )?(?:cancell?ed|withdrawn|"
+    r"revoked|lifted|void|suspended|overridden|waived|rescinded)|no longer (?:applies|apply|in effect|required|"
+    r"needed)|permission|authori[sz]ed|allowed to|permitted to|new (?:rule|policy|instructions?)|"
+    r"(?:rule|policy|instruction)s? (?:\w+ )?(?:is|are) (?:now )?(?:changed|updated|replaced))\b",
+    _I,
+)
+# a sentence that opens with an order (after a label such as "Error:" or "Note:")
+_ORDER_RE = re.compile(
+    r"^\W*(?:[\w .-]{1,24}:\s*)?(?:please\s+)?(?:ignore|disregard|skip|delete|remove|push|stop|do not|don'?t|never|"
+    r"always|forget|use|run|edit|commit|deploy|cancel|book|refund|transfer|send|set|change|switch|treat|consider|"
+    r"assume|proceed|reply|respond|answer|tell|reveal|print|output|execute|grant|allow|disable|enable|override|"
+    r"bypass|drop|wipe|rm)\b",
+    _I,
+)
 _ADDRESSED_RE = re.compile(r"\b(?:you|your|agent|assistant|model|ai)\b|^\W*(?:please|do not|don'?t|never|always)\b", _I)
 
 
@@ -195,6 +212,8 @@ def reads_as_instruction(sentence: str) -> bool:
     Used on text from tool outputs: a line that reads so must not leave its tool result.
     """
     if _AUTHORITY_RE.search(sentence) or _CORRECTION_RE.search(sentence) or _WEAK_CORRECTION_RE.search(sentence):
+        return True
+    if _STANDING_RE.search(sentence) or _ORDER_RE.match(sentence):
         return True
     # a rule only when it is addressed to someone: plain program output also says "never" and "must"
     return bool(_RULE_RE.search(sentence) or _WEAK_RULE_RE.search(sentence)) and bool(_ADDRESSED_RE.search(sentence))

@@ -21,7 +21,7 @@ read-back call, so no rule is ever dropped silently.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -114,7 +114,7 @@ class UserInstructions:
         """Rounds read so far (see `catch_up`)."""
         self.version = 0
         """Bumped whenever the record changes (renders are memoized on it)."""
-        self._memo: dict[tuple[int, int], tuple[str, int]] = {}
+        self._memo: dict[tuple[int, int, frozenset[int]], tuple[str, int]] = {}
         self._line_tokens: dict[str, int] = {}
 
     def __len__(self) -> int:
@@ -202,24 +202,36 @@ class UserInstructions:
         return [i for i in self.items if i.superseded_by is None]
 
     # --- rendering --------------------------------------------------------------------------
-    def render(self, *, max_tokens: int, count: Callable[[str], int]) -> tuple[str, int]:
+    def render(
+        self,
+        *,
+        max_tokens: int,
+        count: Callable[[str], int],
+        in_view: Collection[int] = (),
+        requests: bool = True,
+    ) -> tuple[str, int]:
         """The section's text within ``max_tokens`` (by ``count``) and its tokens; ``("", 0)`` when empty.
 
         When the instructions do not all fit, requests leave first (oldest first), then decisions
         and the task, then binding statements; a closing line names every step left out.
+        ``in_view``: steps whose message the view still shows as the user wrote it: they are not
+        repeated (a message leaves the view only in a compaction, which renders the section again).
+        ``requests``: False leaves plain requests out (a tight budget: the progress ledger lists them
+        by their key data, which is denser); rules, corrections, values, decisions and the task stay.
         """
-        key = (self.version, max_tokens)
+        hidden = frozenset(i.step for i in self.items if i.step in in_view or (not requests and _priority(i) == 2))
+        key = (self.version, max_tokens, hidden)
         memo = self._memo.get(key)
         if memo is not None:
             return memo
         if len(self._memo) > 16:
             self._memo.clear()
-        result = self._render(max_tokens, count)
+        result = self._render(max_tokens, count, hidden)
         self._memo[key] = result
         return result
 
-    def _render(self, max_tokens: int, count: Callable[[str], int]) -> tuple[str, int]:
-        shown = self.current()
+    def _render(self, max_tokens: int, count: Callable[[str], int], in_view: frozenset[int]) -> tuple[str, int]:
+        shown = [i for i in self.current() if i.step not in in_view]
         if not shown or max_tokens <= 0:
             return "", 0
         lines = {i.step: _line(i) for i in shown}

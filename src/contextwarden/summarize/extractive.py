@@ -25,6 +25,7 @@ from ..compaction.summarizer import SummaryRequest
 from ..keyinfo import extract_identifiers, fact_rank, key_lines, salient_facts
 from ..ledger_entries import describe_call, request_facts
 from ..messages import INSTRUCTION_ROLES, Message
+from ..provenance import admit, admitted
 from ..tokens import TokenCounter, get_counter
 from ._sections import Sections, clip, compose, parse_summary
 
@@ -110,7 +111,7 @@ def message_identifiers(message: Message, *, scan_chars: int = _SCAN_CHARS) -> l
         if len(text) > 1200:
             found += extract_identifiers(text[1200:scan_chars])
     elif message.role == "tool":
-        found += salient_facts(text, scan_chars=scan_chars)
+        found += admitted(salient_facts(text, scan_chars=scan_chars))
     elif message.role == "assistant":
         if text:
             found += salient_facts(text, scan_chars=scan_chars)
@@ -167,12 +168,14 @@ _ERROR_NAME_RE = re.compile(r"\b\w*(?:Error|Exception|Failure|Refused|Denied)\b|
 
 def _error_line(message: Message) -> str:
     """The line that says what went wrong: a named error first, not a traceback's header."""
-    found = [ln for ln in key_lines(message.text, limit=8, max_line_chars=200) if not ln.startswith("Traceback")]
+    # a line that gives orders stays in its tool output (provenance): it is never a summary's error line
+    lines = admitted(key_lines(message.text, limit=8, max_line_chars=200))
+    found = [ln for ln in lines if not ln.startswith("Traceback")]
     named = [ln for ln in found if _ERROR_NAME_RE.search(ln)]
     if named or found:
         return (named or found)[0]
-    first = message.text.strip().split("\n", 1)[0]
-    return first[:200]
+    first = message.text.strip().split("\n", 1)[0][:200]
+    return first if admit(first) else "an error (see the step's output)"
 
 
 @dataclass
@@ -302,7 +305,7 @@ class _BaseExtractive:
                 out.steps.append(f"{item.desc} → failed")
             elif not item.results:
                 out.steps.append(f"{item.desc} → no result")
-            elif result and len(result) <= 60 and "\n" not in result:
+            elif result and len(result) <= 60 and "\n" not in result and admit(result):
                 out.steps.append(f"{item.desc} → {result}")
             else:
                 out.steps.append(item.desc)
