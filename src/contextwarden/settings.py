@@ -55,6 +55,10 @@ from .compaction.config import _FLOAT_FIELDS, _INT_FIELDS, _MAX_WEIGHT, Compacti
 from .exceptions import ConfigError
 from .models import lookup_model
 
+if TYPE_CHECKING:
+    from .memory.config import MemoryOptions
+    from .recall import SessionMemory
+
 __all__ = [
     "ENV_PREFIX",
     "SEED_KEY_MAP",
@@ -238,6 +242,50 @@ class StoreSection(BaseModel):
     """Session store URL (a leading ``~`` in a SQLite path is expanded); default: ``sessions.db`` in the user dir."""
 
 
+class MemoryWeights(BaseModel):
+    """``[memory.weights]``: the recall score α·relevance + β·recency + γ·importance."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    relevance: Number = Field(default=1.0, ge=0.0, le=1.0)
+    recency: Number = Field(default=0.05, ge=0.0, le=1.0)
+    importance: Number = Field(default=0.05, ge=0.0, le=1.0)
+    half_life: Number = Field(default=7 * 24 * 3600.0, gt=0.0)
+    """Seconds after which recency has decayed to one half."""
+
+
+class MemorySection(BaseModel):
+    """``[memory]``: long-term memory of sessions (off unless ``enabled``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    """Give sessions long-term memory: what compaction moves out of the view is recalled when relevant."""
+    url: str = "store"
+    """``store``: beside the sessions (the session store's SQLite file or Postgres database; in process
+    for other stores); or ``memory://``, ``sqlite:///path.db``, ``postgresql://host/db``."""
+    embedder: Literal["none", "hashing", "minilm"] = "none"
+    """``none``: keyword recall (BM25); ``minilm``: hybrid with the packaged MiniLM (extra ``embeddings``)."""
+    across_sessions: bool = True
+    """Recall the tenant's memories of every session (true) or the session's own only."""
+    share: Number = Field(default=0.08, gt=0.0, lt=0.9)
+    """The memory's room per request, as a share of the effective budget."""
+    limit: Int = Field(default=40, ge=1, le=1000)
+    """Hits asked of memory per request."""
+    chunk_chars: Int = Field(default=480, ge=40, le=100_000)
+    """Longest chunk a message is cut into."""
+    min_score: Number = Field(default=0.4, ge=0.0, le=1.0)
+    """Hits scoring below this share of the best hit are not shown."""
+    weights: MemoryWeights = Field(default_factory=MemoryWeights)
+
+    @field_validator("url")
+    @classmethod
+    def _known_place(cls, value: str) -> str:
+        if value in ("store", "memory://") or value.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            return value
+        raise ValueError("use 'store', 'memory://', 'sqlite:///path.db' or 'postgresql://host/db'")
+
+
 class SummarizerSection(BaseModel):
     """``[summarizer]``."""
 
@@ -404,6 +452,7 @@ class Settings(BaseSettings):
     compaction: CompactionSection = Field(default_factory=lambda: CompactionSection())
     budgets: BudgetsSection = Field(default_factory=BudgetsSection)
     store: StoreSection = Field(default_factory=StoreSection)
+    memory: MemorySection = Field(default_factory=MemorySection)
     summarizer: SummarizerSection = Field(default_factory=SummarizerSection)
     models: dict[str, ModelOverride] = Field(default_factory=dict)
     service: ServiceSection = Field(default_factory=ServiceSection)
@@ -421,6 +470,43 @@ class Settings(BaseSettings):
         return init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=_FILE_DATA.get({}))
 
     # --- derived library objects -----------------------------------------------------------
+    def memory_options(self) -> MemoryOptions:
+        """The ``[memory]`` section as the library's `MemoryOptions`."""
+        from .memory.config import MemoryOptions
+        from .memory.scoring import ScoreWeights
+
+        m = self.memory
+        weights = ScoreWeights(
+            relevance=m.weights.relevance,
+            recency=m.weights.recency,
+            importance=m.weights.importance,
+            half_life=m.weights.half_life,
+        )
+        return MemoryOptions(
+            url=m.url,
+            embedder=m.embedder,
+            across_sessions=m.across_sessions,
+            share=m.share,
+            limit=m.limit,
+            chunk_chars=m.chunk_chars,
+            min_score=m.min_score,
+            weights=weights,
+        )
+
+    def session_memory(self, *, tenant: str = "default") -> SessionMemory:
+        """A session's long-term memory as ``[memory]`` configures it (its place follows ``[store]``)."""
+        from .recall import SessionMemory
+
+        options = self.memory_options()
+        return SessionMemory(
+            options.long_term(store_url=self.store_url, tenant=tenant),
+            share=options.share,
+            limit=options.limit,
+            chunk_chars=options.chunk_chars,
+            min_score=options.min_score,
+            across_sessions=options.across_sessions,
+        )
+
     @property
     def store_url(self) -> str:
         """The session store URL (default: SQLite in the user directory; a leading ``~`` is expanded)."""

@@ -199,10 +199,15 @@ def run_locomo(
     total = sum(len(s["qa"]) for s in samples) * len(usable)
     done = 0
     results: dict[str, dict[int, dict[int | str, dict[str, float]]]] = {}
+    conversations: dict[int, dict[str, dict[str, float]]] = {}
     started = time.perf_counter()
     for variant in usable:
         per_budget: dict[int, dict[int | str, dict[str, float]]] = {b: {"all": _empty()} for b in budgets}
+        # each conversation's own figures (of the last variant): a change that lifts the total but
+        # lowers half the conversations does not generalize
+        conversations = {b: {} for b in budgets}
         for sample in samples:
+            name = str(sample.get("sample_id", f"conversation {len(conversations[budgets[0]]) + 1}"))
             records = conversation_records(sample)
             memory = LongTermMemory(
                 embedder=cached if variant.dense else None,
@@ -221,6 +226,8 @@ def run_locomo(
                 for budget in budgets:
                     context = render_hits(pack_hits(hits, budget_tokens=budget, counter=counter))
                     _score(per_budget[budget], qa.get("category"), context, evidence, texts, answer)
+                    own = conversations[budget].setdefault(name, _empty())
+                    _score({"all": own}, None, context, evidence, texts, answer, categories=False)
                 done += 1
                 if progress is not None:
                     progress(done, total)
@@ -232,6 +239,10 @@ def run_locomo(
         "embedder": embedder.name if embedder is not None else None,
         "variant": usable[-1].name,
         "budgets": {str(b): _budget_result(final[b]) for b in budgets},
+        "by_conversation": {str(b): {name: _summary(acc) for name, acc in conversations[b].items()} for b in budgets},
+        "spread": {
+            str(b): _spread([_summary(acc)["evidence_recall"] for acc in conversations[b].values()]) for b in budgets
+        },
         "ablation": {name: {str(b): _summary(per[b]["all"]) for b in budgets} for name, per in results.items()},
         "seconds": round(time.perf_counter() - started, 2),
     }
@@ -246,6 +257,16 @@ def _budget_result(per: dict[int | str, dict[str, float]]) -> dict[str, Any]:
     return out
 
 
+def _spread(values: list[float]) -> dict[str, float]:
+    """The lowest, highest and middle of the conversations' evidence recall, and their spread."""
+    if not values:
+        return {"min": 0.0, "median": 0.0, "max": 0.0, "range": 0.0}
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return {"min": ordered[0], "median": median, "max": ordered[-1], "range": ordered[-1] - ordered[0]}
+
+
 def _score(
     per: dict[int | str, dict[str, float]],
     category: object,
@@ -253,10 +274,12 @@ def _score(
     evidence: list[str],
     texts: dict[str, str],
     answer: object,
+    *,
+    categories: bool = True,
 ) -> None:
     key = category if isinstance(category, int) else 0
     normalized = _normalize(context)
-    for acc in (per["all"], per.setdefault(key, _empty())):
+    for acc in (per["all"], per.setdefault(key, _empty())) if categories else (per["all"],):
         acc["questions"] += 1
         found = sum(1 for e in evidence if texts[e] in context)
         acc["evidence_found"] += found

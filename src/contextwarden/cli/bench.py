@@ -416,6 +416,16 @@ def locomo_table(result: dict[str, Any], *, title: str) -> Table:
             f"  recall: {category}",
             *(f"{result['budgets'][b]['by_category'][category]['evidence_recall']:.3f}" for b in budgets),
         )
+    for name in result.get("by_conversation", {}).get(budgets[0], {}):
+        table.add_row(
+            f"  recall: {name}",
+            *(f"{result['by_conversation'][b][name]['evidence_recall']:.3f}" for b in budgets),
+        )
+    if "spread" in result:
+        table.add_row(
+            "  conversations: min-max",
+            *(f"{result['spread'][b]['min']:.3f}-{result['spread'][b]['max']:.3f}" for b in budgets),
+        )
     for name, per in result.get("ablation", {}).items():
         table.add_row(f"ablation: {name}", *(f"{per[b]['evidence_recall']:.3f}" for b in budgets))
     return table

@@ -18,7 +18,6 @@ from rich.text import Text
 from ..demo import DemoResult, generate_session, replay, write_report
 from ..demo.replay import CompactionRecord, TurnStats
 from ..exceptions import SessionNotFound
-from ..recall import SessionMemory
 from ..settings import user_dir
 from ..stores import SessionStore
 from ._common import build_session, command_prefix, err, get_settings, out, print_json
@@ -246,7 +245,7 @@ def demo_command(
             tools=demo.tools,
             summarizer=summarizer,
             store=st,
-            memory=SessionMemory() if memory else None,
+            memory=settings.session_memory() if memory else None,
         )
         rule = session.status().rule
         result = DemoResult(
