@@ -4,8 +4,8 @@ It runs only when the other layers left the view above the effective budget (not
 the low-water target): a tight budget, or an item larger than the whole budget. In order, until
 the view fits:
 
-1. outputs of the rounds still in view get compact stand-ins; an output that alone would
-   overflow is offloaded to its snapshot with a head-and-tail preview;
+1. outputs of the rounds still in view, but for the protected ones, get compact stand-ins; an
+   output that alone would overflow is offloaded to its snapshot with a head-and-tail preview;
 2. rounds leave the view, oldest first, down to the ones no layer may remove (system, pinned,
    the current request, calls in flight, the newest round);
 3. the outputs of those protected rounds become previews sized to the room they have.
@@ -37,9 +37,10 @@ def _shrink(book: RoundBook, budget: int, config: CompactionConfig) -> int:
     for r in conversation:  # previews for large outputs, oldest of the kept rounds first
         if book.total() <= budget:
             return changed
-        if r.state != "evicted" and r.kind == "tool-call":
+        if r.state != "evicted" and r.kind == "tool-call" and r.ordinal not in protected_hard:
             # compact stand-ins (results that arrived late are still full); an output that alone
-            # would overflow gets a head + tail preview
+            # would overflow gets a head + tail preview. The protected rounds (the newest among them:
+            # the output the agent is about to read) keep their outputs while older rounds can leave
             room = budget - book.rendered_total() + r.view_tokens
             cut = Cut(mode="offload", limit=max(0, room // 2))
             if clear_round(book, r, config, reason="offloaded", cut=cut) > 0:
