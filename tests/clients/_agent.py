@@ -21,11 +21,11 @@ import json
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from ._dialects import ROUTES, Call, Reply, Request, answer, parse
 
@@ -298,7 +298,45 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
 
-class AgentServer:
+class _Quiet(BaseHTTPRequestHandler):
+    """HTTP/1.1 (kept-alive connections, as the clients use them), no access log."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _Background:
+    """An HTTP server on ``127.0.0.1:<free port>`` in a thread, for the length of a ``with`` block."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._server = _Server(("127.0.0.1", 0), handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _write_chunked(handler: BaseHTTPRequestHandler, chunks: Iterable[bytes]) -> None:
+    """Send ``chunks`` as a chunked body, each as soon as it is there."""
+    for chunk in chunks:
+        handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        handler.wfile.flush()
+    handler.wfile.write(b"0\r\n\r\n")
+    handler.wfile.flush()
+
+
+class AgentServer(_Background):
     """`ScriptedAgent` on ``127.0.0.1:<free port>``: the three dialects, ``/v1/models``, side requests."""
 
     def __init__(self, agent: ScriptedAgent, *, model: str = "scripted-agent") -> None:
@@ -307,12 +345,7 @@ class AgentServer:
         self.other: list[tuple[str, str]] = []  # (method, path) of requests to other routes
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
+        class Handler(_Quiet):
             def do_GET(self) -> None:
                 owner.other.append(("GET", self.path))
                 if self.path.split("?")[0].rstrip("/").endswith("/models"):
@@ -356,26 +389,9 @@ class AgentServer:
                 self.send_header("Cache-Control", "no-cache")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                for frame in frames:
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
-                    self.wfile.flush()
-                self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
+                _write_chunked(self, frames)
 
-        self._server = _Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> AgentServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler)
 
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection", "host"}
@@ -392,7 +408,7 @@ class Sent:
     status: int = 0
 
 
-class Tap:
+class Tap(_Background):
     """Forwards everything to ``target`` unchanged (streams chunk by chunk) and records the requests."""
 
     def __init__(self, target: str) -> None:
@@ -400,12 +416,7 @@ class Tap:
         host, _, port = target.removeprefix("http://").rstrip("/").partition(":")
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
+        class Handler(_Quiet):
             def do_GET(self) -> None:
                 self._forward(b"")
 
@@ -431,23 +442,7 @@ class Tap:
                         self.send_header(key, value)
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                while chunk := response.read1(65536):
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    self.wfile.flush()
-                self.wfile.write(b"0\r\n\r\n")
+                _write_chunked(self, iter(lambda: response.read1(65536), b""))
                 connection.close()
 
-        self._server = _Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> Tap:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler)
