@@ -100,6 +100,7 @@ def invocation(name: str, bin_dir: Path, base_url: str, repo: Path, home: Path) 
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_ERROR_REPORTING": "1",
             "IS_SANDBOX": "1",  # lets --dangerously-skip-permissions run as root in a container
+            "DISABLE_AUTO_COMPACT": "1",  # the proxy keeps the history (docs/guides/clients.md)
         }
         argv = [
             str(bin_dir / "claude"),
@@ -121,6 +122,7 @@ def invocation(name: str, bin_dir: Path, base_url: str, repo: Path, home: Path) 
                     'model = "scripted-agent"',
                     'model_provider = "scripted"',
                     "check_for_update_on_startup = false",
+                    "model_auto_compact_token_limit = 1000000000",  # the proxy keeps the history
                     "[analytics]",
                     "enabled = false",
                     "[model_providers.scripted]",
@@ -166,6 +168,7 @@ def invocation(name: str, bin_dir: Path, base_url: str, repo: Path, home: Path) 
             "OPENCODE_DISABLE_MODELS_FETCH": "1",
             "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
             "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+            "OPENCODE_DISABLE_AUTOCOMPACT": "1",  # the proxy keeps the history
         }
         argv = [str(bin_dir / "opencode"), "run", "--model", "scripted/scripted-agent", PROMPT]
         return Invocation(argv, env, repo)
