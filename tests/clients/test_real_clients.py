@@ -140,7 +140,11 @@ def test_client_through_proxy(name: str, bin_dir: Path, tmp_path: Path, proxy: C
             # qwen-code sends no session identity of its own: the session goes in the base URL
             base = f"{tap.url}/s/qwen-{tmp_path.name}" if name == "qwen" else tap.url
             done = _run(name, bin_dir, base, repo, tmp_path / "home")
-    _assert_steps(name, agent, done, STEPS)
+    try:
+        _assert_steps(name, agent, done, STEPS)
+    except AssertionError as exc:  # the proxy's log says why a request failed
+        log = (tmp_path / "serve.log").read_text(errors="replace")
+        raise AssertionError(f"{exc}\n--- serve.log (end) ---\n{log[-4000:]}") from None
     problems = own_content_problems(agent.records, tap.sent)
     assert not problems, problems[:10]
     changed = signed_parts_changed(agent.records, tap.sent)
