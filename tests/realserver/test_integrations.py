@@ -17,11 +17,11 @@ import pytest
 from contextwarden import AsyncSession, Session
 from contextwarden.llm import OpenAIChatModel
 
-from .conftest import N_CTX, note, record
+from .conftest import N_CTX, note, record, turns
 
 pytestmark = pytest.mark.llama_server
 
-TURNS = 15
+TURNS = turns(15)
 REPLY_TOKENS = 48
 SYSTEM = "You are a terse assistant. Answer in one sentence. " * 4
 WINDOWS = [N_CTX, 4 * N_CTX]

@@ -13,11 +13,11 @@ import uvicorn
 from contextwarden.service import create_app
 from contextwarden.settings import Settings
 
-from .conftest import N_CTX, note, record
+from .conftest import N_CTX, note, record, turns
 
 pytestmark = pytest.mark.llama_server
 
-TURNS = 40
+TURNS = turns(40)
 REPLY_TOKENS = 48
 
 

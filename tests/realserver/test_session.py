@@ -17,11 +17,11 @@ from contextwarden.exceptions import ContextWardenError
 from contextwarden.llm import OpenAIChatModel, ResponseDone, TextDelta
 from contextwarden.messages import ToolCall
 
-from .conftest import N_CTX, note, record
+from .conftest import N_CTX, note, record, turns
 
 pytestmark = pytest.mark.llama_server
 
-TURNS = 40
+TURNS = turns(40)
 REPLY_TOKENS = 48
 
 
