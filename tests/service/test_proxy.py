@@ -173,3 +173,25 @@ def test_several_choices_record_no_reply_and_the_clients_pick_comes_with_its_nex
     r = service.client.post("/v1/chat/completions", json=picked, headers=headers)
     assert r.status_code == 200 and r.headers["x-session-id"] == "n2"
     assert stored(service, "n2")[2:] == [("assistant", "blue"), ("user", "why?"), ("assistant", "ok")]
+
+
+def test_a_request_with_no_identity_passes_through_and_is_counted(
+    service: Running, upstream: ScriptedOpenAIServer
+) -> None:
+    r = service.client.post("/v1/chat/completions", json=chat(SYSTEM, user("who am I?")))
+    assert r.status_code == 200 and "x-session-id" not in r.headers
+    assert upstream.requests[-1]["messages"] == [SYSTEM, user("who am I?")]
+    metrics = service.app.state.service.metrics.render().decode()
+    assert 'contextwarden_unmanaged_requests_total{reason="no_session"} 1.0' in metrics
+
+
+def test_the_fingerprint_names_a_conversation_that_sends_no_session(
+    service_factory: Callable[[Settings], Running], upstream: ScriptedOpenAIServer, sqlite_url: str
+) -> None:
+    service = service_factory(make_settings(sqlite_url, upstream.base_url, session_fingerprint=True))
+    first = service.client.post("/v1/chat/completions", json=chat(SYSTEM, user("plan the work")))
+    session = first.headers["x-session-id"]
+    assert session.startswith("fp_")
+    follow = chat(SYSTEM, user("plan the work"), assistant("ok"), user("go"))
+    assert service.client.post("/v1/chat/completions", json=follow).headers["x-session-id"] == session
+    assert [text for _, text in stored(service, session)][1:] == ["plan the work", "ok", "go", "ok"]
