@@ -346,3 +346,42 @@ def test_a_redis_database_out_of_range_is_a_503_store_error(
     service = service_factory(make_settings(f"{base}/99?prefix=cw-attack", upstream.base_url))
     answer = service.client.post("/v1/chat/completions", json=chat(user("hi")), headers={"x-session-id": "s"})
     assert answer.status_code == 503, answer.text
+
+
+def test_a_retry_storm_stores_one_reply_and_sends_one_upstream(
+    service: Running, upstream: ScriptedOpenAIServer
+) -> None:
+    request = chat(user("the same question"))
+    for _ in range(20):
+        answer = service.client.post("/v1/chat/completions", json=request, headers={"x-session-id": "storm"})
+        assert answer.status_code == 200, answer.text
+    info = service.client.get("/v1/sessions/storm").json()["session"]
+    assert info["message_count"] == 2
+    follow = chat(user("the same question"), answer.json()["choices"][0]["message"], user("next"))
+    assert (
+        service.client.post("/v1/chat/completions", json=follow, headers={"x-session-id": "storm"}).status_code == 200
+    )
+    sent = upstream.requests[-1]["messages"]
+    assert sum(1 for m in sent if m["role"] == "assistant") == 1
+
+
+def test_negative_usage_in_a_streamed_responses_reply_is_unreported_not_a_broken_stream(
+    service_factory: Callable[[Settings], Running], sqlite_url: str
+) -> None:
+    completed = {
+        "type": "response.completed",
+        "response": {
+            "id": "resp_1",
+            "object": "response",
+            "status": "completed",
+            "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}],
+            "usage": {"input_tokens": -1, "output_tokens": 1},
+        },
+    }
+    frame = f"data: {json.dumps(completed)}\n\n".encode()
+    with RawUpstream(lambda path, body: (200, {"content-type": "text/event-stream"}, [frame])) as upstream:
+        service = service_factory(make_settings(sqlite_url, upstream.base_url))
+        answer = service.client.post(
+            "/v1/responses", json={"model": MODEL, "input": "hi", "stream": True}, headers={"x-session-id": "neg"}
+        )
+        assert answer.status_code == 200 and "response.completed" in answer.text

@@ -20,7 +20,6 @@ counted in evidence recall.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._json import BadJSON, loads as bounded_loads
+from ..exceptions import ConfigError
 from ..memory.chunking import with_neighbour_context
 from ..memory.embedders import Embedder
 from ..memory.longterm import LongTermMemory
@@ -182,6 +183,35 @@ def _summary(acc: dict[str, float]) -> dict[str, Any]:
     }
 
 
+def load_samples(path: Path) -> list[dict[str, Any]]:
+    """The conversations of a LoCoMo JSON file (a list of ``{conversation, qa}`` objects).
+
+    Raises:
+        ConfigError: the file is not JSON (or nests too deep) or not of that shape, naming what is wrong.
+    """
+    try:
+        samples = bounded_loads(path.read_bytes())
+    except BadJSON as exc:
+        raise ConfigError(f"{path}: the file {exc.problem}; expected LoCoMo's JSON list of conversations.") from None
+    if not isinstance(samples, list) or not samples:
+        raise ConfigError(f"{path}: expected a non-empty JSON list of LoCoMo conversations.")
+    for n, sample in enumerate(samples):
+        conversation = sample.get("conversation") if isinstance(sample, dict) else None
+        qa = sample.get("qa") if isinstance(sample, dict) else None
+        turns_ok = isinstance(conversation, dict) and all(
+            isinstance(t, dict) and "dia_id" in t
+            for k, v in conversation.items()
+            if re.fullmatch(r"session_\d+", k) and isinstance(v, list)
+            for t in v
+        )
+        if not (turns_ok and isinstance(qa, list) and all(isinstance(q, dict) for q in qa)):
+            raise ConfigError(
+                f"{path}: conversation {n} is not a LoCoMo sample: expected {{conversation: {{session_N: [{{dia_id, "
+                "text, speaker}]}}, qa: [{question, answer, evidence}]}"
+            )
+    return samples
+
+
 def run_locomo(
     data: Path,
     budgets: Sequence[int],
@@ -192,7 +222,7 @@ def run_locomo(
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Run every variant over the conversations of ``data``; the last variant's figures head the result."""
-    samples = json.loads(data.read_text(encoding="utf-8"))
+    samples = load_samples(data)
     counter = _CachedCounter(counter)
     cached = CachedEmbedder(embedder) if embedder is not None else None
     usable = [v for v in variants if not v.dense or cached is not None]

@@ -23,13 +23,13 @@ B under the same count, and is scored the same way.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .._json import BadJSON, loads as bounded_loads
 from ..adapters import to_messages
 from ..compaction.config import CompactionConfig
 from ..compaction.summarizer import Summarizer
@@ -91,12 +91,14 @@ def _correction(raw: Any) -> Correction:
 def load_traces(path: str | Path) -> list[ProbeTrace]:
     """Read a probe JSONL file; a malformed line is an error naming its number."""
     traces: list[ProbeTrace] = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = bounded_loads(line)
+                if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
+                    raise TypeError("a trace is an object with a `messages` list")
                 traces.append(
                     ProbeTrace(
                         trace_id=str(row["id"]),
@@ -107,7 +109,7 @@ def load_traces(path: str | Path) -> list[ProbeTrace]:
                         forged=[str(f) for f in row.get("forged", [])],
                     )
                 )
-            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+            except (BadJSON, KeyError, TypeError, AttributeError, ValueError) as exc:
                 raise ConfigError(
                     f"{path}:{n}: not a probe trace ({exc!r}); expected {{id, messages, probes}} and optionally "
                     "keep, current [{value, stale, statement}] and forged"

@@ -18,8 +18,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ..benchmarks.probes import run_probes
+from ..benchmarks.probes import load_traces, run_probes
 from ..benchmarks.samples import sample_path
+from ..exceptions import ConfigError
 from ._common import CLIError, err, out, plain, progress_bar
 
 __all__ = ["bench_app", "fidelity_table", "probes_table", "repo_root"]
@@ -80,8 +81,12 @@ def probes(
     if not data.is_file():
         raise typer.BadParameter(f"{data}: no such file", param_hint="--data")
     values = _budgets(budgets)
-    with data.open(encoding="utf-8") as f:
-        traces = sum(1 for line in f if line.strip())
+    try:
+        traces = len(load_traces(data))
+    except ConfigError as exc:
+        raise CLIError(str(exc), exit_code=2) from None
+    if not traces:
+        raise CLIError(f"{data}: no probe traces (the file is empty); one JSON trace per line.", exit_code=2)
     with progress_bar(f"probes {data.name}", traces * len(values)) as advance:
         state: dict[str, int] = {"done": 0}
 
@@ -155,6 +160,12 @@ def fidelity(
     if not data.is_file():
         raise typer.BadParameter(f"{data}: no such file", param_hint="--data")
     from ..benchmarks.fidelity import run_fidelity
+
+    try:
+        if not load_traces(data):
+            raise CLIError(f"{data}: no probe traces (the file is empty); one JSON trace per line.", exit_code=2)
+    except ConfigError as exc:
+        raise CLIError(str(exc), exit_code=2) from None
 
     values = _budgets(budgets)
     phases = 2 * len(values) + (3 if llm else 0)  # extractive and running per budget, three LLM scripts
@@ -361,7 +372,7 @@ def locomo(
         raise typer.BadParameter(f"{data}: no such file", param_hint="--data")
     if embedder not in ("minilm", "none"):
         raise typer.BadParameter(f"{embedder!r}: use minilm or none", param_hint="--embedder")
-    from ..benchmarks.locomo import ABLATIONS, Variant, run_locomo
+    from ..benchmarks.locomo import ABLATIONS, Variant, load_samples, run_locomo
     from ..tokens import get_counter
 
     values = _budgets(budgets)
@@ -377,8 +388,11 @@ def locomo(
     variants: tuple[Variant, ...] = ABLATIONS if ablation else ABLATIONS[-1:]
     if model is None:
         variants = tuple(v for v in variants if not v.dense) or ABLATIONS[:1]
-    samples = json.loads(data.read_text(encoding="utf-8"))
-    total = sum(len(s.get("qa", [])) for s in samples) * len(variants)
+    try:
+        samples = load_samples(data)
+    except ConfigError as exc:
+        raise CLIError(str(exc), exit_code=2) from None
+    total = sum(len(s["qa"]) for s in samples) * len(variants)
     with progress_bar(f"locomo {data.name}", total) as advance:
         state = {"done": 0}
 

@@ -58,7 +58,7 @@ from .identity import fingerprint, session_of
 from .intake import upstream_json
 from .keep import kept_messages
 from .limits import read_body
-from .replies import SSEFramer
+from .replies import SSEFramer, believable
 from .runtime import ServiceState, state_of
 from .sessions import Lease, SessionMoved
 from .upstream import UpstreamBroken, UpstreamReply
@@ -242,7 +242,7 @@ class _Turn:
     async def record(self, reply: Reply) -> None:
         """Append the upstream's reply and its usage; write what is new to the store."""
         metrics = self.svc.metrics
-        usage = reply.usage
+        usage = believable(reply.usage)
         if usage.reported:
             metrics.tokens_in.inc(usage.input_tokens)
             metrics.tokens_out.inc(usage.output_tokens)

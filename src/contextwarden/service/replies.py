@@ -9,7 +9,7 @@ from typing import Any
 from ..usage import RequestUsage
 from .bounds import ReplyLimits, event_too_large
 
-__all__ = ["ChunkAssembler", "SSEFramer", "usage_of"]
+__all__ = ["ChunkAssembler", "SSEFramer", "believable", "usage_of"]
 
 
 MAX_TOKENS_REPORTED = 10**12
@@ -39,6 +39,15 @@ def usage_of(data: Any) -> RequestUsage:
         return RequestUsage.unreported()
     cached = _int(cached_raw)
     return RequestUsage(input_tokens=prompt or 0, output_tokens=completion or 0, cache_read_tokens=cached or 0)
+
+
+def believable(usage: RequestUsage) -> RequestUsage:
+    """``usage`` as reported, or unreported when a count cannot be true (negative, or past
+    `MAX_TOKENS_REPORTED`), whichever dialect read it."""
+    counts = (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens)
+    if usage.reported and not all(0 <= c <= MAX_TOKENS_REPORTED for c in counts):
+        return RequestUsage.unreported()
+    return usage
 
 
 class SSEFramer:
