@@ -24,6 +24,8 @@ __all__ = ["SentenceKind", "Reading", "read_sentence", "reads_as_instruction", "
 SentenceKind = Literal["rule", "correction", "value", "decision", "request"]
 
 _I = re.IGNORECASE
+# The cue patterns below are matched against the lower-cased sentence, without IGNORECASE: with that
+# flag the engine cannot scan for literals quickly and a long message costs milliseconds per pattern.
 # Standing-rule forms: a prohibition, a requirement or a default for the rest of the session.
 _RULE_RE = re.compile(
     r"\b(?:never|always|from now on|going forward|henceforth|for the rest of|for all future|every time|each time|"
@@ -36,7 +38,7 @@ _RULE_RE = re.compile(
     r"prefer \w+ (?:over|to)|keep (?:all|every|each|the|your|it|them|answers|replies|responses|messages|lines|"
     r"output|logs?|code|commits?)\b[^.]*\b(?:under|below|in|to|short|brief|concise|on|off|at))\b"
     r"|^\W*(?:no \w+|don'?t|do not|use|run|ask|write|put|leave|limit|prefix|sign|tag|include|exclude|respond|"
-    r"reply|answer|speak|format|follow|wait for|confirm|double-check|name|cite|call|commit|push|stick|stay|"
+    r"reply|answer|speak|format|follow|wait for|confirm|double-check|name|cite|call|commit|push|stick|stay|prefer|"
     r"target|quote|address|refer)\b"
     # other languages: never / always / do not / must / from now on
     r"|\b(?:nunca|siempre|jamás|no (?:edites|toques|uses|hagas|borres|añadas|cambies)|a partir de ahora|"
@@ -46,13 +48,11 @@ _RULE_RE = re.compile(
     r"não (?:edite|toque|use|adicione)|daqui em diante)\b"
     r"|不要|别|勿|禁止|务必|必须|始终|总是|一律|永远|以后都|从现在起|今后|"
     r"しないで|必ず|絶対|常に|今後|これから",
-    _I,
 )
 # Weaker forms: as often a one-off request as a standing rule.
 _WEAK_RULE_RE = re.compile(
     r"\b(?:don'?t|do not|dont|should(?:n'?t| not)?|ensure|make sure|again|anymore|rule|policy|constraint|"
     r"requirement|guideline|convention|preference|keep)\b",
-    _I,
 )
 _CORRECTION_RE = re.compile(
     r"^\W*(?:correction|corrected|actually|scratch that|my (?:bad|mistake)|i meant|let me correct|to correct|"
@@ -62,18 +62,15 @@ _CORRECTION_RE = re.compile(
     r"\bignore (?:what|my|the (?:earlier|previous|last|old))|\bno longer\b|\bmake (?:that|it) \S|"
     r"\bchange (?:it|that|this) to\b|\bi was wrong\b|\bstop using\b|\bnot anymore\b|\b(?:is|are) now\b|"
     r"\bcambia|\ben lugar de\b|\bau lieu de\b|\bstatt\b|\binvece di\b|\bem vez de\b|而不是|改为|改成|ではなく",
-    _I,
 )
 _WEAK_CORRECTION_RE = re.compile(
     r"^\W*(?:wait|sorry|oops|no[,.!:]|nope|update|rather)\b|\bswitch(?:ed)? (?:to|over)\b|"
     r"\breplace[sd]? (?:by|with)\b|\bnow use\b",
-    _I,
 )
 _DECISION_RE = re.compile(
     r"\b(?:let'?s (?:go with|use|do|pick|take|stick with)|go with|go ahead|proceed|decided|decision|"
     r"we(?:'ll| will) (?:use|go|do)|i(?:'ll| will) take|option [a-z0-9]\b|agreed|approved|sounds good|"
     r"that works|yes,? (?:please|do|go|let'?s))",
-    _I,
 )
 # "the deploy window is K-442y", "my user id is x", "ticket: OPS-1", "the region = eu-west-1"
 _VALUE_RE = re.compile(
@@ -131,7 +128,6 @@ _AUTHORITY_RE = re.compile(
     r"above|the) (?:instructions|rules)|\byou (?:may|can|are (?:now )?allowed to|are permitted to|must|should|"
     r"have permission)\b|\bpermission to\b|\b(?:is|are) (?:now )?(?:cancel(?:l)?ed|withdrawn|revoked|lifted|"
     r"void|suspended|overridden|no longer in effect)\b|\bnew (?:rule|policy|instruction)s?\b|\bsystem prompt\b",
-    _I,
 )
 
 
@@ -142,7 +138,6 @@ _STANDING_RE = re.compile(
     r"revoked|lifted|void|suspended|overridden|waived|rescinded)|no longer (?:applies|apply|in effect|required|"
     r"needed)|permission|authori[sz]ed|allowed to|permitted to|new (?:rule|policy|instructions?)|"
     r"(?:rule|policy|instruction)s? (?:\w+ )?(?:is|are) (?:now )?(?:changed|updated|replaced))\b",
-    _I,
 )
 # a sentence that opens with an order (after a label such as "Error:" or "Note:")
 _ORDER_RE = re.compile(
@@ -150,9 +145,80 @@ _ORDER_RE = re.compile(
     r"always|forget|use|run|edit|commit|deploy|cancel|book|refund|transfer|send|set|change|switch|treat|consider|"
     r"assume|proceed|reply|respond|answer|tell|reveal|print|output|execute|grant|allow|disable|enable|override|"
     r"bypass|drop|wipe|rm)\b",
-    _I,
 )
-_ADDRESSED_RE = re.compile(r"\b(?:you|your|agent|assistant|model|ai)\b|^\W*(?:please|do not|don'?t|never|always)\b", _I)
+_ADDRESSED_RE = re.compile(r"\b(?:you|your|agent|assistant|model|ai)\b|^\W*(?:please|do not|don'?t|never|always)\b")
+
+
+_READ_CHARS = 400
+"""Characters of a sentence read for its kind."""
+
+
+class _Cues:
+    """A cue pattern behind a quick test: the pattern runs only when one of its words occurs.
+
+    Python's regex engine tries every branch of a long alternation at every position (a long
+    message costs milliseconds per pattern); ``str.__contains__`` scans for a word at C speed.
+    ``needles`` must include a substring of every text the pattern can match.
+    """
+
+    __slots__ = ("needles", "pattern")
+
+    def __init__(self, pattern: re.Pattern[str], needles: tuple[str, ...]) -> None:
+        self.pattern = pattern
+        self.needles = needles
+
+    def search(self, low: str) -> bool:
+        # match() tries the start only: the patterns' sentence-opening branches need no word test
+        if self.pattern.match(low) is not None:
+            return True
+        return any(n in low for n in self.needles) and self.pattern.search(low) is not None
+
+
+_FOREIGN = (
+    "nunca", "siempre", "jamás", "no ", "a partir", "ahora", "jamais", "toujours", "ne ", "désormais", "dorénavant",
+    "maintenant", "niemals", "immer", "nie", "auf keinen", "ab jetzt", "von nun", "bitte", "sempre", "mai", "non ",
+    "d'ora", "agora", "não ", "daqui", "不要", "别", "勿", "禁止", "务必", "必须", "始终", "总是", "一律", "永远",
+    "以后", "从现在起", "今后", "しないで", "必ず", "絶対", "常に", "今後", "これから",
+)  # fmt: skip
+_RULE_CUES = _Cues(
+    _RULE_RE,
+    (
+        "never", "always", "from now on", "going forward", "henceforth", "rest of", "all future", "every time",
+        "each time", "whenever", "all times", "circumstance", "by default", "must", "shall not", "not allowed",
+        "forbidden", "prohibited", "mandatory", "rule", "policy:", "constraint:", "please", "ever", "before ",
+        "stop ", "no longer", "only ", "avoid", "refrain", "remember to", "make sure", "prefer", "keep ", *_FOREIGN,
+    ),
+)  # fmt: skip
+_CORRECTION_CUES = _Cues(
+    _CORRECTION_RE,
+    (
+        "correct", "actually", "scratch", "my bad", "my mistake", "i meant", "change of plan", "second thought",
+        "clarify", "erratum", "update:", "en fait", "corrig", "korrektur", "eigentlich", "correzione", "realtà",
+        "更正", "纠正", "其实", "訂正", "実は", "instead", "rather", "not", "forget", "disregard", "ignore",
+        "no longer", "make that", "make it", "change it", "change that", "change this", "wrong", "stop using",
+        " now", "cambia", "en lugar", "au lieu", "statt", "invece", "em vez", "而不是", "改为", "改成", "ではなく",
+    ),
+)  # fmt: skip
+_WEAK_CORRECTION_CUES = _Cues(
+    _WEAK_CORRECTION_RE, ("wait", "sorry", "oops", "no", "update", "rather", "switch", "replace", "now use")
+)
+_STANDING_CUES = _Cues(
+    _STANDING_RE,
+    (
+        "from now on", "going forward", "henceforth", "rest of", "from this point", "circumstance", "all times",
+        "until ", "cancel", "withdrawn", "revoked", "lifted", "void", "suspended", "overridden", "waived",
+        "rescinded", "no longer", "permission", "authori", "allowed to", "permitted to", "rule", "polic",
+        "instruction",
+    ),
+)  # fmt: skip
+_AUTHORITY_CUES = _Cues(
+    _AUTHORITY_RE,
+    (
+        "[", "notice", "message", "instruction", "note", "update", "user", "operator", "admin", "system", "owner",
+        "developer", "ignore", "you ", "permission", "cancel", "withdrawn", "revoked", "lifted", "void",
+        "suspended", "overridden", "no longer", "new rule", "new polic",
+    ),
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,20 +254,22 @@ def value_key(sentence: str) -> tuple[str, str] | None:
 def read_sentence(sentence: str) -> Reading:
     """The kind of one sentence (correction before rule before value before decision)."""
     named = value_key(sentence)
+    # cues past this point belong to a long request's explanation, not to a rule (and cost time)
+    low = sentence[:_READ_CHARS].lower()
     key, value = named or (None, None)
     # a long sentence is seldom a rule: its cues more likely belong to a request's explanation
     short = len(sentence) <= 200
-    if _CORRECTION_RE.search(sentence):
+    if _CORRECTION_CUES.search(low):
         return Reading("correction", short or key is not None, key, value)
-    if _RULE_RE.search(sentence):
+    if _RULE_CUES.search(low):
         return Reading("rule", short)
     if named is not None:
         return Reading("value", True, key, value)
-    if _WEAK_CORRECTION_RE.search(sentence):
+    if _WEAK_CORRECTION_CUES.search(low):
         return Reading("correction", False, key, value)
-    if _WEAK_RULE_RE.search(sentence):
+    if _WEAK_RULE_RE.search(low):
         return Reading("rule", False)
-    if _DECISION_RE.search(sentence):
+    if _DECISION_RE.search(low):
         return Reading("decision")
     return Reading("request")
 
@@ -211,9 +279,10 @@ def reads_as_instruction(sentence: str) -> bool:
 
     Used on text from tool outputs: a line that reads so must not leave its tool result.
     """
-    if _AUTHORITY_RE.search(sentence) or _CORRECTION_RE.search(sentence) or _WEAK_CORRECTION_RE.search(sentence):
+    low = sentence.lower()
+    if _AUTHORITY_CUES.search(low) or _CORRECTION_CUES.search(low) or _WEAK_CORRECTION_CUES.search(low):
         return True
-    if _STANDING_RE.search(sentence) or _ORDER_RE.match(sentence):
+    if _STANDING_CUES.search(low) or _ORDER_RE.match(low):
         return True
     # a rule only when it is addressed to someone: plain program output also says "never" and "must"
-    return bool(_RULE_RE.search(sentence) or _WEAK_RULE_RE.search(sentence)) and bool(_ADDRESSED_RE.search(sentence))
+    return bool(_RULE_CUES.search(low) or _WEAK_RULE_RE.search(low)) and bool(_ADDRESSED_RE.search(low))

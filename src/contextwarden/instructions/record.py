@@ -179,6 +179,8 @@ class UserInstructions:
     def _supersede(self, new: Instruction) -> Instruction:
         """Mark what ``new`` replaces; returns ``new`` with its ``replaces``."""
         names = {key for key, _ in new.keys}
+        if not names and not new.stale:  # most messages name no value: nothing to look up
+            return new
         replaced: list[int] = []
         for i, old in enumerate(self.items):
             if old.superseded_by is not None:
@@ -216,10 +218,13 @@ class UserInstructions:
         and the task, then binding statements; a closing line names every step left out.
         ``in_view``: steps whose message the view still shows as the user wrote it: they are not
         repeated (a message leaves the view only in a compaction, which renders the section again).
-        ``requests``: False leaves plain requests out (a tight budget: the progress ledger lists them
-        by their key data, which is denser); rules, corrections, values, decisions and the task stay.
+        ``requests``: False leaves long plain requests out (a tight budget: the progress ledger lists
+        them by their key data, which is denser); short messages, rules, corrections, values,
+        decisions and the task stay.
         """
-        hidden = frozenset(i.step for i in self.items if i.step in in_view or (not requests and _priority(i) == 2))
+        hidden = frozenset(
+            i.step for i in self.items if i.step in in_view or (not requests and _priority(i) == 2 and _long(i))
+        )
         key = (self.version, max_tokens, hidden)
         memo = self._memo.get(key)
         if memo is not None:
@@ -240,10 +245,12 @@ class UserInstructions:
         total = header + sum(cost.values())
         left_out: list[Instruction] = []
         if total > max_tokens:
+            binding = 0  # counted as they leave: the closing line's estimate must not walk the list each time
             for item in sorted(shown, key=lambda i: (-_priority(i), i.step)):
                 left_out.append(item)
                 total -= cost[item.step]
-                if total + _left_out_estimate(left_out) <= max_tokens:
+                binding += _priority(item) == 0
+                if total + _left_out_estimate(binding) <= max_tokens:
                     break
             dropped = {i.step for i in left_out}
             shown = [i for i in shown if i.step not in dropped]
@@ -269,6 +276,15 @@ class UserInstructions:
                 self._line_tokens.clear()
             n = self._line_tokens[line] = count(line)
         return n
+
+
+LEAN_CHARS = 160
+"""Under a tight budget, plain requests longer than this are left to the ledger; shorter ones stay
+(a short message is cheap, and the likeliest to be an instruction in a form not recognized)."""
+
+
+def _long(item: Instruction) -> bool:
+    return sum(len(p) for p in item.parts) > LEAN_CHARS
 
 
 def _mentions(text: str, value: str) -> bool:
@@ -322,9 +338,8 @@ def _steps(steps: list[int]) -> str:
     return f"{listed} and {len(steps) - _LISTED} older ones (#{steps[0]}..#{steps[-_LISTED - 1]})"
 
 
-def _left_out_estimate(items: list[Instruction]) -> int:
-    """Tokens of `_left_out_line` for ``items``, estimated (about three per listed step)."""
-    binding = sum(1 for i in items if _priority(i) == 0)
+def _left_out_estimate(binding: int) -> int:
+    """Tokens of `_left_out_line` with ``binding`` steps left out, estimated (about three per listed step)."""
     return 40 + 3 * min(binding, _LISTED)
 
 
