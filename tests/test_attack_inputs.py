@@ -39,3 +39,14 @@ def test_a_deep_json_variable_is_a_configuration_error(monkeypatch: pytest.Monke
     assert problems and "deeper than" in problems[0].message
     result = CliRunner().invoke(app, ["config", "show"])
     assert "RecursionError" not in result.output and "unexpected" not in result.output
+
+
+@pytest.mark.parametrize("url", ["bogus://", "redis://127.0.0.1:6379/0?bogus=1"])
+def test_bench_stores_refuses_a_bad_redis_url_cleanly(url: str) -> None:
+    result = CliRunner().invoke(app, ["bench", "stores", "--redis-url", url])
+    assert result.exit_code == 2 and "--redis-url" in result.output and "unexpected" not in result.output
+
+
+def test_bench_proxy_against_an_unreachable_redis_is_a_clean_error() -> None:
+    result = CliRunner().invoke(app, ["bench", "proxy", "--stores", "redis", "--redis-url", "redis://127.0.0.1:1/0"])
+    assert result.exit_code == 2 and "does not answer" in result.output and "unexpected" not in result.output

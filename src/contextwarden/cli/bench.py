@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from .._store_url import check_store_url
 from ..benchmarks.probes import load_traces, run_probes
 from ..benchmarks.samples import sample_path
 from ..exceptions import ConfigError
@@ -263,6 +264,17 @@ def stores(
             note,
         )
 
+    for flag, url, schemes in (
+        ("--redis-url", redis_url, ("redis", "rediss", "unix")),
+        ("--postgres-url", postgres_url, ("postgres", "postgresql")),
+    ):
+        scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+        try:
+            if scheme not in schemes:
+                raise ConfigError(f"{url!r} is not a {schemes[0]} URL; use e.g. {schemes[0]}://127.0.0.1/")
+            check_store_url(url, check_path=False)
+        except ConfigError as exc:
+            raise CLIError(f"{flag}: {exc}", exit_code=2) from None
     with err.status("benchmarking the stores…"):
         result = run_stores_bench(
             None, names, redis_url=redis_url, postgres_url=postgres_url, messages=messages, report=report

@@ -45,6 +45,8 @@ def bench_proxy_command(
     wanted = [d.strip() for d in dialects.split(",") if d.strip()]
     if not wanted or set(wanted) - set(DIALECTS):
         raise typer.BadParameter(f"{dialects!r}: choose from {', '.join(DIALECTS)}", param_hint="--dialects")
+    if "redis" in chosen:
+        _check_redis(redis_url)
     config = ProxyBenchConfig(
         stores=chosen,
         dialects=wanted,
@@ -84,3 +86,27 @@ def bench_proxy_command(
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def _check_redis(url: str) -> None:
+    """Refuse a Redis URL that is malformed or whose server does not answer, before any run starts."""
+    import redis
+
+    from .._store_url import check_store_url
+    from ..exceptions import ConfigError
+
+    try:
+        check_store_url(url, check_path=False)
+        client = redis.Redis.from_url(url.split("?", 1)[0], socket_connect_timeout=3)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except ConfigError as exc:
+        raise CLIError(f"--redis-url: {exc}", exit_code=2) from None
+    except (redis.RedisError, OSError, ValueError) as exc:
+        raise CLIError(
+            f"--redis-url {url!r}: the server does not answer ({type(exc).__name__}: {exc}); start it, or run with "
+            "--stores sqlite.",
+            exit_code=2,
+        ) from None
