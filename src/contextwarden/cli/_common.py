@@ -29,7 +29,7 @@ from ..session import Session
 from ..settings import Settings, load_settings
 from ..snapshots import SnapshotStore
 from ..stores import SessionStore
-from ..stores.base import EXPORT_FORMAT
+from ..stores.export import EXPORT_FORMAT
 from ..tokens import Framing, TokenCounter, counter_for_model, framing_for_provider, get_counter
 
 __all__ = [

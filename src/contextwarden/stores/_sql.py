@@ -24,16 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..exceptions import SchemaError
-from .base import (
-    FORMAT_VERSION,
-    Op,
-    SessionInfo,
-    check_format,
-    not_found,
-    session_info,
-    stored_int,
-    transcript_moved,
-)
+from .ops import Op
+from .protocols import SessionInfo, session_info
+from .values import FORMAT_VERSION, check_format, not_found, stored_int, transcript_moved
 
 __all__ = ["MIGRATIONS", "Dialect", "Sql", "SqlOps"]
 

@@ -11,19 +11,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .base import (
-    DEFAULT_LOCK_LEASE,
-    FORMAT_VERSION,
-    BaseAsyncStore,
-    BaseStore,
-    Op,
-    SessionInfo,
-    T,
-    drive,
-    not_found,
-    session_info,
-    transcript_moved,
-)
+from .base import BaseAsyncStore, BaseStore
+from .locks import DEFAULT_LOCK_LEASE
+from .ops import Op, T, drive
+from .protocols import SessionInfo, session_info
+from .values import FORMAT_VERSION, not_found, transcript_moved
 
 __all__ = ["AsyncMemoryStore", "MemoryStore"]
 

@@ -33,7 +33,10 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 from ..exceptions import ConfigError, LockTimeout, SchemaError, StoreError, StoreUnavailable
 from ..messages import Message
 from ._sql import MIGRATIONS, Dialect, Sql, SqlOps
-from .base import DEFAULT_LOCK_LEASE, BaseAsyncStore, BaseStore, Op, T, aresume, check_id, lock_timeout, resume
+from .base import BaseAsyncStore, BaseStore
+from .locks import DEFAULT_LOCK_LEASE, lock_timeout
+from .ops import Op, T, aresume, resume
+from .values import check_id
 
 __all__ = ["AsyncPostgresStore", "PostgresStore"]
 

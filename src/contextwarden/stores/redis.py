@@ -60,23 +60,11 @@ from redis.exceptions import (
 from redis.retry import Retry
 
 from ..exceptions import ConfigError, SchemaError, StoreError, StoreUnavailable
-from .base import (
-    DEFAULT_LOCK_LEASE,
-    FORMAT_VERSION,
-    BaseAsyncStore,
-    BaseStore,
-    Op,
-    SessionInfo,
-    T,
-    adrive,
-    check_format,
-    corrupted,
-    drive,
-    not_found,
-    session_info,
-    stored_int,
-    transcript_moved,
-)
+from .base import BaseAsyncStore, BaseStore
+from .locks import DEFAULT_LOCK_LEASE
+from .ops import Op, T, adrive, drive
+from .protocols import SessionInfo, session_info
+from .values import FORMAT_VERSION, check_format, corrupted, not_found, stored_int, transcript_moved
 
 __all__ = ["AsyncRedisStore", "RedisStore"]
 

@@ -25,7 +25,9 @@ import anyio.to_thread
 
 from ..exceptions import ConfigError, SchemaError, StoreError, StoreUnavailable
 from ._sql import MIGRATIONS, Dialect, Sql, SqlOps
-from .base import DEFAULT_LOCK_LEASE, BaseAsyncStore, BaseStore, Op, T, drive
+from .base import BaseAsyncStore, BaseStore
+from .locks import DEFAULT_LOCK_LEASE
+from .ops import Op, T, drive
 
 __all__ = ["AsyncSqliteStore", "SqliteStore", "sqlite_path_from_url"]
 
