@@ -1,20 +1,26 @@
-"""Store URLs in configuration: ``~`` expansion and an offline check (no connection, no driver import).
+"""Store URLs: one parsed type (`StoreUrl`), ``~`` expansion and an offline check.
 
-`check_store_url` catches what would otherwise fail only at first use: an unknown scheme, a
-malformed host, port or database number, an unknown option value, a placeholder such as
-``<user dir>`` left in a path, or a SQLite file in a directory that cannot be created or written.
+`StoreUrl.parse` takes a URL apart once: its scheme and the backend it names. `open_store`
+dispatches on it, and `StoreUrl.check` (`check_store_url`) catches, without connecting or
+importing a driver, what would otherwise fail only at first use: an unknown scheme, a malformed
+host, port or database number, an unknown option value, a placeholder such as ``<user dir>``
+left in a path, or a SQLite file in a directory that cannot be created or written.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 from urllib.parse import parse_qsl, urlsplit
 
 from .exceptions import ConfigError
 
-__all__ = ["KNOWN_SCHEMES", "check_store_url", "expand_store_url", "sqlite_file"]
+__all__ = ["KNOWN_SCHEMES", "Backend", "StoreUrl", "check_store_url", "expand_store_url", "sqlite_file"]
+
+Backend = Literal["memory", "sqlite", "redis", "postgres"]
 
 _REDIS = ("redis", "rediss", "unix")
 _CLUSTER = ("redis+cluster", "rediss+cluster")
@@ -202,25 +208,69 @@ def _check_postgres(url: str) -> None:
             raise _bad(url, f"synchronous_commit={value!r} must be `on` or `off`")
 
 
-def check_store_url(url: object, *, check_path: bool = True) -> None:
-    """Check a store URL without connecting to anything.
+def _backend(scheme: str) -> Backend:
+    if scheme in _REDIS or scheme in _CLUSTER:
+        return "redis"
+    if scheme in _POSTGRES:
+        return "postgres"
+    return "sqlite" if scheme == "sqlite" else "memory"
 
-    Args:
-        url: the URL.
-        check_path: for SQLite, also check that the file can be created (its directory exists or can
-            be created, and is writable).
+
+@dataclass(frozen=True, slots=True)
+class StoreUrl:
+    """A store URL taken apart: the URL, its scheme (lower case) and the backend it names."""
+
+    url: str
+    scheme: str
+    backend: Backend
+    cluster: bool = False
+    """A ``redis+cluster://`` or ``rediss+cluster://`` URL (the listed nodes are seeds)."""
+
+    @classmethod
+    def parse(cls, url: object, *, key: str = "store.url") -> StoreUrl:
+        """The parsed ``url``.
+
+        Args:
+            url: The URL.
+            key: The configuration key a `ConfigError` names.
+
+        Raises:
+            ConfigError: no scheme, or one no backend serves (the message lists the forms).
+        """
+        if not isinstance(url, str) or "://" not in url:
+            raise ConfigError(f"store URL {url!r} has no scheme; use {_ALLOWED}.", key=key)
+        scheme = url.split("://", 1)[0].lower()
+        if scheme not in KNOWN_SCHEMES:
+            raise ConfigError(f"store URL {url!r} has an unknown scheme {scheme!r}; use {_ALLOWED}.", key=key)
+        return cls(url=url, scheme=scheme, backend=_backend(scheme), cluster=scheme in _CLUSTER)
+
+    def check(self, *, check_path: bool = True) -> None:
+        """Check the rest of the URL without connecting to anything.
+
+        Args:
+            check_path: for SQLite, also check that the file can be created (its directory exists or
+                can be created, and is writable).
+
+        Raises:
+            ConfigError: the problem, naming the URL and the fix (``key="store.url"``).
+        """
+        if self.backend == "sqlite":
+            _check_sqlite(self.url, check_path=check_path)
+        elif self.backend == "redis":
+            _check_redis(self.url, self.scheme)
+        elif self.backend == "postgres":
+            _check_postgres(self.url)
+
+    @property
+    def sqlite_file(self) -> Path | None:
+        """The database file of a SQLite URL (None for other backends and ``:memory:``)."""
+        return sqlite_file(self.url)
+
+
+def check_store_url(url: object, *, check_path: bool = True) -> None:
+    """Check a store URL without connecting to anything (`StoreUrl.parse`, then `StoreUrl.check`).
 
     Raises:
         ConfigError: the problem, naming the URL and the fix (``key="store.url"``).
     """
-    if not isinstance(url, str) or "://" not in url:
-        raise ConfigError(f"store URL {url!r} has no scheme; use {_ALLOWED}.", key="store.url")
-    scheme = url.split("://", 1)[0].lower()
-    if scheme not in KNOWN_SCHEMES:
-        raise ConfigError(f"store URL {url!r} has an unknown scheme {scheme!r}; use {_ALLOWED}.", key="store.url")
-    if scheme == "sqlite":
-        _check_sqlite(url, check_path=check_path)
-    elif scheme in _REDIS or scheme in _CLUSTER:
-        _check_redis(url, scheme)
-    elif scheme in _POSTGRES:
-        _check_postgres(url)
+    StoreUrl.parse(url).check(check_path=check_path)

@@ -38,7 +38,8 @@ from contextwarden.stores import (
     SqliteStore,
 )
 from contextwarden.stores.postgres import AsyncPostgresStore, PostgresStore
-from contextwarden.stores.redis import AsyncRedisStore, RedisStore, _parse_url
+from contextwarden.stores.redis import AsyncRedisStore, RedisStore
+from contextwarden.stores.redis_url import parse_url
 
 from ._cluster import ClusterStartError, LocalCluster, find_binaries, start_cluster
 
@@ -73,7 +74,7 @@ def cluster_client(url: str, **options: Any) -> redis.cluster.RedisCluster:
     Made from host and port, not from the URL: redis-py's `close` leaves the sockets of a
     URL-made cluster client open.
     """
-    first = urlsplit(_parse_url(url).url)
+    first = urlsplit(parse_url(url).url)
     return redis.cluster.RedisCluster(host=first.hostname, port=first.port or 6379, socket_connect_timeout=2, **options)
 
 

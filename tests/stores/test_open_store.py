@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import contextwarden.stores as stores
+from contextwarden._store_url import StoreUrl
 from contextwarden.exceptions import ConfigError
 from contextwarden.stores import (
     AsyncMemoryStore,
@@ -75,3 +76,20 @@ def test_a_missing_driver_names_the_extra(blocked: str, url: str, extra: str) ->
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError:")
     assert f"pip install 'contextwarden[{extra}]'" in last
+
+
+@pytest.mark.parametrize(
+    ("url", "backend", "cluster"),
+    [
+        ("memory://", "memory", False),
+        ("sqlite:///cw.db?busy_timeout=5", "sqlite", False),
+        ("redis://localhost:6379/0?prefix=cw", "redis", False),
+        ("unix:///run/redis.sock", "redis", False),
+        ("rediss+cluster://h1:7000,h2:7001/", "redis", True),
+        ("postgres://user@host/db?schema=cw", "postgres", False),
+    ],
+)
+def test_a_store_url_is_parsed_once_into_its_backend(url: str, backend: str, cluster: bool) -> None:
+    parsed = StoreUrl.parse(url)
+    assert (parsed.url, parsed.backend, parsed.cluster) == (url, backend, cluster)
+    parsed.check(check_path=False)

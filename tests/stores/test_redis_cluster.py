@@ -19,7 +19,7 @@ import redis.cluster
 from contextwarden.exceptions import ConfigError, SessionNotFound, StoreError, StoreUnavailable
 from contextwarden.messages import Message
 from contextwarden.stores import AsyncRedisStore, RedisStore, open_async_store, open_store
-from contextwarden.stores.redis import _parse_url
+from contextwarden.stores.redis_url import parse_url
 
 from ._cluster import LocalCluster
 from .conftest import FakeClock, cluster_client, drop_cluster_prefix, local_cluster
@@ -152,7 +152,7 @@ def test_cluster_urls(redis_cluster_url: str, redis_cluster_prefix: str) -> None
         assert isinstance(store._client, redis.cluster.RedisCluster)
         store.create_session("s")
         assert store.get_session("s") is not None
-    target = _parse_url("rediss+cluster://user:pw@h1:7000,[::1]:7001,h3/?prefix=p&ttl=5&ssl_cert_reqs=none")
+    target = parse_url("rediss+cluster://user:pw@h1:7000,[::1]:7001,h3/?prefix=p&ttl=5&ssl_cert_reqs=none")
     assert target.cluster
     assert target.url == "rediss://user:pw@h1:7000/0?ssl_cert_reqs=none"
     assert target.seeds == (("::1", 7001), ("h3", 6379))

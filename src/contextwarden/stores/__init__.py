@@ -26,8 +26,7 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from .._store_url import check_store_url
-from ..exceptions import ConfigError
+from .._store_url import StoreUrl
 from .base import (
     DEFAULT_LOCK_LEASE,
     DEFAULT_SLOT,
@@ -77,8 +76,6 @@ _LAZY_EXPORTS = {
     "PostgresStore": "postgres",
     "AsyncPostgresStore": "postgres",
 }
-_REDIS_SCHEMES = frozenset({"redis", "rediss", "unix", "redis+cluster", "rediss+cluster"})
-_POSTGRES_SCHEMES = frozenset({"postgresql", "postgres"})
 
 
 def _backend(name: str) -> ModuleType:
@@ -103,16 +100,6 @@ def __getattr__(name: str) -> Any:
     return getattr(_backend(module), name)
 
 
-def _scheme(url: str) -> str:
-    if not isinstance(url, str) or "://" not in url:
-        raise ConfigError(
-            f"store URL {url!r} has no scheme; use `memory://`, `sqlite:///path.db`, `redis://host:6379/0` or "
-            "`postgresql://user@host/db`.",
-            key="store_url",
-        )
-    return url.split("://", 1)[0].lower()
-
-
 def open_store(url: str, **options: Any) -> SessionStore:
     """Open the sync store a URL names; the caller closes it (or uses ``with``).
 
@@ -127,23 +114,19 @@ def open_store(url: str, **options: Any) -> SessionStore:
         ImportError: the backend's driver is not installed (the message names the extra).
         StoreUnavailable: no node of a ``redis+cluster://`` URL answers.
     """
-    scheme = _scheme(url)
-    if scheme == "memory":
+    target = StoreUrl.parse(url, key="store_url")
+    if target.backend == "memory":
         return MemoryStore(**options)
-    if scheme == "sqlite":
+    if target.backend == "sqlite":
         path, query = sqlite_path_from_url(url)
 
         return SqliteStore.connect(path, **{**_sqlite_options(query), **options})
-    if scheme in _REDIS_SCHEMES:
-        check_store_url(url, check_path=False)  # an unknown option fails here, not at the first request
+    if target.backend == "redis":
+        target.check(check_path=False)  # an unknown option fails here, not at the first request
         store: SessionStore = _backend("redis").RedisStore.connect(url, **options)
         return store
-    if scheme in _POSTGRES_SCHEMES:
-        store = _backend("postgres").PostgresStore.connect(url, **options)
-        return store
-    raise ConfigError(
-        f"unknown store URL scheme {scheme!r} in {url!r}; use memory, sqlite, redis or postgresql.", key="store_url"
-    )
+    store = _backend("postgres").PostgresStore.connect(url, **options)
+    return store
 
 
 def open_async_store(url: str, **options: Any) -> AsyncSessionStore:
@@ -151,20 +134,16 @@ def open_async_store(url: str, **options: Any) -> AsyncSessionStore:
 
     Connections open lazily on first use, so this function itself does no I/O.
     """
-    scheme = _scheme(url)
-    if scheme == "memory":
+    target = StoreUrl.parse(url, key="store_url")
+    if target.backend == "memory":
         return AsyncMemoryStore(**options)
-    if scheme == "sqlite":
+    if target.backend == "sqlite":
         path, query = sqlite_path_from_url(url)
 
         return AsyncSqliteStore.connect(path, **{**_sqlite_options(query), **options})
-    if scheme in _REDIS_SCHEMES:
-        check_store_url(url, check_path=False)  # an unknown option fails here, not at the first request
+    if target.backend == "redis":
+        target.check(check_path=False)  # an unknown option fails here, not at the first request
         store: AsyncSessionStore = _backend("redis").AsyncRedisStore.connect(url, **options)
         return store
-    if scheme in _POSTGRES_SCHEMES:
-        store = _backend("postgres").AsyncPostgresStore.connect(url, **options)
-        return store
-    raise ConfigError(
-        f"unknown store URL scheme {scheme!r} in {url!r}; use memory, sqlite, redis or postgresql.", key="store_url"
-    )
+    store = _backend("postgres").AsyncPostgresStore.connect(url, **options)
+    return store

@@ -1,8 +1,9 @@
 """SQL schema, migrations and operations shared by the SQLite and Postgres stores.
 
 Statements are written once with ``?`` placeholders and ``{t}`` (table prefix) markers; a
-`Dialect` renders them for each database. Operations are sans-IO generators (see `base`): they
-yield `Sql` commands and receive the fetched rows.
+`Dialect` renders them for each database. Operations are sans-IO generators (see `ops`): they
+yield `Sql` commands and receive the fetched rows. The module is one concept over 600 lines: the
+store's operations in SQL, each next to the statements it runs.
 
 Concurrency: every write starts by updating the session's row (``last_active``), which takes
 its row lock in Postgres and the database write lock in SQLite (``BEGIN IMMEDIATE``). Writers to

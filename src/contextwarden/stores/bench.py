@@ -104,14 +104,15 @@ def _open(name: str, *, redis_url: str, postgres_url: str, synchronous_commit: b
         import redis.cluster
         import redis.exceptions
 
-        from .redis import RedisStore, _parse_url
+        from .redis import RedisStore
+        from .redis_url import parse_url
 
         prefix = f"cw-bench-{tag}"
         try:
             with RedisStore.from_url(redis_url, prefix=prefix) as store:
                 yield store
         finally:
-            target = _parse_url(redis_url)
+            target = parse_url(redis_url)
             client: Any = (
                 redis.cluster.RedisCluster(
                     host=urlsplit(target.url).hostname, port=urlsplit(target.url).port or 6379, socket_connect_timeout=2
