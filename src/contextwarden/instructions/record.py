@@ -259,11 +259,20 @@ class UserInstructions:
             out.append(_left_out_line(left_out, max_tokens))
         text = "\n".join(out)
         tokens = count(text)
-        while tokens > max_tokens and shown:  # estimates ran over: drop one more, least binding first
-            item = max(shown, key=lambda i: (_priority(i), -i.step))
-            shown.remove(item)
-            left_out.append(item)
-            text = "\n".join([HEADER, *(lines[i.step] for i in shown), _left_out_line(left_out, max_tokens)])
+        while tokens > max_tokens and shown:
+            # estimates ran over: drop the least binding until their costs cover the excess (and the
+            # closing line), then count again; one count per round, not one per message dropped
+            excess = tokens - max_tokens + (0 if len(out) > len(shown) + 1 else _left_out_estimate(0))
+            order = sorted(shown, key=lambda i: (-_priority(i), i.step))
+            freed = 0
+            for item in order:
+                if freed >= excess:
+                    break
+                shown.remove(item)
+                left_out.append(item)
+                freed += cost[item.step]
+            out = [HEADER, *(lines[i.step] for i in shown), _left_out_line(left_out, max_tokens)]
+            text = "\n".join(out)
             tokens = count(text)
         if tokens > max_tokens:
             return "", 0
