@@ -74,7 +74,8 @@ def test_a_conversation_past_the_served_window_keeps_working(
         failures=failures[:3],
     )
     assert ok == TURNS, failures[:3]
-    assert status.served_window == N_CTX
+    if TURNS >= 10:  # ten notes are past the served window: the session met a refusal and adopted it
+        assert status.served_window == N_CTX
 
 
 def test_probe_finds_the_served_window_and_a_session_that_sets_nothing_fits_from_the_first_turn(
