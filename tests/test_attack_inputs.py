@@ -50,3 +50,11 @@ def test_bench_stores_refuses_a_bad_redis_url_cleanly(url: str) -> None:
 def test_bench_proxy_against_an_unreachable_redis_is_a_clean_error() -> None:
     result = CliRunner().invoke(app, ["bench", "proxy", "--stores", "redis", "--redis-url", "redis://127.0.0.1:1/0"])
     assert result.exit_code == 2 and "does not answer" in result.output and "unexpected" not in result.output
+
+
+def test_the_service_binds_to_loopback_by_default_and_serve_knows_a_loopback_host() -> None:
+    from contextwarden.cli.serve import _loopback
+
+    assert Settings().service.host == "127.0.0.1"
+    assert _loopback("127.0.0.1") and _loopback("::1") and _loopback("localhost")
+    assert not _loopback("0.0.0.0") and not _loopback("192.168.1.4")

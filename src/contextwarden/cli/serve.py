@@ -111,6 +111,13 @@ def serve_command(
     base = _url(settings.service.host, listener.getsockname()[1])
     upstream_shown = redact_url(settings.service.upstream_url)
     typer.echo(f"contextwarden: dashboard {base}/  ·  clients use {base}/v1  ·  upstream {upstream_shown}")
+    if not settings.service.api_keys and not _loopback(settings.service.host):
+        typer.echo(
+            f"contextwarden: warning: {settings.service.host} is not a loopback address and no `[service] api_keys` "
+            "are set: anyone who reaches this port can send completions on the upstream key and read every "
+            "session (see the reliability guide)",
+            err=True,
+        )
     if settings.service.shadow:
         typer.echo(
             "contextwarden: shadow mode: requests go upstream unchanged; the dashboard shows the views it would send"
@@ -159,3 +166,14 @@ def _listen(host: str, port: int) -> socket.socket:
 def _url(host: str, port: int) -> str:
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else "[::1]" if host == "::" else host
     return f"http://[{shown}]:{port}" if ":" in shown and not shown.startswith("[") else f"http://{shown}:{port}"
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
