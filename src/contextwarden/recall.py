@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from .exceptions import ConfigError
 from .memory.chunking import Source, memories_from_messages
 from .memory.diversify import cover
-from .memory.longterm import MAX_QUERY_CHARS, LongTermMemory
+from .memory.longterm import MAX_QUERY_CHARS, TASK_GROUP_WEIGHT, LongTermMemory
 from .memory.records import Hit, MemoryRecord
 from .memory.status import RecallStatus, RetrievalMode
 from .memory.tiers import HybridMemory
@@ -69,11 +69,6 @@ RECALL_TOOL: Mapping[str, Any] = {
     },
 }
 """OpenAI tool schema of the recall tool; the session answers it (`Session.handle_tool_call`)."""
-
-TASK_GROUP_WEIGHT = 1.5
-"""`LongTermMemory.group_weight` of a session's default memory. Its groups are tasks, and a request
-about a task ("the fix from the beginning of this session") needs the task's outputs, which share few
-words with it: on the demo this lifts the planted facts in view from 70 to 72 of 80 (8 seeds)."""
 
 KEEP_COST = 1.3
 """Tokens a compaction re-sends per token it frees (see `SessionMemory._cheaper_to_drop`)."""

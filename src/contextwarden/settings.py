@@ -493,8 +493,11 @@ class Settings(BaseSettings):
             weights=weights,
         )
 
-    def session_memory(self, *, tenant: str = "default") -> SessionMemory:
-        """A session's long-term memory as ``[memory]`` configures it (its place follows ``[store]``)."""
+    def session_memory(self, *, tenant: str = "default", across_sessions: bool | None = None) -> SessionMemory:
+        """A session's long-term memory as ``[memory]`` configures it (its place follows ``[store]``).
+
+        ``across_sessions`` overrides the section's value (the demo recalls only its own run).
+        """
         from .recall import SessionMemory
 
         options = self.memory_options()
@@ -504,7 +507,7 @@ class Settings(BaseSettings):
             limit=options.limit,
             chunk_chars=options.chunk_chars,
             min_score=options.min_score,
-            across_sessions=options.across_sessions,
+            across_sessions=options.across_sessions if across_sessions is None else across_sessions,
         )
 
     @property

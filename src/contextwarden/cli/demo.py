@@ -245,7 +245,8 @@ def demo_command(
             tools=demo.tools,
             summarizer=summarizer,
             store=st,
-            memory=settings.session_memory() if memory else None,
+            # a rerun, under a new id, recalls its own run only: same seed, same session
+            memory=settings.session_memory(across_sessions=False) if memory else None,
         )
         rule = session.status().rule
         result = DemoResult(

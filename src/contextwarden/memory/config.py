@@ -14,7 +14,7 @@ from .._store_url import sqlite_file
 from ..exceptions import ConfigError
 from .backends.base import MemoryBackend
 from .embedders import Embedder, HashingEmbedder
-from .longterm import LongTermMemory
+from .longterm import TASK_GROUP_WEIGHT, LongTermMemory
 from .scoring import ScoreWeights
 
 __all__ = ["EmbedderName", "MemoryOptions", "open_memory_backend"]
@@ -44,6 +44,7 @@ class MemoryOptions:
             tenant=tenant,
             embedder=_embedder(self.embedder),
             weights=self.weights,
+            group_weight=TASK_GROUP_WEIGHT,  # a session's memory groups by task, as its default memory does
         )
 
 

