@@ -31,9 +31,10 @@ import dataclasses
 import os
 import re
 import sys
+import time
 import tomllib
 import typing
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
@@ -493,7 +494,13 @@ class Settings(BaseSettings):
             weights=weights,
         )
 
-    def session_memory(self, *, tenant: str = "default", across_sessions: bool | None = None) -> SessionMemory:
+    def session_memory(
+        self,
+        *,
+        tenant: str = "default",
+        across_sessions: bool | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> SessionMemory:
         """A session's long-term memory as ``[memory]`` configures it (its place follows ``[store]``).
 
         ``across_sessions`` overrides the section's value (the demo recalls only its own run).
@@ -502,7 +509,7 @@ class Settings(BaseSettings):
 
         options = self.memory_options()
         return SessionMemory(
-            options.long_term(store_url=self.store_url, tenant=tenant),
+            options.long_term(store_url=self.store_url, tenant=tenant, clock=clock),
             share=options.share,
             limit=options.limit,
             chunk_chars=options.chunk_chars,

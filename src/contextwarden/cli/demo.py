@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..demo import DemoResult, generate_session, replay, write_report
-from ..demo.replay import CompactionRecord, TurnStats
+from ..demo.replay import CompactionRecord, TurnClock, TurnStats
 from ..exceptions import SessionNotFound
 from ..settings import user_dir
 from ..stores import SessionStore
@@ -228,12 +228,15 @@ def demo_command(
     report_path = report if report is not None else user_dir() / "demo-report.html"
     live = not no_live and not json_out and out.is_terminal
     pause = delay if delay is not None else (0.04 if live else 0.0)
+    clock = TurnClock()
     with open_cli_store(settings) as st:
         if replace:
             try:
                 st.delete_session(session_id)
             except SessionNotFound:
                 pass
+            if memory:  # the replaced run's memories go with it
+                settings.memory_options().long_term(store_url=settings.store_url).forget_session(session_id)
         else:
             session_id = _free_id(st, session_id)
         st.create_session(session_id, model=model, window=window, metadata={"demo": True, "seed": seed, "turns": turns})
@@ -246,7 +249,7 @@ def demo_command(
             summarizer=summarizer,
             store=st,
             # a rerun, under a new id, recalls its own run only: same seed, same session
-            memory=settings.session_memory(across_sessions=False) if memory else None,
+            memory=settings.session_memory(across_sessions=False, clock=clock) if memory else None,
         )
         rule = session.status().rule
         result = DemoResult(
@@ -270,7 +273,7 @@ def demo_command(
         if live:
             view = _LiveView(turns=len(demo.turns), result=result)
             with Live(view, console=out, refresh_per_second=12, transient=False):
-                replay(demo, session, result=result, on_turn=view.update, delay=pause)
+                replay(demo, session, result=result, on_turn=view.update, delay=pause, clock=clock)
         else:
             every = max(1, len(demo.turns) // 6)
 
@@ -283,7 +286,7 @@ def demo_command(
                         f"{', '.join(f'{k} {v}' for k, v in sorted(layers.items())) or 'none yet'}"
                     )
 
-            replay(demo, session, result=result, on_turn=progress_line, delay=pause)
+            replay(demo, session, result=result, on_turn=progress_line, delay=pause, clock=clock)
         session.save_status()  # the figures and timeline of the last turn, for inspect and the dashboard
         _, version = st.load_state(session_id, slot=DEMO_SLOT)
         st.save_state(

@@ -8,6 +8,7 @@ view the model would receive.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +20,31 @@ from ..events import Alert, CompactionFinished, Event
 from ..session import Session
 from .generator import DemoSession, PlantedFact
 
-__all__ = ["CompactionRecord", "DemoResult", "TurnStats", "replay", "view_text"]
+__all__ = [
+    "DEMO_EPOCH",
+    "TURN_SECONDS",
+    "CompactionRecord",
+    "DemoResult",
+    "TurnClock",
+    "TurnStats",
+    "replay",
+    "view_text",
+]
+
+DEMO_EPOCH = 1_767_225_600.0
+"""When the demo's session starts (2026-01-01 00:00 UTC): its messages carry times, not the wall clock."""
+TURN_SECONDS = 60.0
+"""The demo's time between two turns."""
+
+
+class TurnClock:
+    """The demo's clock: the time of the turn being replayed (memory's recency and labels read it)."""
+
+    def __init__(self) -> None:
+        self.now = DEMO_EPOCH
+
+    def __call__(self) -> float:
+        return self.now
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,6 +213,7 @@ def replay(
     result: DemoResult,
     on_turn: Callable[[TurnStats, list[CompactionRecord]], None] | None = None,
     delay: float = 0.0,
+    clock: TurnClock | None = None,
 ) -> DemoResult:
     """Add each turn's messages, prepare the view, record the turn; fills and returns ``result``.
 
@@ -197,6 +223,7 @@ def replay(
         result: Carries the run's settings; the measurements are added to it.
         on_turn: Called after each turn with its stats and the compactions that ran in it.
         delay: Seconds to pause after each turn (for a live view that people can follow).
+        clock: Set to each turn's time (the session's memory reads it), so the same seed recalls alike.
     """
     acc = session.accountant
     fresh: list[CompactionRecord] = []
@@ -237,7 +264,13 @@ def replay(
         for index, raw in enumerate(demo.turns, 1):
             turn_no = index
             t0 = time.perf_counter()
-            msgs = to_messages([{**m, "id": f"demo-{index}-{j}"} for j, m in enumerate(raw)], format="openai")
+            when = DEMO_EPOCH + index * TURN_SECONDS
+            if clock is not None:
+                clock.now = when
+            msgs = [
+                dataclasses.replace(m, created_at=when)
+                for m in to_messages([{**m, "id": f"demo-{index}-{j}"} for j, m in enumerate(raw)], format="openai")
+            ]
             session.add(msgs)
             transcript_tokens += sum(acc.count_message(m) for m in msgs)
             p0 = time.perf_counter()

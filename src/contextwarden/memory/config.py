@@ -7,6 +7,8 @@ is Postgres); ``sqlite:///path``, ``postgresql://…`` and ``memory://`` name a 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -37,10 +39,13 @@ class MemoryOptions:
     min_score: float = 0.4
     weights: ScoreWeights = field(default_factory=ScoreWeights)
 
-    def long_term(self, *, store_url: str, tenant: str = "default") -> LongTermMemory:
+    def long_term(
+        self, *, store_url: str, tenant: str = "default", clock: Callable[[], float] = time.time
+    ) -> LongTermMemory:
         """A `LongTermMemory` of ``tenant`` over the configured backend and embedder."""
         return LongTermMemory(
             open_memory_backend(self.url, store_url=store_url),
+            clock=clock,
             tenant=tenant,
             embedder=_embedder(self.embedder),
             weights=self.weights,

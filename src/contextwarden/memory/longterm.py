@@ -200,6 +200,12 @@ class LongTermMemory:
             self._pending = [r for r in self._pending if r.memory_id not in set(memory_ids)]
             return removed
 
+    def forget_session(self, session_id: str) -> int:
+        """Delete every memory of one session (when the session itself is deleted); returns how many."""
+        with self._lock:
+            ids = [r.memory_id for r in self.backend.scan(self.tenant) if r.session_id == session_id]
+        return self.forget(ids) if ids else 0
+
     # --- reads -------------------------------------------------------------------------
     def recall(
         self,

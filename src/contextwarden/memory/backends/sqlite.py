@@ -17,9 +17,11 @@ term made a query over 100,000 memories take 400 ms instead of under 5 ms, while
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import struct
 import threading
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -32,6 +34,7 @@ COMMON_SHARE = 0.02
 """A query term in more than this share of the memories only selects when no rarer term is left."""
 COMMON_WINDOW = 5000
 """A query of common terms only searches this many of the newest memories."""
+_K1, _B = 1.2, 0.75  # FTS5's BM25 parameters, for recalls scored per session
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS memory_records (
@@ -79,6 +82,7 @@ class SQLiteMemoryBackend:
         self._conn = connection or sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._lock = threading.RLock()
         self._sizes: dict[str, int] = {}
+        self._session_stats: dict[tuple[str, str], tuple[int, int, dict[str, int]]] = {}
         self._tables: dict[str, str] = {}
         with self._lock:
             if str(path) != ":memory:":
@@ -132,6 +136,8 @@ class SQLiteMemoryBackend:
     def put(self, records: Sequence[MemoryRecord], *, tokens: Sequence[Sequence[str]]) -> None:
         with self._lock:
             self._sizes.clear()
+            for record in records:
+                self._session_stats.pop((record.tenant, record.session_id or ""), None)
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 for record, terms in zip(records, tokens, strict=True):
@@ -194,6 +200,7 @@ class SQLiteMemoryBackend:
         removed = 0
         with self._lock:
             self._sizes.clear()
+            self._session_stats.clear()
             table = self._table(tenant, create=False)
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -241,6 +248,8 @@ class SQLiteMemoryBackend:
             table = self._table(tenant, create=False)
             if table is None:
                 return []
+            if session_id is not None:
+                return self._session_search(tenant, session_id, table, list(dict.fromkeys(tokens)), limit)
             terms, common = self._selective(tenant, table, list(dict.fromkeys(tokens)))
             if not terms:
                 return []
@@ -264,6 +273,58 @@ class SQLiteMemoryBackend:
             sql += f" ORDER BY bm25({table}) LIMIT ?"
             params.append(limit)
             return [(memory_id, float(score)) for memory_id, score in self._conn.execute(sql, params)]
+
+    def _session_search(
+        self, tenant: str, session_id: str, table: str, terms: list[str], limit: int
+    ) -> list[tuple[str, float]]:
+        """BM25 over one session's memories, with that session's term statistics.
+
+        FTS5's own ``bm25()`` weighs terms by the whole table (the tenant), so what other sessions
+        say would change how this session's memories rank; a recall scoped to a session is scored
+        here instead, with FTS5's formula (k1 1.2, b 0.75) and the session's counts.
+        """
+        if not terms:
+            return []
+        count, total, df = self._session_counts(tenant, session_id, table)
+        if not count:
+            return []
+        average = total / count
+        idf = {t: max(math.log((count - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5)), 1e-6) for t in terms}
+        rows = self._conn.execute(
+            f"SELECT r.memory_id, f.tokens FROM {table} f JOIN memory_records r ON r.seq = f.rowid"
+            " WHERE f.tokens MATCH ? AND r.tenant = ? AND r.session_id = ? ORDER BY r.seq",
+            (" OR ".join(_fts_term(t) for t in terms), tenant, session_id),
+        ).fetchall()
+        scored: list[tuple[str, float]] = []
+        for memory_id, text in rows:
+            words = text.split()
+            frequency = Counter(w for w in words if w in idf)
+            norm = _K1 * (1 - _B + _B * len(words) / average)
+            score = sum(idf[t] * f * (_K1 + 1) / (f + norm) for t, f in frequency.items())
+            if score > 0:
+                scored.append((memory_id, score))
+        scored.sort(key=lambda pair: -pair[1])  # stable: equal scores stay in the order they were written
+        return scored[:limit]
+
+    def _session_counts(self, tenant: str, session_id: str, table: str) -> tuple[int, int, dict[str, int]]:
+        """Memories of the session, their total token count, and each token's document frequency."""
+        key = (tenant, session_id)
+        counts = self._session_stats.get(key)
+        if counts is None:
+            documents = 0
+            total = 0
+            df: Counter[str] = Counter()
+            for (text,) in self._conn.execute(
+                f"SELECT f.tokens FROM {table} f JOIN memory_records r ON r.seq = f.rowid"
+                " WHERE r.tenant = ? AND r.session_id = ?",
+                key,
+            ):
+                words = text.split()
+                documents += 1
+                total += len(words)
+                df.update(set(words))
+            counts = self._session_stats[key] = (documents, total, dict(df))
+        return counts
 
     def _selective(self, tenant: str, table: str, terms: list[str]) -> tuple[list[str], bool]:
         """The terms worth matching in the tenant's memories, and whether they are all common."""
