@@ -104,8 +104,13 @@ class Recorder:
 
 
 def session(window: int, **kwargs: Any) -> tuple[Session, Recorder]:
-    """A tiktoken-counted session with a recorder subscribed."""
+    """A tiktoken-counted session with a recorder subscribed; its budget is the whole window.
+
+    These tests describe the engine at a given budget, so no reply reserve is taken from the window
+    unless a test asks for one.
+    """
     kwargs.setdefault("counter", COUNTER)
+    kwargs.setdefault("reserved_output", 0)
     s = Session(window=window, **kwargs)
     rec = Recorder()
     s.subscribe(rec)

@@ -328,7 +328,7 @@ def _has_page(s: Session, m: Message, page: int) -> bool:
 
 
 def test_protected_set_too_big_raises_budget_exceeded_with_a_breakdown() -> None:
-    s = Session(window=1000, counter=COUNTER)
+    s = Session(window=1000, counter=COUNTER, reserved_output=0)
     system = Message.system(make_text(8000, seed=1))
     # a system prompt is never compacted: one that cannot fit is refused when added, nothing added
     with pytest.raises(BudgetExceeded) as info:

@@ -205,8 +205,8 @@ def test_read_context_by_ledger_step() -> None:
 
 
 def test_read_tool_schema_and_dispatch() -> None:
-    plain = Session(window=4000, counter="heuristic")
-    with_tool = Session(window=4000, counter="heuristic", include_read_tool=True)
+    plain = Session(window=4000, counter="heuristic", reserved_output=0)
+    with_tool = Session(window=4000, counter="heuristic", include_read_tool=True, reserved_output=0)
     assert READ_CONTEXT_TOOL in with_tool.tools and READ_CONTEXT_TOOL not in plain.tools
     assert with_tool.budget.tool_schemas > 0 and plain.budget.tool_schemas == 0
     assert with_tool.budget.effective == 4000 - with_tool.budget.tool_schemas

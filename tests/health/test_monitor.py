@@ -74,7 +74,7 @@ def _stuck(session: Session, turns: int = 20) -> None:
 
 
 def test_critical_utilization_and_low_compression_when_compaction_cannot_bring_the_view_down() -> None:
-    session = Session(window=4000, counter="heuristic")
+    session = Session(window=4000, counter="heuristic", reserved_output=0)
     events: list[Event] = []
     session.subscribe(events.append)
     monitor = HealthMonitor(session, process=ProcessHealth())
@@ -94,7 +94,7 @@ def test_critical_utilization_and_low_compression_when_compaction_cannot_bring_t
 
 def test_alerts_are_kept_in_the_store_audit_log(tmp_path: Path) -> None:
     with open_store(f"sqlite:///{tmp_path / 'cw.db'}") as store:
-        session = Session("audited", window=4000, counter="heuristic", store=store)
+        session = Session("audited", window=4000, counter="heuristic", store=store, reserved_output=0)
         HealthMonitor(session, process=ProcessHealth())
         _stuck(session)
         audit = store.read_audit("audited")
