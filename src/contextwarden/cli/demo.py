@@ -39,8 +39,10 @@ LAYER_STYLE = {"clear": "cyan", "evict": "dark_orange", "summarize": "magenta", 
 class _LiveView:
     """What the terminal shows while the session replays."""
 
-    def __init__(self, *, turns: int, result: DemoResult) -> None:
+    def __init__(self, *, turns: int, result: DemoResult, rule: str = "band") -> None:
         self.result = result
+        self.rule = rule
+        """The state rule's mode, shown next to the state."""
         self.turns = turns
         self.events: deque[CompactionRecord] = deque(maxlen=8)
         self.last: TurnStats | None = None
@@ -67,6 +69,7 @@ class _LiveView:
         bar.append("▏ ")
         bar.append(f"{stats.used:,} / {stats.budget:,} tokens ({stats.ratio:.0%}) ", style="bold")
         bar.append(stats.state, style=style)
+        bar.append(f" ({self.rule} rule)", style="dim")
         return bar
 
     def __rich__(self) -> RenderableType:
@@ -252,6 +255,7 @@ def demo_command(
             memory=settings.session_memory(across_sessions=False, clock=clock) if memory else None,
         )
         rule = session.status().rule
+        mode = rule.mode if rule is not None else "band"
         result = DemoResult(
             seed=seed,
             model=model,
@@ -271,7 +275,7 @@ def demo_command(
             summarizer=note,
         )
         if live:
-            view = _LiveView(turns=len(demo.turns), result=result)
+            view = _LiveView(turns=len(demo.turns), result=result, rule=mode)
             with Live(view, console=out, refresh_per_second=12, transient=False):
                 replay(demo, session, result=result, on_turn=view.update, delay=pause, clock=clock)
         else:
@@ -282,7 +286,7 @@ def demo_command(
                     layers = result.compactions_by_layer
                     err.print(
                         f"turn {stats.turn}/{len(demo.turns)}: view {stats.used:,}/{stats.budget:,} tokens "
-                        f"({stats.ratio:.0%}, {stats.state}); compactions "
+                        f"({stats.ratio:.0%}, {stats.state}, {mode} rule); compactions "
                         f"{', '.join(f'{k} {v}' for k, v in sorted(layers.items())) or 'none yet'}"
                     )
 
