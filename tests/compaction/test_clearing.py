@@ -209,8 +209,7 @@ def test_read_tool_schema_and_dispatch() -> None:
     with_tool = Session(window=4000, counter="heuristic", include_read_tool=True, reserved_output=0)
     assert READ_CONTEXT_TOOL in with_tool.tools and READ_CONTEXT_TOOL not in plain.tools
     assert with_tool.budget.tool_schemas > 0 and plain.budget.tool_schemas == 0
-    b = with_tool.budget
-    assert b.effective == 4000 - b.reserved_output - b.tool_schemas
+    assert with_tool.budget.effective == 4000 - with_tool.budget.tool_schemas
     fn = READ_CONTEXT_TOOL["function"]
     assert fn["name"] == "read_context" and fn["parameters"]["required"] == ["ref"]
     msgs = [Message.user("alpha"), Message.assistant("beta")]
