@@ -274,6 +274,7 @@ def _small_window_session(snapshots: SnapshotStore) -> tuple[Session, dict[str, 
     s = Session(
         "ses_lazy",
         window=2400,
+        reserved_output=0,
         counter="tiktoken:cl100k_base",
         snapshots=snapshots,
         config=CompactionConfig(keep_recent_rounds=1, clear_after_rounds=1),

@@ -97,7 +97,7 @@ def _check_sqlite(url: str, *, check_path: bool) -> None:
 
 def _port(url: str, port: str) -> None:
     if not port.isdigit() or not 0 < int(port) < 65_536:
-        raise _bad(url, f"port {port!r} is not a number in 1..65535")
+        raise _bad(url, f"port {port!r} is not a number in 1..65535; write each node as host:port")
 
 
 def _host_port(url: str, node: str) -> None:
