@@ -282,9 +282,11 @@ class MemorySection(BaseModel):
     @field_validator("url")
     @classmethod
     def _known_place(cls, value: str) -> str:
-        if value in ("store", "memory://") or value.startswith(("sqlite:///", "postgresql://", "postgres://")):
+        from .memory.config import PLACES_HINT, is_memory_place
+
+        if is_memory_place(value):
             return value
-        raise ValueError("use 'store', 'memory://', 'sqlite:///path.db' or 'postgresql://host/db'")
+        raise ValueError(PLACES_HINT)
 
 
 class SummarizerSection(BaseModel):

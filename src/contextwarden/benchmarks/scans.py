@@ -115,9 +115,10 @@ def measure_scans(
     for name, scan in (scanners or SCANNERS).items():
         worst: ScanFigure | None = None
         for unit in units:
+            line = adversarial_line(unit, chars)
             small = _time(scan, adversarial_line(unit, chars // 2))
-            large = _time(scan, adversarial_line(unit, chars))
-            mb = len(adversarial_line(unit, chars).encode("utf-8")) / 1_000_000
+            large = _time(scan, line)
+            mb = len(line.encode("utf-8")) / 1_000_000
             figure = ScanFigure(scanner=name, unit=unit, s_per_mb=large / mb, growth=large / max(small, 1e-9))
             if worst is None or figure.s_per_mb > worst.s_per_mb:
                 worst = figure

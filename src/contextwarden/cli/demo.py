@@ -239,7 +239,11 @@ def demo_command(
             except SessionNotFound:
                 pass
             if memory:  # the replaced run's memories go with it
-                settings.memory_options().long_term(store_url=settings.store_url).forget_session(session_id)
+                replaced = settings.memory_options().long_term(store_url=settings.store_url)
+                try:
+                    replaced.forget_session(session_id)
+                finally:
+                    replaced.backend.close()
         else:
             session_id = _free_id(st, session_id)
         st.create_session(session_id, model=model, window=window, metadata={"demo": True, "seed": seed, "turns": turns})

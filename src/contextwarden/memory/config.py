@@ -19,7 +19,16 @@ from .embedders import Embedder, HashingEmbedder
 from .longterm import TASK_GROUP_WEIGHT, LongTermMemory
 from .scoring import ScoreWeights
 
-__all__ = ["EmbedderName", "MemoryOptions", "open_memory_backend"]
+__all__ = ["PLACES_HINT", "EmbedderName", "MemoryOptions", "is_memory_place", "open_memory_backend"]
+
+PLACES_HINT = "use 'store' (beside the sessions), 'memory://', 'sqlite:///path.db' or 'postgresql://host/db'"
+"""What a memory ``url`` may be, as an error message says it."""
+
+
+def is_memory_place(url: str) -> bool:
+    """Whether ``url`` names a place memory can live (see the module)."""
+    return url in ("store", "memory://") or url.startswith(("sqlite:///", "postgresql://", "postgres://"))
+
 
 EmbedderName = Literal["none", "hashing", "minilm"]
 """``none``: keyword recall only; ``hashing``: a dependency-free hashed bag of words; ``minilm``:
@@ -72,6 +81,8 @@ def _embedder(name: EmbedderName) -> Embedder | None:
 
 def open_memory_backend(url: str, *, store_url: str) -> MemoryBackend:
     """The backend ``url`` names; ``store`` follows the session store at ``store_url``."""
+    if not is_memory_place(url):
+        raise ConfigError(f"[memory] url = {url!r} is not a memory place: {PLACES_HINT}.", key="memory.url")
     if url == "store":
         if store_url.startswith(("postgresql://", "postgres://")):
             url = store_url
@@ -92,8 +103,4 @@ def open_memory_backend(url: str, *, store_url: str) -> MemoryBackend:
         from .backends.postgres import PostgresMemoryBackend
 
         return PostgresMemoryBackend(url.split("?", 1)[0])
-    raise ConfigError(
-        f"[memory] url = {url!r} is not a memory place: use 'store' (beside the sessions), 'memory://',"
-        " 'sqlite:///path.db' or 'postgresql://host/db'.",
-        key="memory.url",
-    )
+    raise ConfigError(f"[memory] url = {url!r} names no database file: {PLACES_HINT}.", key="memory.url")
