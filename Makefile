@@ -73,13 +73,12 @@ bench: $(STAMP)
 	    'llama-index-core==0.14.25' psutil
 	PYTHONPATH=. $(PY) -m benchmarks.suite --shared ../shared --out bench-results
 
+# With ../shared/bench/peers_bench.py beside the checkout: every reference peer; without it: the floor
+# peer on the built-in workload. Then the paired floor/contextwarden runs on the same workload.
 bench-trim: $(STAMP)
 	$(PY) -m pip install --quiet 'langchain-core==1.8.3' psutil
 	mkdir -p bench-out
-	PYTHONPATH=. $(PY) ../shared/bench/peers_bench.py --adapter benchmarks.peers_adapter:ContextWardenPeer \
-	    --adapter benchmarks.peers_adapter:ContextWardenTiktokenPeer \
-	    --peers floor,floor-hysteresis,contextwarden,contextwarden-tiktoken --sizes 1000,5000 --window 128000,32000 \
-	    --no-tokenizer-floor --json bench-out/trim.json
+	$(PY) -m contextwarden bench trim --sizes 1000,5000 --window 128000,32000 --json bench-out/trim.json
 	PYTHONPATH=. $(PY) -m benchmarks.trim_paired --sizes 5000 --window 128000,32000 --runs 3 \
 	    --json bench-out/trim-paired.json
 

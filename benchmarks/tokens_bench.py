@@ -3,7 +3,8 @@
     .venv/bin/python -m benchmarks.tokens_bench --json bench-out/tokens.json
     .venv/bin/python -m benchmarks.tokens_bench --hf-tokenizer-json /path/to/tokenizer.json
 
-1. Incremental accounting on the trim workload of ``../shared/bench/peers_bench.py`` (N=5000
+1. Incremental accounting on the trim workload (`benchmarks.workload`: the reference harness
+   ``peers_bench.py`` when given or found beside the repository, else the built-in one; N=5000
    messages): the session is counted once with `TokenAccountant` (tiktoken cl100k, OpenAI framing);
    then each of the last R rounds is added as a fresh round and counted. Its cost is compared with
    tokenizing only that round's new text (contents, tool names, arguments) with bare tiktoken
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import gc
 import glob
-import importlib.util
 import json
 import os
 import random
@@ -29,33 +29,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from benchmarks.workload import Workload, load_workload
 from contextwarden.messages import Message, TextPart, ToolCall
 from contextwarden.tokens import HeuristicCounter, TokenAccountant, TokenCounter, get_counter
 from contextwarden.tokens.tiktoken import TiktokenCounter
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_BENCH = "../shared/bench/peers_bench.py"
-
-
-# --- loading the harness -------------------------------------------------------------------------------
-
-
-def load_harness(path: str) -> ModuleType:
-    """Import peers_bench.py from ``path`` (relative to the cwd, else to the repository root)."""
-    p = Path(path)
-    if not p.is_file():
-        p = (ROOT / path).resolve()
-    if not p.is_file():
-        raise SystemExit(f"peers_bench.py not found at {path!r}; pass --bench-script PATH")
-    spec = importlib.util.spec_from_file_location("peers_bench", p)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["peers_bench"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def to_message(m: dict[str, Any]) -> Message:
@@ -82,7 +63,7 @@ def round_texts(msgs: Sequence[dict[str, Any]]) -> list[str]:
 # --- 1. incremental accounting ---------------------------------------------------------------------------
 
 
-def bench_incremental(pb: ModuleType, enc: Any, *, size: int, seed: int, last: int, reps: int) -> dict[str, Any]:
+def bench_incremental(pb: Workload, enc: Any, *, size: int, seed: int, last: int, reps: int) -> dict[str, Any]:
     canon, rounds = pb.build_conversation(size, seed)
     last = min(last, len(rounds) - 2)
     prefix_end = rounds[-last][0]
@@ -167,9 +148,7 @@ def bench_incremental(pb: ModuleType, enc: Any, *, size: int, seed: int, last: i
 # --- 2. throughput ---------------------------------------------------------------------------------------
 
 
-def bench_throughput(
-    pb: ModuleType, enc: Any, *, size: int, seed: int, reps: int, hf_json: str | None
-) -> dict[str, Any]:
+def bench_throughput(pb: Workload, enc: Any, *, size: int, seed: int, reps: int, hf_json: str | None) -> dict[str, Any]:
     canon, _ = pb.build_conversation(size, seed)
     texts = [t for t in round_texts(canon) if t]
     nbytes = sum(len(t.encode("utf-8")) for t in texts)
@@ -305,22 +284,23 @@ def _gen_logs(rng: random.Random, n: int) -> list[str]:
     return out
 
 
-def collect_samples(pb: ModuleType, shared: Path) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+def collect_samples(pb: Workload, shared: Path | None) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """Samples per kind, and where each kind's samples came from."""
     rng = random.Random(7)
     kinds: dict[str, list[str]] = {"prose": [], "code": [], "logs": [], "json": [], "chinese": []}
     sources: dict[str, list[str]] = {k: [] for k in kinds}
-    tau = shared / "datasets" / "probe-traces" / "tau-airline-dev.jsonl"
-    locomo = shared / "datasets" / "locomo" / "locomo-dev.json"
+    # the shared data sets beside the reference harness, when it is used; the generators alone otherwise
+    tau = shared / "datasets" / "probe-traces" / "tau-airline-dev.jsonl" if shared else None
+    locomo = shared / "datasets" / "locomo" / "locomo-dev.json" if shared else None
     # prose: real dialogue and summaries, support-agent turns, design docs, and the harness generator
-    if locomo.is_file():
+    if locomo is not None and locomo.is_file():
         for conv in json.loads(locomo.read_text()):
             for key, value in conv["conversation"].items():
                 if key.startswith("session_") and isinstance(value, list):
                     kinds["prose"].append("\n".join(f"{t['speaker']}: {t['text']}" for t in value))
             kinds["prose"] += [v for v in (conv.get("session_summary") or {}).values() if isinstance(v, str)]
         sources["prose"].append("LoCoMo dialogues and session summaries")
-    if tau.is_file():
+    if tau is not None and tau.is_file():
         for line in tau.read_text().splitlines():
             for m in json.loads(line)["messages"]:
                 content = m.get("content")
@@ -336,11 +316,11 @@ def collect_samples(pb: ModuleType, shared: Path) -> tuple[dict[str, list[str]],
                         pass
         sources["prose"].append("tau-bench airline user/assistant turns")
         sources["json"].append("tau-bench airline tool outputs (compact and indented)")
-    for doc in sorted((shared / "docs").glob("*.md")):
+    for doc in sorted((shared / "docs").glob("*.md")) if shared else ():
         kinds["prose"] += [p for p in doc.read_text().split("\n\n") if len(p) > 200]
         sources["prose"].append(f"shared/docs/{doc.name} paragraphs")
-    kinds["prose"] += [pb._prose(rng, rng.randint(50, 800)) for _ in range(40)]
-    sources["prose"].append("peers_bench _prose generator")
+    kinds["prose"] += [pb.text_makers()["prose"](rng, rng.randint(50, 800)) for _ in range(40)]
+    sources["prose"].append("the workload's prose generator")
     # code: this repository and the standard library
     for path in sorted((ROOT / "src" / "contextwarden").rglob("*.py")):
         if path.stat().st_size > 500:
@@ -351,16 +331,16 @@ def collect_samples(pb: ModuleType, shared: Path) -> tuple[dict[str, list[str]],
         for path in sorted((stdlib / name).glob("*.py"))[:8]:
             kinds["code"].append(path.read_text(errors="replace"))
     sources["code"].append("Python stdlib (json, asyncio, email, logging, http)")
-    kinds["code"] += [pb._code(rng, rng.randint(50, 1500)) for _ in range(20)]
-    sources["code"].append("peers_bench _code generator")
+    kinds["code"] += [pb.text_makers()["code"](rng, rng.randint(50, 1500)) for _ in range(20)]
+    sources["code"].append("the workload's code generator")
     # logs
-    kinds["logs"] += [pb._log(rng, rng.randint(50, 1500)) for _ in range(30)]
+    kinds["logs"] += [pb.text_makers()["log"](rng, rng.randint(50, 1500)) for _ in range(30)]
     kinds["logs"] += _gen_logs(rng, 30)
-    sources["logs"] += ["peers_bench _log generator", "app/access/traceback/logfmt generator"]
+    sources["logs"] += ["the workload's log generator", "app/access/traceback/logfmt generator"]
     # JSON: also the harness's tool-call arguments
     canon, _ = pb.build_conversation(300, 1)
     kinds["json"] += [c["arguments"] for m in canon for c in m.get("tool_calls") or ()]
-    sources["json"].append("peers_bench tool-call arguments")
+    sources["json"].append("the workload's tool-call arguments")
     # Chinese
     kinds["chinese"] += ZH
     sources["chinese"].append("hand-written paragraphs (news, support, contract, instructions)")
@@ -370,13 +350,13 @@ def collect_samples(pb: ModuleType, shared: Path) -> tuple[dict[str, list[str]],
         kinds["chinese"].append(Path(p).read_text(encoding="utf-8"))
     if picked:
         sources["chinese"].append("CPython test/cjkencodings (gb2312, gbk, gb18030, big5)")
-    kinds["chinese"] += [pb._zh(rng, rng.randint(50, 800)) for _ in range(20)]
-    sources["chinese"].append("peers_bench _zh generator (random frequent Han)")
+    kinds["chinese"] += [pb.text_makers()["zh"](rng, rng.randint(50, 800)) for _ in range(20)]
+    sources["chinese"].append("the workload's Chinese generator (random frequent Han)")
     return kinds, sources
 
 
 def bench_heuristic_error(
-    pb: ModuleType, cl100k: TokenCounter, shared: Path, *, size: int, seed: int
+    pb: Workload, cl100k: TokenCounter, shared: Path | None, *, size: int, seed: int
 ) -> dict[str, Any]:
     kinds, sources = collect_samples(pb, shared)
     heur = HeuristicCounter()
@@ -401,7 +381,7 @@ def bench_heuristic_error(
     canon, _ = pb.build_conversation(size, seed)
     texts = [t for t in round_texts(canon) if t]
     real_total = sum(map(cl100k.count_text, texts))
-    table[f"peers_bench session (N={size})"] = {
+    table[f"trim workload session (N={size})"] = {
         "samples": len(texts),
         "cl100k_tokens": real_total,
         "heuristic_tokens": sum(map(heur.count_text, texts)),
@@ -416,7 +396,7 @@ def bench_heuristic_error(
 def print_report(res: dict[str, Any]) -> None:
     inc = res["incremental"]
     print(
-        f"\n1. Incremental accounting (peers_bench N={inc['size']}, {inc['messages']} messages, "
+        f"\n1. Incremental accounting (trim workload N={inc['size']}, {inc['messages']} messages, "
         f"{inc['session_tokens']:,} tokens; last {inc['rounds_measured']} rounds, best of {inc['reps']})"
     )
     print(
@@ -461,7 +441,12 @@ def print_report(res: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.tokens_bench", description=__doc__.split("\n")[0])
-    ap.add_argument("--bench-script", default=DEFAULT_BENCH, help="path of peers_bench.py (default %(default)s)")
+    ap.add_argument(
+        "--bench-script",
+        default=None,
+        help="path of the reference peers_bench.py, or 'builtin' (default: ../shared/bench/peers_bench.py "
+        "when it exists, else the built-in workload)",
+    )
     ap.add_argument("--size", type=int, default=5000, help="messages in the session (default %(default)s)")
     ap.add_argument("--seed", type=int, default=20240601, help="the harness's default seed")
     ap.add_argument("--rounds", type=int, default=200, help="last rounds measured as 'the added round'")
@@ -470,14 +455,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", dest="json_out", help="write the results to this JSON file")
     args = ap.parse_args(argv)
 
-    pb = load_harness(args.bench_script)
-    pb.ensure_tiktoken_offline()
-    enc = pb.get_encoding()  # bare tiktoken, loaded the harness's way
-    shared = Path(str(pb.__file__)).resolve().parents[1]
-    hf_json = pb.find_hf_tokenizer_json(args.hf_tokenizer_json)
+    pb = load_workload(args.bench_script)
+    enc = pb.get_encoding()  # bare tiktoken, loaded the workload's way
+    shared = pb.shared_root
+    hf_json = pb.hf_tokenizer_json(args.hf_tokenizer_json)
     res = {
         "python": sys.version.split()[0],
         "cpus": os.cpu_count(),
+        "workload": pb.source,
         "incremental": bench_incremental(pb, enc, size=args.size, seed=args.seed, last=args.rounds, reps=args.reps),
         "throughput": bench_throughput(pb, enc, size=args.size, seed=args.seed, reps=3, hf_json=hf_json),
         "heuristic_error": bench_heuristic_error(

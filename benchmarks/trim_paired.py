@@ -3,13 +3,15 @@
     PYTHONPATH=. .venv/bin/python -m benchmarks.trim_paired --sizes 5000 --window 128000,32000 --runs 3 \\
         --json bench-out/trim-paired.json
 
-``../shared/bench/peers_bench.py`` runs each peer in a cell of its own, one after the other: on a
+The workload is the reference harness's (``--bench-script``, or ``../shared/bench/peers_bench.py``
+beside the checkout) or, without it, the built-in one (`benchmarks.workload`).
+The reference ``peers_bench.py`` runs each peer in a cell of its own, one after the other: on a
 machine whose speed drifts by a third within seconds (a shared VM), the floor's p50 and ours are
 measured at different speeds, and one cell's ratio says as much about the machine as about the
 code (its ``floor-hysteresis`` peer, the floor plus one comparison, shows the spread). Here the
-same conversation (the harness's own generator, seed and rounds) goes to both peers on every turn,
+same conversation (the workload's generator, seed and rounds) goes to both peers on every turn,
 in alternating order, and after each peer's turn the harness's own untimed work runs on what it
-returned (mapping the view to canonical messages, checking pairs, the system message and the
+returned (the workload's own checks: mapping the view to canonical messages, checking pairs, the system message and the
 window), as it does between the turns of a cell. Both peers see the same machine at the same
 moment, so the ratio of their medians holds still where a single cell's does not.
 
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.peers_adapter import ContextWardenPeer
-from benchmarks.tokens_bench import DEFAULT_BENCH, load_harness
+from benchmarks.workload import Workload, load_workload
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -46,7 +48,9 @@ def _quantile(values: list[float], q: float) -> float:
 class _Driver:
     """One peer of the pair: its converted rounds and what the harness keeps between its turns."""
 
-    def __init__(self, harness: Any, peer: Any, canon: list[dict[str, Any]], rounds: list[tuple[int, int]]) -> None:
+    def __init__(
+        self, harness: Workload, peer: Any, canon: list[dict[str, Any]], rounds: list[tuple[int, int]]
+    ) -> None:
         self.harness, self.peer, self.canon = harness, peer, canon
         native = peer.convert(canon)
         self.id_map = {id(x): idxs for x, idxs in native}
@@ -90,18 +94,18 @@ class _Control:
         self.latencies.append((time.perf_counter_ns() - started) / 1e6)
 
 
-def _growth(harness: Any, history: list[int], latencies: list[float], window: int) -> float | None:
+def _growth(harness: Workload, history: list[int], latencies: list[float], window: int) -> float | None:
     """The harness's own fit: latency against history, on the turns past twice the window."""
-    exponent = harness._fit_exponent(history, latencies, 2.0 * window)
+    exponent = harness.fit_exponent(history, latencies, 2.0 * window)
     return None if exponent is None else round(exponent, 3)
 
 
-def run_pair(harness: Any, size: int, window: int, seed: int) -> dict[str, Any]:
+def run_pair(harness: Workload, size: int, window: int, seed: int) -> dict[str, Any]:
     """One conversation of ``size`` messages through both peers at ``window`` tokens."""
     enc = harness.get_encoding()
     canon, rounds = harness.build_conversation(size, seed)
     tokens = [harness.message_tokens(enc, m) for m in canon]
-    floor = _Driver(harness, harness.FloorPeer(), canon, rounds)
+    floor = _Driver(harness, harness.floor_peer(), canon, rounds)
     ours = _Driver(harness, ContextWardenPeer(), canon, rounds)
     # about a plain turn's work: the first user message, a few hundred tokens
     control = _Control(canon[rounds[1][0]]["content"])
@@ -146,10 +150,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--vary-seed", action="store_true", help="run k uses seed + k - 1: other conversations of the same workload"
     )
-    parser.add_argument("--bench-script", default=DEFAULT_BENCH, help="path of peers_bench.py")
+    parser.add_argument(
+        "--bench-script",
+        default=None,
+        help="path of the reference peers_bench.py, or 'builtin' (default: ../shared/bench/peers_bench.py "
+        "when it exists, else the built-in workload)",
+    )
     parser.add_argument("--json", dest="json_out", help="write the results here")
     args = parser.parse_args(argv)
-    harness = load_harness(args.bench_script)
+    harness = load_workload(args.bench_script)
+    print(f"workload: {harness.source}", file=sys.stderr)
     results = []
     print(
         "| N | window | run | seed | floor p50 ms | contextwarden p50 ms | p50 ratio | floor p99 ms "
@@ -174,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         out = Path(args.json_out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"python": sys.version.split()[0], "bench_script": args.bench_script, "time": time.time()}
+        meta = {"python": sys.version.split()[0], "workload": harness.source, "time": time.time()}
         out.write_text(json.dumps({"meta": meta, "pairs": results}, indent=2))
     return 1 if any(r["incorrect_turns"] for r in results) else 0
 

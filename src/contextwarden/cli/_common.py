@@ -459,4 +459,7 @@ def progress_bar(description: str, total: int | None, *, enabled: bool = True) -
         transient=True,
     ) as progress:
         task = progress.add_task(description, total=total)
-        yield lambda n=1, description=None: progress.update(task, advance=n, description=description)
+        # a new description is drawn at once: a phase that finishes between two ticks is still named
+        yield lambda n=1, description=None: progress.update(
+            task, advance=n, description=description, refresh=description is not None
+        )

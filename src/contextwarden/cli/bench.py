@@ -1,8 +1,9 @@
 """``contextwarden bench ...``: the benchmark commands (they print a table and write JSON).
 
 ``probes`` and ``stores`` run in this process; ``tokens`` and ``trim`` run the scripts of the
-repository's ``benchmarks/`` folder (and the shared ``peers_bench.py`` harness) as subprocesses,
-so they need a source checkout. ``locomo`` and ``memory`` measure long-term memory
+repository's ``benchmarks/`` folder as subprocesses, so they need a source checkout; they use the
+reference ``peers_bench.py`` harness when it is given or found beside the checkout, else the
+repository's built-in workload. ``locomo`` and ``memory`` measure long-term memory
 (``contextwarden[memory]``; locomo's dense path needs ``contextwarden[embeddings]``).
 """
 
@@ -309,15 +310,21 @@ def _run(args: list[str], root: Path) -> int:
 @bench_app.command("tokens")
 def tokens(
     bench_script: Annotated[
-        str, typer.Option(help="peers_bench.py (its workload is reused).")
-    ] = "../shared/bench/peers_bench.py",
+        str | None,
+        typer.Option(
+            help="The reference peers_bench.py whose workload is reused, or 'builtin' "
+            "(default: ../shared/bench/peers_bench.py when it exists, else the built-in workload)."
+        ),
+    ] = None,
     size: Annotated[int, typer.Option(min=10, help="Messages in the session.")] = 5000,
     rounds: Annotated[int, typer.Option(min=1, help="Last rounds measured.")] = 200,
     json_out: JsonPath = None,
 ) -> None:
     """Token accounting: incremental cost vs bare tiktoken, backend throughput, heuristic error."""
     root = repo_root()
-    args = [sys.executable, "-m", "benchmarks.tokens_bench", "--bench-script", bench_script]
+    args = [sys.executable, "-m", "benchmarks.tokens_bench"]
+    if bench_script is not None:
+        args += ["--bench-script", _harness_arg(bench_script)]
     args += ["--size", str(size), "--rounds", str(rounds)]
     if json_out is not None:
         args += ["--json", str(json_out.resolve())]
@@ -326,34 +333,62 @@ def tokens(
         raise CLIError(f"the tokens benchmark failed (exit code {code}); see its output above.")
 
 
+def _harness_arg(given: str) -> str:
+    """``builtin``, or the harness path made absolute (the benchmark runs from the repository root)."""
+    if given == "builtin":
+        return given
+    path = Path(given).expanduser()
+    if not path.is_file():
+        raise CLIError(
+            f"{given}: peers_bench.py not found; pass its path, or 'builtin' for the built-in workload.", exit_code=2
+        )
+    return str(path.resolve())
+
+
 @bench_app.command("trim")
 def trim(
-    harness: Annotated[Path, typer.Option("--harness", help="The shared peers_bench.py.")] = Path(
-        "../shared/bench/peers_bench.py"
-    ),
+    harness: Annotated[
+        str | None,
+        typer.Option(
+            "--harness",
+            help="The reference peers_bench.py, or 'builtin' (default: ../shared/bench/peers_bench.py when it "
+            "exists, else the built-in workload with the floor peer).",
+        ),
+    ] = None,
     peers: Annotated[
-        str, typer.Option(help="Peers to run beside contextwarden.")
+        str, typer.Option(help="Peers to run beside contextwarden (with the reference harness).")
     ] = "floor,floor-hysteresis,contextwarden,contextwarden-tiktoken",
     sizes: Annotated[str, typer.Option(help="Session sizes (messages).")] = "1000,5000",
     window: Annotated[str, typer.Option(help="Context windows.")] = "128000,32000",
     json_out: JsonPath = None,
 ) -> None:
-    """Per-turn cost, correctness and prompt-cache reuse against reference peers (peers_bench.py)."""
+    """Per-turn cost, correctness and prompt-cache reuse against reference peers.
+
+    With the reference harness (peers_bench.py) every peer runs in a cell of its own; without it,
+    contextwarden and the floor peer step through the built-in workload turn by turn in one process
+    (benchmarks/trim_paired.py, three runs per size and window).
+    """
     root = repo_root()
-    script = harness if harness.is_absolute() else (Path.cwd() / harness)
-    if not script.is_file():
-        script = (root / harness).resolve()
-    if not script.is_file():
-        raise CLIError(f"{harness}: peers_bench.py not found; pass --harness PATH.", exit_code=2)
-    args = [sys.executable, str(script), "--adapter", "benchmarks.peers_adapter:ContextWardenPeer"]
-    args += ["--adapter", "benchmarks.peers_adapter:ContextWardenTiktokenPeer"]
-    args += ["--peers", peers, "--sizes", sizes, "--window", window, "--no-tokenizer-floor"]
+    script: Path | None = None
+    if harness is None:
+        beside = (root / "../shared/bench/peers_bench.py").resolve()
+        script = beside if beside.is_file() else None
+    elif harness != "builtin":
+        script = Path(_harness_arg(harness))
+    if script is None:
+        err.print("the reference harness is not here: contextwarden and the floor peer on the built-in workload")
+        args = [sys.executable, "-m", "benchmarks.trim_paired", "--bench-script", "builtin"]
+        args += ["--sizes", sizes, "--window", window]
+    else:
+        args = [sys.executable, str(script), "--adapter", "benchmarks.peers_adapter:ContextWardenPeer"]
+        args += ["--adapter", "benchmarks.peers_adapter:ContextWardenTiktokenPeer"]
+        args += ["--peers", peers, "--sizes", sizes, "--window", window, "--no-tokenizer-floor"]
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         args += ["--json", str(json_out.resolve())]
     code = _run(args, root)
     if code:
-        raise CLIError(f"peers_bench.py failed (exit code {code}); see its output above.")
+        raise CLIError(f"the trim benchmark failed (exit code {code}); see its output above.")
 
 
 @bench_app.command("locomo")
