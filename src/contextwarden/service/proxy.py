@@ -693,7 +693,9 @@ class _Relay(StreamingResponse):
 
     Whatever ends the stream (its end, an upstream failure, the client going away), the session's
     lease and the tenant's slot are given back, and the upstream response is closed, which cancels
-    the upstream call when it was not finished.
+    the upstream call when it was not finished. A stream that ends without a reply (an error event,
+    a cut, a bound) is a refused request: a session it created is deleted, as for a refused request
+    that was not streamed.
     """
 
     def __init__(
@@ -708,6 +710,8 @@ class _Relay(StreamingResponse):
         self.framer, self.head = framer, head
         self.assembler: StreamAssembler = turn.dialect.assembler(turn.body)
         self.finished = False
+        """The stream's end was handled (its reply recorded, or found unusable)."""
+        self.recorded = False
         """The reply was recorded."""
         self.ended = False
         """The relay ran to its end (not cut short by the client going away)."""
@@ -775,13 +779,19 @@ class _Relay(StreamingResponse):
         if self.finished:
             return
         self.finished = True
+        lease = self.turn.lease
+        if self.assembler.error is not None:  # an end event that reports a failure (``response.failed``): no reply
+            if lease is not None:
+                lease.failed = True
+            return
         try:
             reply = self.assembler.reply()
         except MessageError:
-            if self.turn.lease is not None:
-                self.turn.lease.failed = True
+            if lease is not None:
+                lease.failed = True
             return
         await self.turn.record(reply)
+        self.recorded = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         turn = self.turn
@@ -798,9 +808,13 @@ class _Relay(StreamingResponse):
                 turn.status = 499  # the client went away before the end: the upstream call is cancelled
                 if turn.lease is not None:
                     turn.lease.failed = True
+            elif not self.recorded:
+                turn.status = max(turn.status, 502)  # the stream ended without a reply: an error event, a cut
             await self.upstream.aclose()
             svc.metrics.in_flight.dec()
             if turn.lease is not None:
+                if self.ended and not self.recorded:  # refused: a session made for this request is not kept
+                    await svc.pool.discard(turn.lease)
                 svc.pool.release(turn.lease)
             svc.limits.give(turn.tenant)
             turn.log()
