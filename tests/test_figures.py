@@ -11,7 +11,7 @@ from contextwarden import Session
 from contextwarden.budget import Budget, Thresholds
 from contextwarden.compaction.config import CompactionConfig
 from contextwarden.events import ContextStatus
-from contextwarden.figures import components, figures, measure, state_rule
+from contextwarden.figures import components, measure, state_rule
 from contextwarden.stores import open_store
 from contextwarden.timeline import STATUS_SLOT, Timeline
 
@@ -79,7 +79,7 @@ def test_events_and_status_carry_the_last_layer_and_the_rule(tmp_path: Any) -> N
         assert (per_turn[-1].used, per_turn[-1].budget, per_turn[-1].ratio) == (last.used, last.budget, last.ratio)
         session.save_status()
         record, _ = store.load_state("s", slot=STATUS_SLOT)
-        assert record is not None and record["figures"] == figures(session.status())
+        assert record is not None and record["figures"] == session.status().figures()
         assert [p[0] for p in record["timeline"]["points"]] == list(range(1, len(views) + 1))
         assert {c["layer"] for c in record["timeline"]["compactions"]} <= {"clear", "evict", "summarize", "shrink"}
     with open_store(url) as store:

@@ -13,11 +13,11 @@ import random
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from contextwarden.compaction.summarizer import SummaryRequest
 from contextwarden.messages import Message, ToolCall
 from contextwarden.provenance import WITHHELD, admit, forged_instruction, withhold
 from contextwarden.session import Session
 from contextwarden.summarize import ExtractiveSummarizer
+from contextwarden.summarize.base import SummaryRequest
 from contextwarden.tokens import get_counter
 
 COUNTER = get_counter("tiktoken:cl100k_base")

@@ -15,7 +15,6 @@ from .budget import (
     Thresholds,
 )
 from .compaction.config import CompactionConfig, HybridWeights
-from .compaction.summarizer import AsyncSummarizer, Summarizer, SummaryRequest
 from .compaction.viewstatus import ViewStatus
 from .events import (
     Alert,
@@ -69,6 +68,7 @@ from .summarize import (
     LLMSummarizer,
     fidelity_report,
 )
+from .summarize.base import AsyncSummarizer, Summarizer, SummaryRequest
 from .tokens import TokenCounter, counter_for_model, get_counter
 from .tokens.accountant import ANTHROPIC_FRAMING, GEMINI_FRAMING, OPENAI_FRAMING, Framing, TokenAccountant
 from .toolpairs import Problem, is_valid, repair, validate

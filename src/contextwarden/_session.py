@@ -1,4 +1,4 @@
-"""What `Session` and `AsyncSession` share: `_BaseSession` (everything but the I/O of the summarize
+"""What `Session` and `AsyncSession` share: `BaseSession` (everything but the I/O of the summarize
 layer and of the store), the prepared view, and the helpers both use.
 
 The engine's compaction is a generator that yields a `SummaryRequest`; each twin answers it with
@@ -26,7 +26,6 @@ from .adapters import Format, from_messages, to_messages
 from .budget import Budget, PressureMonitor, Thresholds
 from .compaction.config import CompactionConfig
 from .compaction.engine import ContextEngine
-from .compaction.summarizer import AsyncSummarizer, Summarizer, SummaryReply, SummaryRequest
 from .compaction.viewstatus import StatusReading, ViewStatus
 from .delegation import DelegationResult, session_options
 from .events import Alert, DelegationFinished, Event, EventBus
@@ -47,6 +46,7 @@ from .models import lookup_model
 from .notes import NOTES_TOOL, Notes
 from .served import default_reply_reserve, registry_knows, resolve_served_window, unknown_model_margin
 from .snapshots import READ_CONTEXT_TOOL, FileSnapshotStore, MemorySnapshotStore, SnapshotStore, read_context
+from .summarize.base import AsyncSummarizer, Summarizer, SummaryReply, SummaryRequest
 from .timeline import Timeline
 from .tokens import TokenCounter, counter_for_model, get_counter
 from .tokens.accountant import OPENAI_FRAMING, Framing, TokenAccountant
@@ -100,7 +100,7 @@ def _resolved(status: ViewStatus | StatusReading) -> ViewStatus:
     return status.status() if isinstance(status, StatusReading) else status
 
 
-def _is_async_store(store: Any) -> bool:
+def is_async_store(store: Any) -> bool:
     import inspect
 
     return inspect.iscoroutinefunction(getattr(store, "append_messages", None))
@@ -150,7 +150,7 @@ def _positive_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-_SAVE_ATTEMPTS = 3
+SAVE_ATTEMPTS = 3
 STATUS_EVERY = 10
 STATUS_LIST_LIMIT = 12
 """Rows of a list (the user's instructions) the saved status record carries, newest first."""
@@ -191,7 +191,7 @@ class DelegableTask:
     max_turns: int
 
 
-class _BaseSession:
+class BaseSession:
     _recalled_async = False
     """True for the async twin: it recalls off the event loop before `_finish` (see `AsyncSession._arecalled`)."""
 
@@ -295,7 +295,7 @@ class _BaseSession:
         self.tenant = tenant
         """The tenant the session belongs to in its store; another tenant's session of this id is never opened."""
         self._link: StoreLink | None = None
-        if store is not None and not _is_async_store(store):
+        if store is not None and not is_async_store(store):
             self._link = StoreLink(store, self.session_id, tenant, self.events, snapshots_in_store=snapshots is None)
         if snapshots is None:
             if self._link is not None and self._link.snapshots is not None:
@@ -868,8 +868,6 @@ class _BaseSession:
     def status_record(self) -> dict[str, Any]:
         """What the session saves in the store's ``status`` slot: its `figures`, its `timeline`, the
         prompt-cache reuse and the user's instructions in force (newest first, bounded)."""
-        from .figures import figures
-
         usage = self.usage
         cache = {
             "requests": usage.requests,
@@ -883,7 +881,7 @@ class _BaseSession:
             "items": [{"step": i.step, "kind": i.kind, "text": i.text} for i in reversed(current[-STATUS_LIST_LIMIT:])],
         }
         return {
-            "figures": figures(self.status()),
+            "figures": self.status().figures(),
             "timeline": self.timeline.to_dict(),
             "cache": cache,
             "instructions": instructions,

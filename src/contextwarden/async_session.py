@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from ._binding import AsyncStoreLink
 from ._replies import replay_events
-from .compaction.summarizer import AsyncSummarizer, SummaryReply, SummaryRequest
 from .delegation import DelegationResult, arun
 from .exceptions import (
     ConfigError,
@@ -26,17 +25,18 @@ from .exceptions import (
 )
 from .llm.base import ResponseDone
 from .messages import Message
+from .summarize.base import AsyncSummarizer, SummaryReply, SummaryRequest
 
 if TYPE_CHECKING:
     from .llm.base import AsyncModel, ModelResponse, StreamEvent
 
 from ._session import (
-    _SAVE_ATTEMPTS,
+    SAVE_ATTEMPTS,
+    BaseSession,
     OutputFormat,
     PreparedView,
     Served,
-    _BaseSession,
-    _is_async_store,
+    is_async_store,
     served_base_url,
 )
 
@@ -45,14 +45,14 @@ __all__ = ["AsyncSession"]
 logger = logging.getLogger("contextwarden.session")
 
 
-class AsyncSession(_BaseSession):
+class AsyncSession(BaseSession):
     """Async twin of `Session`: same methods, `prepare` and `on_context_overflow` are coroutines."""
 
     def __init__(
         self, session_id: str | None = None, *, summarizer: AsyncSummarizer | None = None, **kwargs: Any
     ) -> None:
         store = kwargs.get("store")
-        if store is not None and not _is_async_store(store):
+        if store is not None and not is_async_store(store):
             raise ConfigError(
                 "AsyncSession needs an async store (open_async_store); use Session for sync.", key="store"
             )
@@ -214,7 +214,7 @@ class AsyncSession(_BaseSession):
         result: Served | None = None
         try:
             async with link.lock():
-                for attempt in range(_SAVE_ATTEMPTS):
+                for attempt in range(SAVE_ATTEMPTS):
                     if await link.version() != self._state_version:  # another process compacted: start from its state
                         await self._reload()
                     result = await self._drive(self._flow(reactive))
@@ -225,7 +225,7 @@ class AsyncSession(_BaseSession):
                         )
                         break
                     except VersionConflict:  # our lease ran out while we compacted and another writer saved
-                        if attempt == _SAVE_ATTEMPTS - 1:
+                        if attempt == SAVE_ATTEMPTS - 1:
                             raise
         except (StoreUnavailable, SessionNotFound) as exc:
             link.fail(exc)

@@ -27,6 +27,7 @@ __all__ = [
     "BudgetCheck",
     "Component",
     "ComponentBudgets",
+    "PressureMode",
     "PressureMonitor",
     "PressureReport",
     "PressureState",
@@ -34,6 +35,9 @@ __all__ = [
 ]
 
 PressureState = Literal["normal", "warning", "error", "critical", "overflow"]
+PressureMode = Literal["band", "ratio"]
+"""How a session names its pressure state: by the compaction band or by fixed ratio thresholds
+(`contextwarden.compaction.pressure`)."""
 Component = Literal["system", "tools", "history", "tool_results", "memory", "output_reserve"]
 COMPONENTS: tuple[Component, ...] = get_args(Component)
 

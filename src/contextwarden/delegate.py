@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .compaction.config import CompactionConfig
-from .compaction.summarizer import AsyncSummarizer, Summarizer
 from .delegation import DelegationResult, arun, check_limits, run, session_options
 from .llm.base import AsyncModel, Model
 from .messages import Message
 from .session import AsyncSession, Session
+from .summarize.base import AsyncSummarizer, Summarizer
 from .tokens import TokenCounter
 
 __all__ = ["DelegationResult", "adelegate", "delegate"]

@@ -2,7 +2,7 @@
 
 Every surface that shows how full a session is (`Session.status`, the ``context.status`` event, the
 CLI's ``inspect`` and ``sessions list``, the sessions API, the dashboard, the demo report, the
-metrics) shows these figures, computed here:
+metrics) shows these figures, defined here (``ViewStatus.figures()`` gives them as JSON):
 
 ==================  =============================================================================
 window              the context window the budget uses (the configured one, or the smaller one the
@@ -26,15 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .budget import Budget, Thresholds
+from .budget import Budget, PressureMode, Thresholds
 
-if TYPE_CHECKING:
-    from .compaction.pressure import PressureMode
-    from .compaction.viewstatus import ViewStatus
-
-__all__ = ["StateRule", "components", "describe", "figures", "measure", "state_rule"]
+__all__ = ["StateRule", "components", "describe", "measure", "state_rule"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,39 +117,8 @@ def components(budget: Budget, used: int, parts: Mapping[str, int]) -> dict[str,
     return {name: out[name] for name in parts}
 
 
-def figures(status: ViewStatus) -> dict[str, Any]:
-    """The figures of ``status`` as JSON: what every surface shows (see the module docstring).
-
-    ``components`` add up to ``used``; ``rule`` says how ``state`` was named and which marks it uses.
-    """
-    rule = status.rule.to_dict() if status.rule is not None else None
-    memory = status.memory
-    return {
-        "window": status.window,
-        "reserved_output": status.reserved_output,
-        "tool_schemas": status.tool_schemas,
-        "effective": status.budget,
-        "used": status.used,
-        "used_raw": status.used_raw,
-        "calibration": status.calibration,
-        "ratio": status.ratio,
-        "state": status.state,
-        "rule": rule,
-        "last_layer": status.last_layer,
-        "turn": status.turn,
-        "components": dict(status.components) if status.components is not None else None,
-        "compactions": dict(status.compactions),
-        "served_window": status.served_window,
-        "view_messages": status.view_messages,
-        "transcript_messages": status.transcript_messages,
-        "memory": None
-        if memory is None
-        else {"hits": memory.hits, "tokens": memory.tokens, "room": memory.room, "retrieval": memory.retrieval},
-    }
-
-
 def describe(data: Mapping[str, Any]) -> str:
-    """One line of the figures (a `figures` dict) for a terminal: used / effective, ratio, state and its rule."""
+    """One line of the figures (a ``ViewStatus.figures()`` dict) for a terminal: used / effective, ratio, state."""
     rule = data.get("rule") or {}
     last = data.get("last_layer") or "none yet"
     return (

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .messages import INSTRUCTION_ROLES, Message
-from .toolpairs import _pair
+from .toolpairs import pair_up
 
 __all__ = ["Round", "RoundKind", "group_rounds", "is_reply", "opening_kind"]
 
@@ -86,7 +86,7 @@ def is_reply(m: Message) -> bool:
 def group_rounds(messages: Sequence[Message]) -> list[Round]:
     """Cut ``messages`` into rounds (see the module docstring); they cover the list exactly, in order."""
     n = len(messages)
-    pairing = _pair(messages)
+    pairing = pair_up(messages)
     calls, results = pairing.calls, pairing.results
     rounds: list[Round] = []
     i = 0

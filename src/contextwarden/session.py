@@ -11,7 +11,6 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._replies import replay_events
-from .compaction.summarizer import Summarizer, SummaryReply, SummaryRequest
 from .delegation import DelegationResult, run
 from .exceptions import (
     ConfigError,
@@ -26,18 +25,19 @@ from .exceptions import (
 )
 from .llm.base import ResponseDone
 from .messages import Message
+from .summarize.base import Summarizer, SummaryReply, SummaryRequest
 
 if TYPE_CHECKING:
     from .llm.base import Model, ModelResponse, StreamEvent
 
 from ._session import (
-    _SAVE_ATTEMPTS,
+    SAVE_ATTEMPTS,
+    BaseSession,
     DelegableTask,
     OutputFormat,
     PreparedView,
     Served,
-    _BaseSession,
-    _is_async_store,
+    is_async_store,
     served_base_url,
 )
 from .async_session import AsyncSession
@@ -47,7 +47,7 @@ __all__ = ["AsyncSession", "DelegableTask", "OutputFormat", "PreparedView", "Ses
 logger = logging.getLogger("contextwarden.session")
 
 
-class Session(_BaseSession):
+class Session(BaseSession):
     """A context-managed agent session (sync).
 
     Args:
@@ -90,7 +90,7 @@ class Session(_BaseSession):
         self._wire_summarizer(self.summarizer)
         self._state_version = 0
         if self.store is not None:
-            if _is_async_store(self.store):
+            if is_async_store(self.store):
                 raise ConfigError("Session needs a sync store; use AsyncSession with an async store.", key="store")
             self._resume()
 
@@ -155,7 +155,7 @@ class Session(_BaseSession):
         result: Served | None = None
         try:
             with self._link.lock():
-                for attempt in range(_SAVE_ATTEMPTS):
+                for attempt in range(SAVE_ATTEMPTS):
                     if self._link.version() != self._state_version:  # another process compacted: start from its state
                         self._reload()
                     result = self._drive(self._flow(reactive))
@@ -165,7 +165,7 @@ class Session(_BaseSession):
                         )
                         break
                     except VersionConflict:  # our lease ran out while we compacted and another writer saved
-                        if attempt == _SAVE_ATTEMPTS - 1:
+                        if attempt == SAVE_ATTEMPTS - 1:
                             raise
                 if self._link.waiting:  # a snapshot the store refused for a moment
                     self._link.flush()

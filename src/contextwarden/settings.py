@@ -52,7 +52,7 @@ from pydantic_settings import (
 from ._json import too_deep
 from ._store_url import check_store_url, expand_store_url
 from .budget import COMPONENTS, Budget, ComponentBudgets, Thresholds
-from .compaction.config import _FLOAT_FIELDS, _INT_FIELDS, _MAX_WEIGHT, CompactionConfig
+from .compaction.config import FLOAT_FIELDS, INT_FIELDS, MAX_WEIGHT, CompactionConfig
 from .exceptions import ConfigError
 from .models import lookup_model
 
@@ -154,11 +154,11 @@ class AgentContext(BaseModel):
     warning_threshold: Number | None = _Share
     error_threshold: Number | None = _Share
     critical_threshold: Number | None = _Share
-    min_keep_recent_rounds: Int | None = Field(default=None, ge=1, le=_INT_FIELDS["keep_recent_rounds"][1])
-    max_observation_age_rounds: Int | None = Field(default=None, ge=1, le=_INT_FIELDS["clear_after_rounds"][1])
-    truncated_observation_max_chars: Int | None = Field(default=None, ge=0, le=_INT_FIELDS["cleared_head_chars"][1])
+    min_keep_recent_rounds: Int | None = Field(default=None, ge=1, le=INT_FIELDS["keep_recent_rounds"][1])
+    max_observation_age_rounds: Int | None = Field(default=None, ge=1, le=INT_FIELDS["clear_after_rounds"][1])
+    truncated_observation_max_chars: Int | None = Field(default=None, ge=0, le=INT_FIELDS["cleared_head_chars"][1])
     min_keep_tokens: Int | None = Field(default=None, ge=0)
-    max_compact_failures: Int | None = Field(default=None, ge=1, le=_INT_FIELDS["max_summarizer_failures"][1])
+    max_compact_failures: Int | None = Field(default=None, ge=1, le=INT_FIELDS["max_summarizer_failures"][1])
 
 
 def _bounds(low: float, high: float, low_open: bool, high_open: bool) -> dict[str, float]:
@@ -178,12 +178,12 @@ def _section_from_dataclass(
     for f in dataclasses.fields(cls):
         annotation = hints[f.name]
         bounds: dict[str, Any] = {}
-        if f.name in _INT_FIELDS:
+        if f.name in INT_FIELDS:
             annotation = Int
-            bounds = {"ge": _INT_FIELDS[f.name][0], "le": _INT_FIELDS[f.name][1]}
-        elif f.name in _FLOAT_FIELDS:
+            bounds = {"ge": INT_FIELDS[f.name][0], "le": INT_FIELDS[f.name][1]}
+        elif f.name in FLOAT_FIELDS:
             annotation = Number
-            bounds = _bounds(*_FLOAT_FIELDS[f.name])
+            bounds = _bounds(*FLOAT_FIELDS[f.name])
         elif annotation is float:
             annotation = Number
             bounds = dict(number_bounds or {})
@@ -192,7 +192,7 @@ def _section_from_dataclass(
                 annotation,  # type: ignore[arg-type]
                 name + "_" + f.name,
                 {},
-                number_bounds={"ge": 0.0, "le": _MAX_WEIGHT},
+                number_bounds={"ge": 0.0, "le": MAX_WEIGHT},
             )
         elif get_origin(annotation) is tuple:
             annotation = list[get_args(annotation)[0]]  # type: ignore[misc]

@@ -75,11 +75,11 @@ ABANDONED_RESULT_TEXT = "[no result: the call was abandoned]"
 """Text of the stand-in result a view shows for an abandoned call."""
 
 ORPHAN = -1
-"""`_Pairing.link` value of a tool result whose call is unknown."""
+"""`Pairing.link` value of a tool result whose call is unknown."""
 DUPLICATE = -2
-"""`_Pairing.link` value of a second result for an answered call."""
+"""`Pairing.link` value of a second result for an answered call."""
 NOT_RESULT = -3
-"""`_Pairing.link` value of a message that is not a tool result."""
+"""`Pairing.link` value of a message that is not a tool result."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class Problem:
 
 
 @dataclass(slots=True)
-class _Pairing:
+class Pairing:
     """Which result answers which call, computed in one pass."""
 
     link: list[int]
@@ -112,7 +112,8 @@ class _Pairing:
     """Index of the assistant message whose unanswered calls are pending, or -1."""
 
 
-def _pair(messages: Sequence[Message]) -> _Pairing:
+def pair_up(messages: Sequence[Message]) -> Pairing:
+    """Which result answers which call in ``messages``, in one pass (the round grouping reads it too)."""
     n = len(messages)
     link = [NOT_RESULT] * n
     calls: dict[int, tuple[str, ...]] = {}
@@ -144,7 +145,7 @@ def _pair(messages: Sequence[Message]) -> _Pairing:
                     waiting[cid] = i
                     answered.pop(cid, None)
     tail = last_non_tool if last_non_tool in calls else -1
-    return _Pairing(link=link, calls=calls, results=results, first_result=answered, tail=tail)
+    return Pairing(link=link, calls=calls, results=results, first_result=answered, tail=tail)
 
 
 def _has_content(message: Message) -> bool:
@@ -187,7 +188,7 @@ def validate(
         The problems sorted by index; empty when the list is valid.
     """
     n = len(messages)
-    pairing = _pair(messages)
+    pairing = pair_up(messages)
     problems: list[Problem] = []
     if require_user_first:
         for i, m in enumerate(messages):
@@ -328,7 +329,7 @@ def check(
 
 def pending_calls(messages: Sequence[Message]) -> tuple[str, ...]:
     """Ids of the calls of the last assistant message that still wait for their results."""
-    pairing = _pair(messages)
+    pairing = pair_up(messages)
     if pairing.tail < 0:
         return ()
     done = {messages[r].tool_call_id for r in pairing.results[pairing.tail]}
@@ -354,7 +355,7 @@ def repair(
         start = next((i for i, m in enumerate(seq) if m.role == "user"), len(seq))
         if any(m.role not in INSTRUCTION_ROLES for m in seq[:start]):
             seq = [m for m in seq[:start] if m.role in INSTRUCTION_ROLES] + list(seq[start:])
-    pairing = _pair(seq)
+    pairing = pair_up(seq)
     out: list[Message] = []
     for i, m in enumerate(seq):
         if m.role == "tool":

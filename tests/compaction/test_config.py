@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from contextwarden import toolpairs
 from contextwarden.compaction.config import (
-    _FLOAT_FIELDS,
-    _INT_FIELDS,
+    FLOAT_FIELDS,
+    INT_FIELDS,
     CompactionConfig,
     HybridWeights,
 )
@@ -29,7 +29,7 @@ def test_every_option_has_a_type_and_range_check() -> None:
     # a new option must be added to a checked table (or to the hand-written checks below it)
     by_hand = {"layers", "cascade", "eviction_policy", "hybrid_weights", "source_weights", "type_ttl"}
     by_hand |= {"require_user_first", "pressure_states"}
-    assert set(_INT_FIELDS) | set(_FLOAT_FIELDS) | by_hand == FIELDS
+    assert set(INT_FIELDS) | set(FLOAT_FIELDS) | by_hand == FIELDS
 
 
 @pytest.mark.parametrize(
@@ -135,9 +135,9 @@ def config_dicts(draw: st.DrawFn) -> dict[Any, Any]:
     keys = draw(st.lists(st.sampled_from(sorted(FIELDS | {"profile"})), max_size=6, unique=True))
     out: dict[Any, Any] = {}
     for key in keys:
-        if key in _INT_FIELDS:
+        if key in INT_FIELDS:
             plausible: st.SearchStrategy[Any] = st.integers(1, 40)
-        elif key in _FLOAT_FIELDS:
+        elif key in FLOAT_FIELDS:
             plausible = st.floats(0.05, 0.95)
         else:
             plausible = _KNOWN_TABLE_VALUES[key]

@@ -10,11 +10,11 @@ import anyio
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from contextwarden.compaction.config import EVICTION_POLICIES, CompactionConfig
-from contextwarden.compaction.summarizer import SummaryRequest
 from contextwarden.exceptions import BudgetExceeded
 from contextwarden.keyinfo import extract_identifiers
 from contextwarden.messages import Message, ThinkingPart, ToolCall
 from contextwarden.session import AsyncSession, PreparedView, Session
+from contextwarden.summarize.base import SummaryRequest
 
 from ._helpers import COUNTER, Recorder, book_totals_ok, check_view, make_text, protected_floor
 

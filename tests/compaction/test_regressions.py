@@ -8,11 +8,11 @@ import pytest
 
 from contextwarden.compaction import context_block
 from contextwarden.compaction.config import CompactionConfig
-from contextwarden.compaction.summarizer import SummaryRequest
 from contextwarden.exceptions import SnapshotError
 from contextwarden.keyinfo import extract_identifiers, salient_facts
 from contextwarden.messages import Message
 from contextwarden.snapshots import MemorySnapshotStore, safe_session_dir
+from contextwarden.summarize.base import SummaryRequest
 
 from ._helpers import is_context_block, make_text, session, tool_round
 from .test_policies import evicted, fetch, filler

@@ -10,12 +10,12 @@ import anyio
 import pytest
 
 from contextwarden.compaction.config import DEFAULT_CASCADE, CompactionConfig
-from contextwarden.compaction.summarizer import SummaryRequest
 from contextwarden.events import DelegationFinished
 from contextwarden.exceptions import ConfigError
 from contextwarden.llm import AsyncTestModel, OpenAIChatModel, TestModel
 from contextwarden.messages import Message, ToolCall
 from contextwarden.session import AsyncSession, Session
+from contextwarden.summarize.base import SummaryRequest
 from contextwarden.testing import ScriptedOpenAIServer
 from contextwarden.tokens import get_counter
 

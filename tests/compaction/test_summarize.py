@@ -6,11 +6,11 @@ import pytest
 
 from contextwarden.compaction.config import CompactionConfig
 from contextwarden.compaction.summarize import SummaryLayer
-from contextwarden.compaction.summarizer import SummarizerCapabilities, SummaryRequest
 from contextwarden.events import EventBus
 from contextwarden.exceptions import SummaryRejected
 from contextwarden.messages import Message
 from contextwarden.summarize import AsyncExtractiveSummarizer, ExtractiveSummarizer, LLMSummarizer
+from contextwarden.summarize.base import SummarizerCapabilities, SummaryRequest
 
 from ._helpers import Recorder, make_book, make_text, tool_round
 

@@ -10,10 +10,10 @@ import pytest
 from contextwarden import toolpairs
 from contextwarden.compaction.breaker import CircuitBreaker
 from contextwarden.compaction.config import CompactionConfig
-from contextwarden.compaction.summarizer import AsyncSummarizer, Summarizer, SummaryRequest, check_summary
 from contextwarden.keyinfo import rank_facts, salient_facts
 from contextwarden.messages import Message
 from contextwarden.session import AsyncSession, PreparedView, Session
+from contextwarden.summarize.base import AsyncSummarizer, Summarizer, SummaryRequest, check_summary
 
 from ._helpers import COUNTER, Recorder, is_context_block, make_text, session, tool_round
 

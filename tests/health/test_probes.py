@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from contextwarden import Message, ToolCall
-from contextwarden.compaction.summarizer import SummaryRequest
 from contextwarden.health import extract_probes, probe_fidelity
 from contextwarden.summarize import ExtractiveSummarizer
+from contextwarden.summarize.base import SummaryRequest
 
 HISTORY = [
     Message.system("You are a support agent."),

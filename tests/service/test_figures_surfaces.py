@@ -11,7 +11,6 @@ from typer.testing import CliRunner
 
 from contextwarden import Session
 from contextwarden.cli import app
-from contextwarden.figures import figures
 from contextwarden.settings import Settings
 from contextwarden.stores import open_store
 from contextwarden.testing import ScriptedError, ScriptedOpenAIServer
@@ -52,7 +51,7 @@ def _library_session(url: str) -> dict[str, Any]:
             session.add([user(f"step {i}: " + "log line with words " * 80), {"role": "assistant", "content": "ok"}])
             session.prepare()
         session.save_status()
-        return figures(session.status())
+        return session.status().figures()
 
 
 def test_a_library_session_shows_the_same_figures_everywhere(

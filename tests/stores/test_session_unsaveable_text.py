@@ -16,10 +16,10 @@ import pytest
 
 from compaction._helpers import make_text, tool_round
 from contextwarden.compaction.config import CompactionConfig
-from contextwarden.compaction.summarizer import SummaryRequest
 from contextwarden.exceptions import MessageError, UsageError
 from contextwarden.messages import Message, TextPart, ToolCall
 from contextwarden.session import Session
+from contextwarden.summarize.base import SummaryRequest
 
 from .conftest import Backend
 

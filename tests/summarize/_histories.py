@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import random
 
-from contextwarden.compaction.summarizer import SummaryRequest
 from contextwarden.messages import Message, ToolCall
+from contextwarden.summarize.base import SummaryRequest
 
 
 def request(messages: list[Message], max_tokens: int = 600, previous: str | None = None) -> SummaryRequest:

@@ -173,7 +173,7 @@ async def test_async_twin_answers_at_once_and_merges_later() -> None:
 def test_a_degraded_request_queues_no_model_job() -> None:
     from dataclasses import dataclass
 
-    from contextwarden.compaction.summarizer import SummaryRequest
+    from contextwarden.summarize.base import SummaryRequest
 
     @dataclass(frozen=True, kw_only=True)
     class DegradedRequest(SummaryRequest):

@@ -5,7 +5,6 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from contextwarden.compaction.summarizer import check_summary
 from contextwarden.messages import Message
 from contextwarden.session import AsyncSession, Session
 from contextwarden.summarize import (
@@ -17,6 +16,7 @@ from contextwarden.summarize import (
     message_identifiers,
 )
 from contextwarden.summarize._sections import parse_summary
+from contextwarden.summarize.base import check_summary
 from contextwarden.tokens import get_counter
 
 from ._histories import call, coding_session, request, support_history

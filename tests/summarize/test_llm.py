@@ -8,7 +8,6 @@ from typing import Any, Literal
 
 import pytest
 
-from contextwarden.compaction.summarizer import SummaryRequest
 from contextwarden.exceptions import ConfigError, SummaryRejected
 from contextwarden.llm import (
     AsyncFunctionModel,
@@ -23,6 +22,7 @@ from contextwarden.messages import Message
 from contextwarden.session import Session
 from contextwarden.summarize import AsyncLLMSummarizer, ExtractiveSummarizer, LLMSummarizer, SummaryResult
 from contextwarden.summarize._sections import parse_summary
+from contextwarden.summarize.base import SummaryRequest
 from contextwarden.testing import ScriptedError, ScriptedOpenAIServer, ScriptedReply
 from contextwarden.tokens import get_counter
 

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from ..adapters import to_messages
-from ..compaction.summarizer import SummaryRequest
 from ..messages import Message
 from ..rounds import group_rounds
+from ..summarize.base import SummaryRequest
 from ..summarize.extractive import ExtractiveSummarizer
 from ..summarize.fidelity import fidelity_report, readable_text
 from ..tokens import TokenCounter, get_counter

@@ -32,10 +32,10 @@ from typing import Any, Literal
 from .._json import BadJSON, loads as bounded_loads
 from ..adapters import to_messages
 from ..compaction.config import CompactionConfig
-from ..compaction.summarizer import Summarizer
 from ..exceptions import ConfigError, ContextWardenError
 from ..messages import Message
 from ..session import Session
+from ..summarize.base import Summarizer
 from ..summarize.fidelity import readable_text as view_text  # what a model reads: probes are looked up there
 from ..tokens import TokenCounter, get_counter
 from ..toolpairs import validate

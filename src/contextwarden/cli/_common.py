@@ -21,7 +21,6 @@ from rich.markup import escape as plain
 
 from .. import _json
 from ..adapters import FORMATS, Format, anthropic as anthropic_adapter, detect_format, from_messages, to_messages
-from ..compaction.summarizer import Summarizer
 from ..exceptions import ConfigError, MessageError, UsageError
 from ..messages import Message
 from ..recall import SessionMemory
@@ -30,6 +29,7 @@ from ..settings import Settings, load_settings
 from ..snapshots import SnapshotStore
 from ..stores import SessionStore
 from ..stores.export import EXPORT_FORMAT
+from ..summarize.base import Summarizer
 from ..tokens import Framing, TokenCounter, counter_for_model, framing_for_provider, get_counter
 
 __all__ = [

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from .._store_url import check_store_url, sqlite_file
 from ..exceptions import SessionNotFound
-from ..figures import describe, figures
+from ..figures import describe
 from ..settings import Settings
 from ..stores import SessionInfo, SessionStore, open_store
 from ..timeline import STATUS_SLOT
@@ -280,7 +280,7 @@ def inspect_command(
             # included), which a session rebuilt here without them would not know
             shown, source = dict(saved["figures"]), f"saved at turn {saved['figures'].get('turn')}"
         else:
-            shown, source = figures(session.status()), "computed from the store (the session saved no figures)"
+            shown, source = session.status().figures(), "computed from the store (the session saved no figures)"
     ledger_text = session.ledger.render(max_tokens=ledger_tokens, count=session.accountant.count_text)
     kinds = Counter(str(e.get("kind")) for e in audit)
     layers = Counter(

@@ -12,11 +12,11 @@ import typer
 from rich.table import Table
 
 from ..budget import Budget
-from ..compaction.summarizer import Summarizer
 from ..messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
 from ..models import lookup_model
 from ..settings import Settings
 from ..snapshots import FileSnapshotStore, SnapshotStore
+from ..summarize.base import Summarizer
 from ..tokens.accountant import TokenAccountant
 from ._common import (
     DEFAULT_COUNT_MODEL,

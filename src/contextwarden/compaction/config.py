@@ -58,7 +58,8 @@ CONTENT_TYPES: tuple[str, ...] = ("tool", "thinking", "message")
 """Content types of the ``type_ttl`` table."""
 
 _MAX_INT = 1_000_000_000
-_MAX_WEIGHT = 1000.0
+MAX_WEIGHT = 1000.0
+"""The largest a configured weight (hybrid eviction, role weights) may be."""
 
 
 def _bad(key: str, value: object, allowed: str) -> ConfigError:
@@ -106,11 +107,11 @@ class HybridWeights:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             _check_share(
-                f"hybrid_weights.{f.name}", getattr(self, f.name), 0.0, _MAX_WEIGHT, low_open=False, high_open=False
+                f"hybrid_weights.{f.name}", getattr(self, f.name), 0.0, MAX_WEIGHT, low_open=False, high_open=False
             )
 
 
-_INT_FIELDS: dict[str, tuple[int, int]] = {
+INT_FIELDS: dict[str, tuple[int, int]] = {
     "tool_result_min_tokens": (1, _MAX_INT),
     "progressive_line_after": (1, _MAX_INT),
     "keep_recent_rounds": (1, _MAX_INT),
@@ -134,7 +135,7 @@ _INT_FIELDS: dict[str, tuple[int, int]] = {
 }
 """Integer options and their inclusive range."""
 
-_FLOAT_FIELDS: dict[str, tuple[float, float, bool, bool]] = {
+FLOAT_FIELDS: dict[str, tuple[float, float, bool, bool]] = {
     "high_water": (0.0, 1.0, True, False),
     "low_water": (0.0, 1.0, True, True),
     "prepare_slice_ms": (0.0, 1e12, True, False),
@@ -163,9 +164,9 @@ def _check_table(key: str, value: object, keys: tuple[str, ...], check: Any, exa
 
 def _check_fields(config: CompactionConfig) -> None:
     """Type and range of every option on its own (the order between options is checked after)."""
-    for key, (low, high) in _INT_FIELDS.items():
+    for key, (low, high) in INT_FIELDS.items():
         _check_int(key, getattr(config, key), low, high)
-    for key, (flow, fhigh, low_open, high_open) in _FLOAT_FIELDS.items():
+    for key, (flow, fhigh, low_open, high_open) in FLOAT_FIELDS.items():
         _check_share(key, getattr(config, key), flow, fhigh, low_open=low_open, high_open=high_open)
     if 0.0 < config.thrash_deepen_by < 0.001:
         raise _bad("thrash_deepen_by", config.thrash_deepen_by, "0 (never deepen) or a share in [0.001, 1)")
@@ -204,8 +205,8 @@ def _check_fields(config: CompactionConfig) -> None:
         "source_weights",
         config.source_weights,
         tuple(sorted(ROLES)),
-        lambda k, v: _check_share(k, v, 0.0, _MAX_WEIGHT, low_open=False, high_open=False),
-        f"role = weight in [0, {_MAX_WEIGHT:g}]",
+        lambda k, v: _check_share(k, v, 0.0, MAX_WEIGHT, low_open=False, high_open=False),
+        f"role = weight in [0, {MAX_WEIGHT:g}]",
     )
     object.__setattr__(config, "source_weights", source_weights)
     type_ttl = _check_table(

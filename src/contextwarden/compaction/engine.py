@@ -35,6 +35,7 @@ from ..ledger import Ledger
 from ..messages import INSTRUCTION_ROLES, Message
 from ..notes import Notes
 from ..snapshots import SnapshotStore
+from ..summarize.base import SummaryReply, SummaryRequest
 from ..tokens.accountant import TokenAccountant
 from ..workingset import WorkingSet
 from . import clear, context_block, evict, reactive, shrink
@@ -46,7 +47,6 @@ from .breaker import CircuitBreaker
 from .config import CompactionConfig, Layer
 from .state import Counters, export_state, import_state, saved_view
 from .summarize import SummaryLayer
-from .summarizer import SummaryReply, SummaryRequest
 from .viewstatus import StatusReading, ViewStatus
 
 __all__ = ["ContextEngine", "StatusReading", "ViewStatus"]

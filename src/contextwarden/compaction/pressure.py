@@ -23,13 +23,10 @@ error 0.90, critical 0.95) and is what ``CompactionConfig.profile("seed")`` uses
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-from ..budget import PressureState, Thresholds
+from ..budget import PressureMode, PressureState, Thresholds
 
-__all__ = ["PressureMode", "PressureInputs", "pressure_state"]
-
-PressureMode = Literal["band", "ratio"]
+__all__ = ["PressureInputs", "pressure_state"]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,13 +21,13 @@ from ..exceptions import SummaryRejected
 from ..keyinfo import fact_rank, rank_facts
 from ..messages import Message
 from ..provenance import forged_instruction
+from ..summarize.base import SummarizerCapabilities, SummaryReply, SummaryRequest, check_summary
 from .base import Change
 from .book import RoundBook
 from .bookround import BookRound
 from .breaker import CircuitBreaker
 from .config import CompactionConfig
 from .context_block import SUMMARY_SHARE, context_room
-from .summarizer import SummarizerCapabilities, SummaryReply, SummaryRequest, check_summary
 
 __all__ = ["SummaryLayer"]
 

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..budget import Budget, PressureState
+from ..budget import Budget, PressureMode, PressureState
 from ..figures import StateRule, components, measure, state_rule
-from .pressure import PressureInputs, PressureMode, pressure_state
+from .pressure import PressureInputs, pressure_state
 
 if TYPE_CHECKING:
     from ..memory.status import RecallStatus
@@ -67,6 +67,36 @@ class ViewStatus:
     """The compaction layer that last changed the view in this session (``layer`` is this prepare's only)."""
     components: dict[str, int] | None = None
     """``breakdown`` in the provider's tokens, adding up to ``used``."""
+
+    def figures(self) -> dict[str, Any]:
+        """The figures as JSON: what every surface shows (each is defined in `contextwarden.figures`).
+
+        ``components`` add up to ``used``; ``rule`` says how ``state`` was named and which marks it uses.
+        """
+        rule = self.rule.to_dict() if self.rule is not None else None
+        memory = self.memory
+        return {
+            "window": self.window,
+            "reserved_output": self.reserved_output,
+            "tool_schemas": self.tool_schemas,
+            "effective": self.budget,
+            "used": self.used,
+            "used_raw": self.used_raw,
+            "calibration": self.calibration,
+            "ratio": self.ratio,
+            "state": self.state,
+            "rule": rule,
+            "last_layer": self.last_layer,
+            "turn": self.turn,
+            "components": dict(self.components) if self.components is not None else None,
+            "compactions": dict(self.compactions),
+            "served_window": self.served_window,
+            "view_messages": self.view_messages,
+            "transcript_messages": self.transcript_messages,
+            "memory": None
+            if memory is None
+            else {"hits": memory.hits, "tokens": memory.tokens, "room": memory.room, "retrieval": memory.retrieval},
+        }
 
 
 class StatusReading:

@@ -10,13 +10,19 @@ import threading
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from .monitor import HealthMonitor
     from .samples import HealthSnapshot
 
-__all__ = ["ProcessHealth", "ProcessTotals", "process_health"]
+__all__ = ["MonitorLike", "ProcessHealth", "ProcessTotals", "process_health"]
+
+
+class MonitorLike(Protocol):
+    """What the process reads of a registered monitor (a `HealthMonitor`): its latest snapshot."""
+
+    @property
+    def latest(self) -> HealthSnapshot | None: ...
 
 
 @dataclass(kw_only=True)
@@ -44,19 +50,19 @@ class ProcessHealth:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._monitors: weakref.WeakSet[HealthMonitor] = weakref.WeakSet()
+        self._monitors: weakref.WeakSet[MonitorLike] = weakref.WeakSet()
         self.totals = ProcessTotals()
 
-    def register(self, monitor: HealthMonitor) -> None:
+    def register(self, monitor: MonitorLike) -> None:
         """Count ``monitor``'s session among the live ones (until `unregister` or garbage collection)."""
         with self._lock:
             self._monitors.add(monitor)
 
-    def unregister(self, monitor: HealthMonitor) -> None:
+    def unregister(self, monitor: MonitorLike) -> None:
         with self._lock:
             self._monitors.discard(monitor)
 
-    def monitors(self) -> list[HealthMonitor]:
+    def monitors(self) -> list[MonitorLike]:
         """The live monitors."""
         with self._lock:
             return list(self._monitors)

@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConfigError
 from .base import (
+    ANTHROPIC_BASE_URL,
+    OLLAMA_BASE_URL,
+    OPENAI_BASE_URL,
     AsyncModel,
     FinishReason,
     InvalidToolCall,
@@ -74,10 +77,6 @@ _LAZY_EXPORTS = {
     "AnthropicModel": ".anthropic",
     "AsyncAnthropicModel": ".anthropic",
 }
-
-OPENAI_BASE_URL = "https://api.openai.com/v1"
-ANTHROPIC_BASE_URL = "https://api.anthropic.com"
-OLLAMA_BASE_URL = "http://localhost:11434/v1"
 
 
 def __getattr__(name: str) -> Any:

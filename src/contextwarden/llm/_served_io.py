@@ -9,7 +9,7 @@ import httpx
 
 from ..exceptions import UpstreamError
 from ._http import check_allowed, decode_reply, transport_failure
-from .served_window import Answer, Call
+from .served_calls import Answer, Call
 
 __all__ = ["run_async", "run_sync"]
 

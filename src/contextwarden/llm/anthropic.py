@@ -18,7 +18,6 @@ from .. import _json
 from ..exceptions import UpstreamError
 from ..messages import ImagePart, Message, Part, TextPart, ThinkingPart, ToolCall
 from ..usage import RequestUsage
-from . import ANTHROPIC_BASE_URL
 from ._http import (
     AsyncLifecycle,
     ClientT,
@@ -37,6 +36,7 @@ from ._http import (
 from ._openai_format import new_call_id, tool_parts
 from ._shapes import ReplyReader
 from .base import (
+    ANTHROPIC_BASE_URL,
     FinishReason,
     ModelResponse,
     ResponseDone,

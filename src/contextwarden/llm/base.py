@@ -40,6 +40,11 @@ __all__ = [
     "ToolSchema",
 ]
 
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+OLLAMA_BASE_URL = "http://localhost:11434/v1"
+"""Default endpoints of the providers a model spec names (``openai:``, ``anthropic:``, ``ollama:``)."""
+
 ToolSchema = Mapping[str, Any]
 """One tool definition as a JSON schema mapping (OpenAI function format preferred)."""
 

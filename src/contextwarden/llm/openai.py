@@ -17,7 +17,6 @@ import httpx
 from ..exceptions import UpstreamError
 from ..messages import Message, Part, TextPart, ThinkingPart, ToolCall
 from ..usage import RequestUsage
-from . import OPENAI_BASE_URL
 from ._http import (
     AsyncLifecycle,
     ClientT,
@@ -36,6 +35,7 @@ from ._http import (
 from ._openai_format import message_from_openai, message_to_openai, messages_to_openai, new_call_id, tools_to_openai
 from ._shapes import ReplyReader
 from .base import (
+    OPENAI_BASE_URL,
     FinishReason,
     ModelResponse,
     ResponseDone,

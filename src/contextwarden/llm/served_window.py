@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..exceptions import ContextOverflowError
 from .errors import classify_error
+from .served_calls import Answer, Call
 
 if TYPE_CHECKING:
     import httpx
@@ -68,24 +69,6 @@ class ServedWindow:
     """What the server names as the model's tokenizer or weights (a GGUF path, a Hugging Face id)."""
     token_count_url: str | None = None
     """An endpoint that counts text in the server's own tokens (`count_tokens` uses it)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """One HTTP call the probe wants made."""
-
-    method: Literal["GET", "POST"]
-    url: str
-    body: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """The outcome of a `_Call`: a status and the decoded JSON (``None`` when not JSON), or no reply."""
-
-    status: int | None
-    data: Any
-    text: str = ""
 
 
 _V1 = re.compile(r"/v1/?$")

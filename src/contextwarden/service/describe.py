@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..figures import figures
 from ..session import AsyncSession
 from ..stores import AsyncSessionStore, SessionInfo
 from ..timeline import STATUS_SLOT
@@ -115,7 +114,7 @@ async def describe_stored(store: AsyncSessionStore, info: SessionInfo) -> dict[s
 def listed_figures(session: AsyncSession | None, record: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The figures a session list shows: the live ones of an open session, else the saved ones."""
     if session is not None:
-        return figures(session.status())
+        return session.status().figures()
     if record and isinstance(record.get("figures"), Mapping):
         return dict(record["figures"])
     return None

@@ -40,7 +40,7 @@ from .base import (
     check_id,
 )
 from .memory import AsyncMemoryStore, MemoryStore
-from .sqlite import AsyncSqliteStore, SqliteStore, _options as _sqlite_options, sqlite_path_from_url
+from .sqlite import AsyncSqliteStore, SqliteStore, connect_options as sqlite_connect_options, sqlite_path_from_url
 
 if TYPE_CHECKING:
     from .postgres import AsyncPostgresStore, PostgresStore
@@ -120,7 +120,7 @@ def open_store(url: str, **options: Any) -> SessionStore:
     if target.backend == "sqlite":
         path, query = sqlite_path_from_url(url)
 
-        return SqliteStore.connect(path, **{**_sqlite_options(query), **options})
+        return SqliteStore.connect(path, **{**sqlite_connect_options(query), **options})
     if target.backend == "redis":
         target.check(check_path=False)  # an unknown option fails here, not at the first request
         store: SessionStore = _backend("redis").RedisStore.connect(url, **options)
@@ -140,7 +140,7 @@ def open_async_store(url: str, **options: Any) -> AsyncSessionStore:
     if target.backend == "sqlite":
         path, query = sqlite_path_from_url(url)
 
-        return AsyncSqliteStore.connect(path, **{**_sqlite_options(query), **options})
+        return AsyncSqliteStore.connect(path, **{**sqlite_connect_options(query), **options})
     if target.backend == "redis":
         target.check(check_path=False)  # an unknown option fails here, not at the first request
         store: AsyncSessionStore = _backend("redis").AsyncRedisStore.connect(url, **options)

@@ -132,7 +132,7 @@ def _open(name: str, *, redis_url: str, postgres_url: str, synchronous_commit: b
     elif name in ("postgres", "postgres-async-commit"):
         import psycopg
 
-        from .postgres import PostgresStore, _split_url
+        from .postgres import PostgresStore, split_url
 
         schema = f"cw_bench_{tag}"
         try:
@@ -145,7 +145,7 @@ def _open(name: str, *, redis_url: str, postgres_url: str, synchronous_commit: b
         finally:
             try:
                 # Without the store's own URL options (schema, synchronous_commit), which libpq refuses.
-                with psycopg.connect(_split_url(postgres_url)[0], autocommit=True, connect_timeout=5) as conn:
+                with psycopg.connect(split_url(postgres_url)[0], autocommit=True, connect_timeout=5) as conn:
                     conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
             except psycopg.Error:
                 pass  # best effort: the server could not be reached in the first place

@@ -56,7 +56,7 @@ def _check_schema(schema: str) -> str:
 _SWITCH = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
 
 
-def _split_url(url: str) -> tuple[str, dict[str, Any]]:
+def split_url(url: str) -> tuple[str, dict[str, Any]]:
     """Remove our own options (schema, synchronous_commit) from a Postgres URL's query; libpq gets the rest."""
     parts = urlsplit(url)
     ours: dict[str, Any] = {}
@@ -273,7 +273,7 @@ class PostgresStore(_PostgresCommon, BaseStore):
                 ``synchronous=NORMAL``) does not flush at commit either: it may lose its last commits
                 on an OS crash or power loss. None keeps the server's setting (``on`` by default).
         """
-        conninfo, ours = _split_url(url)
+        conninfo, ours = split_url(url)
         pool: ConnectionPool[Any] = ConnectionPool(
             conninfo,
             min_size=min_size,
@@ -411,7 +411,7 @@ class AsyncPostgresStore(_PostgresCommon, BaseAsyncStore):
         synchronous_commit: bool | None = None,
     ) -> Self:
         """A store owning a new pool for ``url``; the pool opens on first use (see `PostgresStore.connect`)."""
-        conninfo, ours = _split_url(url)
+        conninfo, ours = split_url(url)
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             conninfo,
             min_size=min_size,

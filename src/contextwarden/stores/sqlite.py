@@ -58,7 +58,8 @@ def _decode_text(value: bytes) -> str:
     return value.decode("utf-8", "surrogateescape")
 
 
-def _options(options: dict[str, str]) -> dict[str, Any]:
+def connect_options(options: dict[str, str]) -> dict[str, Any]:
+    """The `SqliteStore.connect` keywords a ``sqlite://`` URL's query gives (``busy_timeout``, ...)."""
     known: dict[str, Any] = {}
     for key, value in options.items():
         if key == "busy_timeout":
@@ -136,7 +137,7 @@ class SqliteStore(BaseStore):
     def from_url(cls, url: str, **kwargs: Any) -> Iterator[Self]:
         """Open the store for ``sqlite:///path`` and close it when the block ends."""
         path, options = sqlite_path_from_url(url)
-        store = cls.connect(path, **{**_options(options), **kwargs})
+        store = cls.connect(path, **{**connect_options(options), **kwargs})
         try:
             yield store
         finally:
@@ -318,7 +319,7 @@ class AsyncSqliteStore(BaseAsyncStore):
     async def from_url(cls, url: str, **kwargs: Any) -> AsyncIterator[Self]:
         """Open the store for ``sqlite:///path`` and close it when the block ends."""
         path, options = sqlite_path_from_url(url)
-        store = cls.connect(path, **{**_options(options), **kwargs})
+        store = cls.connect(path, **{**connect_options(options), **kwargs})
         try:
             yield store
         finally:

@@ -28,9 +28,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ..compaction.summarizer import SummaryRequest
 from ..exceptions import SummaryRejected
-from .llm import AsyncLLMSummarizer, LLMSummarizer, SummaryFailure, SummaryResult, _BaseLLM
+from .base import SummaryRequest
+from .llm import AsyncLLMSummarizer, BaseLLM, LLMSummarizer, SummaryFailure, SummaryResult
 
 __all__ = ["AsyncBackgroundSummarizer", "BackgroundSummarizer"]
 
@@ -63,7 +63,7 @@ class _BaseBackground:
     """This summarizer keeps identifiers by its own rules; the summarize layer's identifier check is skipped."""
     """A ``degraded`` request (the session's breaker is open) queues no model job."""
 
-    def __init__(self, summarizer: _BaseLLM) -> None:
+    def __init__(self, summarizer: BaseLLM) -> None:
         self._inner = summarizer
         self._jobs: OrderedDict[str, _Job] = OrderedDict()
         self._failures: list[SummaryFailure] = []

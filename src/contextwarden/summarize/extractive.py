@@ -21,13 +21,13 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from ..compaction.summarizer import SummaryRequest
 from ..keyinfo import extract_identifiers, fact_rank, key_lines, salient_facts
 from ..ledger_entries import describe_call, request_facts
 from ..messages import INSTRUCTION_ROLES, Message
 from ..provenance import admit, admitted
 from ..tokens import TokenCounter, get_counter
 from ._sections import Sections, clip, compose, parse_summary
+from .base import SummaryRequest
 
 __all__ = [
     "AsyncExtractiveSummarizer",
@@ -48,12 +48,14 @@ _CONSTRAINT_RE = re.compile(
     r"|tomorrow|tonight|noon|midnight|eod|the end|end of|\d))\b",
     re.IGNORECASE,
 )
-_INTENT_RE = re.compile(
+# What an assistant says it will do next, and what it says is still to do: the summary's next step
+# and open items, and the fidelity check's open items.
+INTENT_RE = re.compile(
     r"\b(?:I will|I'll|I am going to|I'm going to|next,? I|next step|let me|I need to|we need to|then I|I plan to"
     r"|I'm about to|now I)\b",
     re.IGNORECASE,
 )
-_TODO_RE = re.compile(r"\b(?:TODO|FIXME|still need to|remaining:|not yet done|left to do)\b", re.IGNORECASE)
+TODO_RE = re.compile(r"\b(?:TODO|FIXME|still need to|remaining:|not yet done|left to do)\b", re.IGNORECASE)
 _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9])|\n+")
 
 _SCAN_CHARS = 20000
@@ -85,7 +87,8 @@ def _rank(scored: dict[str, tuple[int, int]], tool_only: set[str], said: str) ->
     return [f for _, _, f in keyed]
 
 
-def _sentences(text: str) -> list[str]:
+def split_sentences(text: str) -> list[str]:
+    """``text`` as sentences, whitespace collapsed (the fidelity check reads open items with it too)."""
     return [s for s in (" ".join(p.split()) for p in _SENTENCE_RE.split(text)) if s]
 
 
@@ -94,7 +97,7 @@ def constraint_sentences(text: str, *, max_chars: int = 400) -> list[str]:
 
     Sentences longer than ``max_chars`` are skipped (they are prose, not a constraint).
     """
-    return [s for s in _sentences(text) if len(s) <= max_chars and _CONSTRAINT_RE.search(s)]
+    return [s for s in split_sentences(text) if len(s) <= max_chars and _CONSTRAINT_RE.search(s)]
 
 
 def message_identifiers(message: Message, *, scan_chars: int = _SCAN_CHARS) -> list[str]:
@@ -156,7 +159,8 @@ def _keyed_values(text: str) -> set[str]:
         return set()
 
 
-def _failed(message: Message) -> bool:
+def failed_result(message: Message) -> bool:
+    """Whether a tool result reports a failure (flagged as an error, or its text opens like one)."""
     if message.is_error:
         return True
     head = message.text[:400].lstrip().lower()
@@ -189,10 +193,10 @@ class _Step:
 
     @property
     def failed(self) -> bool:
-        return any(_failed(r) for r in self.results)
+        return any(failed_result(r) for r in self.results)
 
 
-class _BaseExtractive:
+class BaseExtractive:
     """The extraction and folding logic shared by the sync and async twins."""
 
     supports_degraded = True
@@ -296,7 +300,7 @@ class _BaseExtractive:
 
         for item in ordered:
             if isinstance(item, Message):
-                first = _sentences(item.text)[:1]
+                first = split_sentences(item.text)[:1]
                 if first:
                     out.steps.append("replied: " + first[0])
                 continue
@@ -314,7 +318,7 @@ class _BaseExtractive:
         for item in ordered:
             if isinstance(item, Message) or not item.failed:
                 continue
-            bad = next(r for r in item.results if _failed(r))
+            bad = next(r for r in item.results if failed_result(r))
             line = f"{item.desc}: {_error_line(bad)}"
             later = next(
                 (
@@ -350,15 +354,15 @@ class _BaseExtractive:
         out.open = [*kept_open, *out.open]
 
         if last_text is not None and last_text.role == "assistant":
-            sentences = _sentences(last_text.text)
+            sentences = split_sentences(last_text.text)
             out.state = ["last reply: " + " ".join(sentences[:3])] if sentences else list(prev.state)
             question = next((s for s in reversed(sentences) if s.endswith("?")), None)
             if question is not None and messages and messages[-1] is last_text:
                 out.open.append("awaiting user answer: " + question)
-            intent = [s for s in sentences if _INTENT_RE.search(s)]
+            intent = [s for s in sentences if INTENT_RE.search(s)]
             if intent:
                 out.next = [intent[-1]]
-            out.open.extend(s for s in sentences if _TODO_RE.search(s) and s not in out.open)
+            out.open.extend(s for s in sentences if TODO_RE.search(s) and s not in out.open)
         elif last_text is not None:
             out.state = list(prev.state)
             out.open.append("user request pending: " + " ".join(last_text.text.split()))
@@ -371,7 +375,7 @@ class _BaseExtractive:
         return out
 
 
-class ExtractiveSummarizer(_BaseExtractive):
+class ExtractiveSummarizer(BaseExtractive):
     """Deterministic structured summaries without a model (the `Summarizer` the session uses by default).
 
     Args:
@@ -390,7 +394,7 @@ class ExtractiveSummarizer(_BaseExtractive):
         return self.render(request)
 
 
-class AsyncExtractiveSummarizer(_BaseExtractive):
+class AsyncExtractiveSummarizer(BaseExtractive):
     """The async twin of `ExtractiveSummarizer` (an `AsyncSummarizer`; same arguments, same output)."""
 
     async def summarize(self, request: SummaryRequest) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..keyinfo import fact_rank
 from ..messages import Message
-from .extractive import _INTENT_RE, _TODO_RE, _failed, _sentences, constraint_sentences, message_identifiers
+from .extractive import INTENT_RE, TODO_RE, constraint_sentences, failed_result, message_identifiers, split_sentences
 
 __all__ = ["FidelityReport", "fidelity_report", "open_items", "readable_text"]
 
@@ -49,16 +49,16 @@ def open_items(messages: Sequence[Message]) -> list[str]:
             calls[c.call_id] = c.name
         if m.role == "tool":
             name = calls.get(m.tool_call_id or "", m.name or "tool")
-            if _failed(m):
+            if failed_result(m):
                 first = m.text.strip().split("\n", 1)[0][:160]
                 failed[name] = first
             else:
                 failed.pop(name, None)
         elif m.role == "assistant" and m.text:
-            sentences = _sentences(m.text)
-            items.extend(s for s in sentences if _TODO_RE.search(s))
+            sentences = split_sentences(m.text)
+            items.extend(s for s in sentences if TODO_RE.search(s))
             if i == last_text and not answered:
-                items.extend(s for s in sentences if s.endswith("?") or _INTENT_RE.search(s))
+                items.extend(s for s in sentences if s.endswith("?") or INTENT_RE.search(s))
     items.extend(failed.values())
     return list(dict.fromkeys(items))
 

@@ -35,7 +35,6 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..compaction.summarizer import SummaryRequest, check_summary
 from ..exceptions import ConfigError, ContextOverflowError, SummaryRejected
 from ..ledger_entries import describe_call
 from ..llm.base import AsyncModel, Model, ModelResponse
@@ -43,7 +42,8 @@ from ..messages import Message
 from ..tokens import TokenCounter, get_counter
 from ..usage import RequestUsage, SessionUsage
 from ._sections import HEADINGS, Sections, compose, parse_summary
-from .extractive import AsyncExtractiveSummarizer, ExtractiveSummarizer, _BaseExtractive
+from .base import SummaryRequest, check_summary
+from .extractive import AsyncExtractiveSummarizer, BaseExtractive, ExtractiveSummarizer
 
 __all__ = [
     "AsyncLLMSummarizer",
@@ -198,7 +198,7 @@ def _render(m: Message) -> str:
     return "\n".join(parts) if parts else f"{head}{m.role}: (empty)"
 
 
-class _BaseLLM:
+class BaseLLM:
     """Prompting, chunking and validation shared by the sync and async twins."""
 
     supports_degraded = True
@@ -209,7 +209,7 @@ class _BaseLLM:
     def __init__(
         self,
         *,
-        fallback: _BaseExtractive,
+        fallback: BaseExtractive,
         max_input_tokens: int,
         deadline_s: float,
         max_lost_identifiers: float,
@@ -555,7 +555,7 @@ class _BaseLLM:
         )
 
 
-class LLMSummarizer(_BaseLLM):
+class LLMSummarizer(BaseLLM):
     """Structured running summaries written by a model, checked, with an extractive fallback.
 
     Args:
@@ -682,7 +682,7 @@ class LLMSummarizer(_BaseLLM):
         return self._collect(plan, results)
 
 
-class AsyncLLMSummarizer(_BaseLLM):
+class AsyncLLMSummarizer(BaseLLM):
     """The async twin of `LLMSummarizer`: same arguments, with an `AsyncModel`.
 
     Map calls run concurrently (at most ``max_concurrency``); past the deadline they are cancelled.
@@ -703,7 +703,7 @@ class AsyncLLMSummarizer(_BaseLLM):
         max_calls: int = 32,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        base: _BaseExtractive = (
+        base: BaseExtractive = (
             fallback if fallback is not None else AsyncExtractiveSummarizer(counter=counter or get_counter("heuristic"))
         )
         super().__init__(

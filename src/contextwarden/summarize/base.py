@@ -1,4 +1,7 @@
-"""The summarizer interface the summarize layer calls.
+"""The summarizer contract: what the summarize layer asks (`SummaryRequest`) and who answers it.
+
+Every summarizer of this package implements it, and the compaction layer calls it, so the
+arrows point one way: `compaction` imports `summarize`, never the reverse.
 
 The layer is written sans-IO: compaction yields a `SummaryRequest` and receives the summary
 text (or None on failure). `Session.prepare()` drives it with a `Summarizer`,

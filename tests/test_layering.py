@@ -1,0 +1,232 @@
+"""The package's import graph points one way, and no module reaches for another module's private names.
+
+The graph is read from the source with `ast`, not by importing anything, so it is the same whatever
+extras are installed. Every ``import``/``from ... import`` of a ``contextwarden`` module is an arrow,
+wherever it stands:
+
+* at module level, inside ``try``/``if`` blocks included;
+* inside a function (an import deferred to call time is still a dependency: deferring it hides a
+  cycle, it does not remove one);
+* under ``if TYPE_CHECKING:`` (a module whose signatures name another module's types depends on it,
+  even though Python never runs that import).
+
+An arrow leads to the module that defines the imported name when the name is a submodule
+(``from .stores import redis``), else to the module named after ``from``. Importing ``a.b`` also runs
+``a/__init__.py``; that implicit arrow is not drawn, or every module would sit in a cycle with the
+package's ``__init__``.
+
+Two checks run over the graph: no cycle between modules, and none between the units of the tree
+(each subpackage of ``contextwarden`` and each top-level module counts as one unit), so
+``compaction`` and ``summarize`` cannot lean on each other through different modules.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = "contextwarden"
+
+ALLOWED_EDGES: dict[tuple[str, str], str] = {
+    ("contextwarden.llm._http", "contextwarden.llm"): (
+        "reads `contextwarden.llm.ALLOW_MODEL_REQUESTS` when a request is sent: users and test suites flip the"
+        " switch on the package, so it can live nowhere else"
+    ),
+}
+"""Arrows left out of the cycle check, each with the reason it cannot point the other way."""
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str
+    target: str
+    names: tuple[str, ...]
+    """The names imported from ``target`` (empty for ``import target``)."""
+    line: int
+    kind: str
+    """``module``, ``deferred`` (inside a function) or ``typing`` (under ``TYPE_CHECKING``)."""
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for path in sorted((SRC / PACKAGE).rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str:
+    """The module ``name`` is, or the nearest package or module it lies in."""
+    while name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(module: str, path: Path) -> Iterator[Import]:
+    is_package = path.name == "__init__.py"
+    package = module if is_package else module.rpartition(".")[0]
+
+    def visit(node: ast.AST, kind: str) -> Iterator[Import]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                for stmt in child.body:
+                    yield from visit_one(stmt, "typing")
+                for stmt in child.orelse:
+                    yield from visit_one(stmt, kind)
+            else:
+                yield from visit_one(child, kind)
+
+    def visit_one(node: ast.AST, kind: str) -> Iterator[Import]:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == PACKAGE:
+                    yield Import(module, _resolve(alias.name), (), node.lineno, kind)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                origin = ".".join([*base, node.module] if node.module else base)
+            else:
+                origin = node.module or ""
+            if origin.split(".")[0] != PACKAGE:
+                return
+            plain = [alias.name for alias in node.names if f"{origin}.{alias.name}" not in MODULES]
+            for alias in node.names:
+                if f"{origin}.{alias.name}" in MODULES:
+                    yield Import(module, f"{origin}.{alias.name}", (), node.lineno, kind)
+            if plain:
+                yield Import(module, _resolve(origin), tuple(plain), node.lineno, kind)
+        else:
+            deferred = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) and kind == "module"
+            yield from visit(node, "deferred" if deferred else kind)
+
+    yield from visit(ast.parse(path.read_text(encoding="utf-8")), "module")
+
+
+IMPORTS = [imp for module, path in MODULES.items() for imp in _imports(module, path)]
+
+
+def _unit(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def _graph(level: str) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for imp in IMPORTS:
+        if (imp.source, imp.target) in ALLOWED_EDGES:
+            continue
+        a, b = (imp.source, imp.target) if level == "module" else (_unit(imp.source), _unit(imp.target))
+        if a != b:
+            graph[a].add(b)
+    return graph
+
+
+def _explain(component: list[str], level: str) -> str:
+    members = set(component)
+    lines = [
+        f"  {imp.source}:{imp.line} -> {imp.target} ({imp.kind})"
+        for imp in IMPORTS
+        if (imp.source, imp.target) not in ALLOWED_EDGES
+        and (imp.source if level == "module" else _unit(imp.source)) in members
+        and (imp.target if level == "module" else _unit(imp.target)) in members
+        and (level == "module" or _unit(imp.source) != _unit(imp.target))
+    ]
+    return " <-> ".join(component) + "\n" + "\n".join(lines)
+
+
+def test_the_graph_is_read() -> None:
+    # A reader that found nothing would pass every check below.
+    assert len(MODULES) > 150
+    assert len(IMPORTS) > 500
+    kinds = {imp.kind for imp in IMPORTS}
+    assert kinds == {"module", "deferred", "typing"}
+    assert any(
+        imp.source == "contextwarden.compaction.summarize" and imp.target == "contextwarden.summarize.base"
+        for imp in IMPORTS
+    )
+
+
+@pytest.mark.parametrize("level", ["module", "unit"])
+def test_no_import_cycles(level: str) -> None:
+    cycles = _cycles(_graph(level))
+    assert not cycles, "import cycles (break them by moving the shared piece one floor down):\n" + "\n".join(
+        _explain(c, level) for c in cycles
+    )
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_allowed_edges_exist() -> None:
+    # An allowance for an arrow that is gone would hide the next one drawn there.
+    drawn = {(imp.source, imp.target) for imp in IMPORTS}
+    assert set(ALLOWED_EDGES) <= drawn
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    # A private module (`_json`, `_session`) may be imported within the package; the names in it that
+    # other modules use are public names of that module.
+    found = [
+        f"{imp.source}:{imp.line} imports {name} from {imp.target}"
+        for imp in IMPORTS
+        for name in imp.names
+        if _private(name) and imp.target != imp.source
+    ]
+    assert not found, "make these names public in their module (or move the code):\n" + "\n".join(found)
