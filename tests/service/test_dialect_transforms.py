@@ -192,4 +192,5 @@ def test_a_chat_history_goes_upstream_as_the_client_wrote_it(messages: list[dict
     body = {"model": "m", "messages": [{"role": "system", "content": "sys"}, *messages]}
     view = list(dialect.conversation(body).keyed)  # the session's view of an uncompacted history
     rendered = dialect.render(body, from_messages(to_messages(view, format="openai"), format="openai"))
-    assert json.dumps(rendered) == json.dumps(body)  # keys in the client's order, not the adapter's
+    # keys in the client's order, not the adapter's; a tool call's null content goes as "" (servers refuse null)
+    assert json.dumps(rendered) == json.dumps(body).replace('"content": null', '"content": ""')

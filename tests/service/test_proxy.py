@@ -139,7 +139,9 @@ def test_a_client_joining_with_a_long_history_stores_it_once_and_in_order(
         kept = store.load_messages("long", tenant="default")
     assert [m.role for m in kept] == [m["role"] for m in history] + ["assistant"]
     assert [m.tool_calls[0].name for m in kept if m.tool_calls] == ["read"] * 60
-    assert upstream.requests[-1]["messages"][1:] == history[1:]
+    # as the client wrote it, a tool call's null content as "" (the servers that refuse null accept that)
+    sent = [{**m, "content": ""} if m.get("tool_calls") and m["content"] is None else m for m in history[1:]]
+    assert upstream.requests[-1]["messages"][1:] == sent
     history += [assistant("ok"), user("and now?")]
     r = service.client.post("/v1/chat/completions", json=chat(*history), headers={"X-Session-Id": "long"})
     assert r.status_code == 200, r.text

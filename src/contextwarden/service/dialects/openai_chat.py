@@ -34,6 +34,23 @@ def invalid_message(field: str, start: int, exc: MessageError) -> ServiceError:
     return ServiceError(400, f"{field}[{start + (exc.index or 0)}]: {exc}", param=field, code="invalid_message")
 
 
+def _text_on_tool_calls(message: Any) -> Any:
+    """``message`` with ``"content": ""`` in place of null when it is an assistant message that only calls tools.
+
+    The library's client sends "" there too: OpenAI accepts both, but llama-cpp-python's server answers a
+    null content with HTTP 500, and every later turn would fail while that round is in the view.
+    """
+    # a missing content stays missing: the servers that refuse null accept an absent field
+    if (
+        isinstance(message, dict)
+        and message.get("role") == "assistant"
+        and message.get("tool_calls")
+        and message.get("content", "") is None
+    ):
+        return {**message, "content": ""}
+    return message
+
+
 def _choices(body: Mapping[str, Any]) -> int:
     n = body.get("n", 1)
     return n if isinstance(n, int) and not isinstance(n, bool) else 1
@@ -97,7 +114,7 @@ class OpenAIChat(Dialect):
         self, body: Mapping[str, Any], view: list[Any], *, extra_tools: Sequence[Mapping[str, Any]] = ()
     ) -> dict[str, Any]:
         out = dict(body)
-        out["messages"] = as_sent(view, body.get("messages"))
+        out["messages"] = [_text_on_tool_calls(m) for m in as_sent(view, body.get("messages"))]
         if extra_tools:
             out["tools"] = [*(body.get("tools") or ()), *extra_tools]
         if body.get("stream"):
