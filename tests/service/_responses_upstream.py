@@ -1,7 +1,7 @@
 """A real local HTTP server answering OpenAI Responses requests from a script (the tests' upstream).
 
 Each ``POST /v1/responses`` takes the next list of output items (default: one assistant message
-"ok") and answers with a response object, or, for ``stream: true``, with Responses stream events
+"ok"; a function of the request body returns the list) and answers with a response object, or, for ``stream: true``, with Responses stream events
 (``response.created``, ``response.output_item.added``, text and argument deltas,
 ``response.output_item.done``, ``response.completed``).
 """
@@ -13,7 +13,10 @@ import threading
 import uuid
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from typing import Any
+
+Output = list[dict[str, Any]] | Callable[[dict[str, Any]], list[dict[str, Any]]]
 
 
 def text_item(text: str) -> dict[str, Any]:
@@ -41,7 +44,7 @@ class ResponsesUpstream:
     """The scripted server: ``push`` output item lists; ``requests`` holds the bodies received."""
 
     def __init__(self) -> None:
-        self.script: deque[list[dict[str, Any]]] = deque()
+        self.script: deque[Output] = deque()
         self.requests: list[dict[str, Any]] = []
         owner = self
 
@@ -53,6 +56,8 @@ class ResponsesUpstream:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
                 owner.requests.append(body)
                 output = owner.script.popleft() if owner.script else [text_item("ok")]
+                if callable(output):
+                    output = output(body)
                 response = {
                     "id": f"resp_{uuid.uuid4().hex[:12]}",
                     "object": "response",
@@ -102,7 +107,7 @@ class ResponsesUpstream:
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def push(self, *outputs: list[dict[str, Any]]) -> None:
+    def push(self, *outputs: Output) -> None:
         self.script.extend(outputs)
 
     def __enter__(self) -> ResponsesUpstream:

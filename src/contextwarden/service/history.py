@@ -150,8 +150,9 @@ def head_digest(client: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _read_back(key: MessageKey, calls: set[str]) -> bool:
-    """The proxy's own read-back message (its call, or the result answering it)."""
-    if key[2] and all(name == READ_BACK for _, name, _ in key[2]):
+    """The proxy's own read-back message: a turn that called it (with or without the client's tools: the
+    proxy never relays such a turn), or a result answering one of that turn's calls."""
+    if key[2] and any(name == READ_BACK for _, name, _ in key[2]):
         calls.update(call_id for call_id, _, _ in key[2])
         return True
     return key[0] == "tool" and key[3] in calls

@@ -76,6 +76,12 @@ _ADD_ROUND = 32
 _READ_BACK_ROUNDS = 4
 """Read-back calls the proxy answers for one request; the last upstream call is made without the tool."""
 
+_NOT_RUN = (
+    "Not run: this call came in the same turn as read_context, which was answered first. "
+    "Call it again if it is still needed."
+)
+"""The result of a client's tool call the model made next to a read-back call (the client never saw it)."""
+
 
 class _Elsewhere(Exception):
     """The request's history is not this session's conversation (``kind``: ``other`` or ``diverged``)."""
@@ -266,9 +272,14 @@ class _Turn:
         lease.sync_keys()
 
     def read_back(self, reply: Reply) -> bool:
-        """Whether the reply only calls the read-back tool (the proxy answers it and asks again)."""
-        calls = reply.tool_calls
-        return self.offered and bool(calls) and all(call.name == READ_BACK for call in calls)
+        """Whether the reply calls the read-back tool: the proxy answers it and asks again.
+
+        A reply that calls it next to the client's own tools is not relayed either (the client would
+        see a tool it never defined): the client's calls get a result saying they were not run, and
+        the model, asked again with what it read, makes the calls it still needs. The relayed reply
+        stays the model's own, byte for byte (signed thinking, streams), and every call keeps its result.
+        """
+        return self.offered and any(call.name == READ_BACK for call in reply.tool_calls)
 
     async def answer_read_back(self, reply: Reply) -> list[Any] | None:
         """Record the read-back calls, answer them, and return the next view."""
@@ -280,14 +291,27 @@ class _Turn:
                 role="tool",
                 tool_call_id=call.call_id,
                 name=call.name,
-                parts=(TextPart(text=session.handle_tool_call(call.name, call.arguments) or ""),),
+                parts=(
+                    TextPart(
+                        text=(session.handle_tool_call(call.name, call.arguments) or "")
+                        if call.name == READ_BACK
+                        else _NOT_RUN
+                    ),
+                ),
+                is_error=call.name != READ_BACK,
             )
             for call in reply.tool_calls
         ]
         session.add(results)
         await session.flush()
         self.read_backs += 1
-        logger.info("session %s: answered %d read-back call(s)", self.lease.session_id, len(results))
+        skipped = sum(call.name != READ_BACK for call in reply.tool_calls)
+        logger.info(
+            "session %s: answered %d read-back call(s), %d client call(s) left to ask again",
+            self.lease.session_id,
+            len(results) - skipped,
+            skipped,
+        )
         prepared = await session.prepare(format=self.dialect.view_format)
         self.view_tokens = prepared.status.used
         return self._served(prepared.messages, prepared.view)
