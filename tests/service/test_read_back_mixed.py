@@ -111,7 +111,9 @@ def test_anthropic_a_mixed_turn_is_answered_and_only_the_client_calls_reach_the_
     answered = {b["tool_use_id"]: b for b in results if b.get("type") == "tool_result"}
     assert set(answered) >= {"rb_m", "cl_1"} and answered["cl_1"].get("is_error") is True
     # the turn the client never saw goes back with its signed thinking, unchanged
-    turn = next(m for m in seen[-1]["messages"] if isinstance(m["content"], list) and m["content"][-1].get("id") == "cl_1")
+    turn = next(
+        m for m in seen[-1]["messages"] if isinstance(m["content"], list) and m["content"][-1].get("id") == "cl_1"
+    )
     assert turn["content"][0] == {"type": "thinking", "thinking": "Read it first.", "signature": "scripted-signature"}
     _transcript_pairs_hold(service, "mxa")
 
