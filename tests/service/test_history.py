@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given, strategies as st
 
 from contextwarden.adapters import from_messages, to_messages
-from contextwarden.service.history import message_key, new_from
+from contextwarden.service.history import continuation, message_key, new_from, same_message
 
 texts = st.sampled_from(["ok", "continue", "run the tests", "done", "I read the file", ""])
 users = st.builds(lambda t: {"role": "user", "content": t}, texts)
@@ -81,3 +81,27 @@ def test_a_message_read_and_rendered_back_keeps_the_key_of_its_source(source: di
     # what lets the service key the messages it adds from the client's dicts without rendering them
     (rendered,) = from_messages(to_messages([source], format="openai"), format="openai")
     assert message_key(rendered) == message_key(source)
+
+
+@given(messages, st.lists(st.booleans(), max_size=12), st.one_of(users, replies))
+def test_replies_re_sent_as_system_messages_continue_the_transcript(
+    transcript: list[dict[str, Any]], folded: list[bool], new: dict[str, Any]
+) -> None:
+    # a client that folds some of the model's plain replies into system notes re-sends the same conversation
+    resent = [
+        {"role": "system", "content": m["content"]}
+        if m["role"] == "assistant" and not m.get("tool_calls") and i < len(folded) and folded[i]
+        else m
+        for i, m in enumerate(transcript)
+    ]
+    found = continuation([*resent, new], _keys(transcript))
+    assert found.kind == "extends" and found.start == len(transcript)
+
+
+def test_a_system_message_is_a_stored_reply_only_when_it_has_that_text() -> None:
+    reply = message_key({"role": "assistant", "content": "done"})
+    assert same_message(message_key({"role": "system", "content": " done "}), reply)
+    assert not same_message(message_key({"role": "system", "content": "done!"}), reply)
+    assert not same_message(message_key({"role": "user", "content": "done"}), reply)
+    call = message_key({"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]})
+    assert not same_message(message_key({"role": "system", "content": ""}), call)

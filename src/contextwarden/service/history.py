@@ -2,7 +2,8 @@
 
 Each message is reduced to a key of what the model sees (role, text, tool calls, the call a
 result answers), so the echo of a stored reply matches it whatever extra fields the client's SDK
-adds (``refusal``, ``annotations``...) or the whitespace it trims. The new messages are those
+adds (``refusal``, ``annotations``...) or the whitespace it trims, and a reply re-sent as a system
+message matches the stored reply (`same_message`). The new messages are those
 after the last place where the client's history ends like the transcript does.
 
 A history that does not continue the transcript is never merged into it: `continuation` tells a
@@ -20,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Continuation", "MessageKey", "continuation", "head_digest", "message_key", "new_from"]
+__all__ = ["Continuation", "MessageKey", "continuation", "head_digest", "message_key", "new_from", "same_message"]
 
 MessageKey = tuple[str, str, tuple[tuple[str, str, str], ...], str]
 """(role, text, tool calls as (id, name, arguments), tool_call_id)."""
@@ -80,6 +81,18 @@ def message_key(message: Mapping[str, Any]) -> MessageKey:
     return role, text, tuple(calls), str(message.get("tool_call_id") or "")
 
 
+def same_message(sent: MessageKey, stored: MessageKey) -> bool:
+    """Whether the client's message ``sent`` is the stored message ``stored``.
+
+    Keys are equal, or the client re-sent a stored assistant reply (without tool calls) as a system
+    message: some clients fold the model's earlier answers into system notes when they re-send the
+    history, and the model's reply is still the one the transcript holds.
+    """
+    return sent == stored or (
+        sent[0] == "system" and stored[0] == "assistant" and not stored[2] and sent[1:] == stored[1:]
+    )
+
+
 def new_from(client: Sequence[Mapping[str, Any]], transcript: Sequence[MessageKey]) -> int:
     """Index of the first new message of ``client`` (a re-sent history) given the keys of the stored ``transcript``.
 
@@ -101,14 +114,19 @@ def new_from(client: Sequence[Mapping[str, Any]], transcript: Sequence[MessageKe
 
     last = transcript[-1]
     for end in range(len(client), 0, -1):
-        if key(end - 1) != last:
+        if not same_message(key(end - 1), last):
             continue
         width = min(end, len(transcript), _OVERLAP)
-        if all(key(end - width + i) == transcript[len(transcript) - width + i] for i in range(width)):
+        if all(same_message(key(end - width + i), transcript[len(transcript) - width + i]) for i in range(width)):
             return end
     known = set(transcript)
+    replies = {k[1] for k in transcript if k[0] == "assistant" and not k[2]}
     start = len(client)
-    while start > 0 and key(start - 1) not in known:
+    while (
+        start > 0
+        and key(start - 1) not in known
+        and not (key(start - 1)[0] == "system" and key(start - 1)[1] in replies)
+    ):
         start -= 1
     return start
 
@@ -176,7 +194,8 @@ def continuation(client: Sequence[Mapping[str, Any]], transcript: Sequence[Messa
         return Continuation(kind="extends", start=0)
     transcript = client_side(transcript)
     head = _head(transcript)
-    if [message_key(m) for m in client[: len(head)]] != head:
+    sent = [message_key(m) for m in client[: len(head)]]
+    if len(sent) != len(head) or not all(same_message(a, b) for a, b in zip(sent, head, strict=True)):
         return Continuation(kind="other")
     start = _extension(client, transcript)
     if start is not None:
@@ -203,6 +222,6 @@ def _extension(
     if end > len(client) or (exact and end != len(client)):
         return None
     width = min(end, _OVERLAP)
-    if all(message_key(client[end - width + i]) == transcript[end - width + i] for i in range(width)):
+    if all(same_message(message_key(client[end - width + i]), transcript[end - width + i]) for i in range(width)):
         return end
     return None
