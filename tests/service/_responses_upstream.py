@@ -1,9 +1,10 @@
 """A real local HTTP server answering OpenAI Responses requests from a script (the tests' upstream).
 
 Each ``POST /v1/responses`` takes the next list of output items (default: one assistant message
-"ok"; a function of the request body returns the list) and answers with a response object, or, for ``stream: true``, with Responses stream events
-(``response.created``, ``response.output_item.added``, text and argument deltas,
-``response.output_item.done``, ``response.completed``).
+"ok"; a function of the request body returns the list) and answers with a response object, or,
+for ``stream: true``, with Responses stream events (``response.created``,
+``response.output_item.added``, text and argument deltas, ``response.output_item.done``,
+``response.completed``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import json
 import threading
 import uuid
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 Output = list[dict[str, Any]] | Callable[[dict[str, Any]], list[dict[str, Any]]]
