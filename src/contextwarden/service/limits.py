@@ -10,28 +10,30 @@ from starlette.requests import Request
 
 from .errors import ServiceError
 
-__all__ = ["Concurrency", "read_body"]
+__all__ = ["Concurrency", "body_too_large", "read_body"]
 
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused with 413 as soon as it passes ``limit`` bytes (never read whole first)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _too_large(int(declared), limit)
+        raise body_too_large(int(declared), limit)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise _too_large(size, limit)
+            raise body_too_large(size, limit)
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-def _too_large(size: int, limit: int) -> ServiceError:
+def body_too_large(size: int, limit: int, *, decoded: bool = False) -> ServiceError:
+    """The 413 for a body (``decoded``: once its `Content-Encoding` is undone) past ``limit`` bytes."""
+    what = "The request body, decoded," if decoded else "The request body"
     return ServiceError(
         413,
-        f"The request body has {size} bytes or more, over the service's limit of {limit} bytes; send a shorter "
+        f"{what} has {size} bytes or more, over the service's limit of {limit} bytes; send a shorter "
         "history, or raise `[service] max_body_bytes`.",
         code="request_too_large",
     )

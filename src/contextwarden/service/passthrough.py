@@ -23,6 +23,7 @@ from ..adapters import anthropic
 from ..exceptions import ContextWardenError, MessageError
 from ..tokens import ANTHROPIC_FRAMING, TokenAccountant, get_counter
 from .dialects import AnthropicMessages
+from .encodings import read_decoded_body
 from .errors import ServiceError
 from .limits import read_body
 from .runtime import state_of
@@ -76,7 +77,7 @@ async def count_tokens(request: Request) -> Response:
     svc = state_of(request)
     try:
         svc.tenants.tenant(request)
-        body = _MESSAGES.parse(await read_body(request, svc.settings.service.max_body_bytes))
+        body = _MESSAGES.parse(await read_decoded_body(request, svc.settings.service.max_body_bytes))
     except ServiceError as exc:
         return _MESSAGES.error_response(exc.status, exc.message, code=exc.code, param=exc.param)
     try:

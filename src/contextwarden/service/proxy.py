@@ -51,13 +51,13 @@ from . import jsonio
 from .auth import presented_key
 from .dialects import Conversation, Dialect, Reply, StreamAssembler
 from .dialects.openai_chat import invalid_message
+from .encodings import read_decoded_body
 from .errors import ServiceError, status_of
 from .headers import header_value
 from .history import READ_BACK, continuation, head_digest
 from .identity import fingerprint, session_of
 from .intake import upstream_json
 from .keep import kept_messages
-from .limits import read_body
 from .replies import SSEFramer, believable
 from .runtime import ServiceState, state_of
 from .sessions import Lease, SessionMoved
@@ -461,7 +461,7 @@ async def proxy(request: Request, dialect: Dialect) -> Response:
     turn: _Turn | None = None
     handed_off = False
     try:
-        raw = await read_body(request, svc.settings.service.max_body_bytes)
+        raw = await read_decoded_body(request, svc.settings.service.max_body_bytes)
         body = dialect.parse(raw)
         refusal = dialect.refuse(body)
         if refusal is not None:
