@@ -397,3 +397,21 @@ def test_a_status_subscriber_gets_the_same_status_the_prepared_view_reports() ->
     assert [(e.used, e.ratio, e.state, e.turn) for e in seen] == [
         (pv.status.used, pv.status.ratio, pv.status.state, pv.status.turn)
     ]
+
+
+def test_a_session_takes_the_store_of_its_kind(tmp_path: Any) -> None:
+    import anyio
+
+    from contextwarden.stores import AsyncSqliteStore, SqliteStore
+
+    sync_store = SqliteStore.connect(tmp_path / "sync.db")
+    async_store = AsyncSqliteStore.connect(tmp_path / "async.db")
+    try:
+        with pytest.raises(ConfigError, match="Session needs a sync store"):
+            Session("s", window=4000, store=async_store)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="AsyncSession needs an async store"):
+            AsyncSession("s", window=4000, store=sync_store)  # type: ignore[arg-type]
+        assert Session("s", window=4000, store=sync_store).store is sync_store
+    finally:
+        sync_store.close()
+        anyio.run(async_store.aclose)

@@ -46,6 +46,7 @@ from .models import lookup_model
 from .notes import NOTES_TOOL, Notes
 from .served import default_reply_reserve, registry_knows, resolve_served_window, unknown_model_margin
 from .snapshots import READ_CONTEXT_TOOL, FileSnapshotStore, MemorySnapshotStore, SnapshotStore, read_context
+from .stores.protocols import AsyncSessionStore, SessionStore
 from .summarize.base import AsyncSummarizer, Summarizer, SummaryReply, SummaryRequest
 from .timeline import Timeline
 from .tokens import TokenCounter, counter_for_model, get_counter
@@ -98,12 +99,6 @@ class PreparedView:
 
 def _resolved(status: ViewStatus | StatusReading) -> ViewStatus:
     return status.status() if isinstance(status, StatusReading) else status
-
-
-def is_async_store(store: Any) -> bool:
-    import inspect
-
-    return inspect.iscoroutinefunction(getattr(store, "append_messages", None))
 
 
 _MAX_REF_CHARS = 512
@@ -209,7 +204,7 @@ class BaseSession:
         snapshots: SnapshotStore | None = None,
         format: Format = "openai",
         include_read_tool: bool = False,
-        store: Any = None,
+        store: SessionStore | AsyncSessionStore | None = None,
         tenant: str = "default",
         data_dir: str | os.PathLike[str] | None = None,
         thresholds: Thresholds | None = None,
@@ -290,13 +285,11 @@ class BaseSession:
         """Counted tokens of the largest view a model answered (an empty stream past it may be an overflow)."""
         self.format: Format = format
         self.events = EventBus()
-        self.store = store
+        self.store: SessionStore | AsyncSessionStore | None = store
         """A session store (`contextwarden.stores.open_store`) the transcript and view state persist in."""
         self.tenant = tenant
         """The tenant the session belongs to in its store; another tenant's session of this id is never opened."""
-        self._link: StoreLink | None = None
-        if store is not None and not is_async_store(store):
-            self._link = StoreLink(store, self.session_id, tenant, self.events, snapshots_in_store=snapshots is None)
+        self._link: StoreLink | None = self._link_store(snapshots_in_store=snapshots is None)
         if snapshots is None:
             if self._link is not None and self._link.snapshots is not None:
                 snapshots = self._link.snapshots  # Redis/Postgres deployments then need no shared disk
@@ -319,6 +312,10 @@ class BaseSession:
         self._status_due = False
         self.events.sinks.append(_weak_sink(self._on_record))
         self._delegable: list[DelegableTask] = []
+
+    def _link_store(self, *, snapshots_in_store: bool) -> StoreLink | None:
+        """The link to a sync store that `__init__` writes through (`Session`'s); the async twin links its own."""
+        return None
 
     def _reset_engine(self) -> None:
         """A fresh, empty engine; conversions cached for the old one go with it (its view

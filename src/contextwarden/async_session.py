@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._binding import AsyncStoreLink
 from ._replies import replay_events
@@ -26,9 +27,23 @@ from .exceptions import (
 from .llm.base import ResponseDone
 from .messages import Message
 from .summarize.base import AsyncSummarizer, SummaryReply, SummaryRequest
+from .tokens.accountant import OPENAI_FRAMING
 
 if TYPE_CHECKING:
+    import os
+
+    from .adapters import Format
+    from .budget import Thresholds
+    from .compaction.config import CompactionConfig
     from .llm.base import AsyncModel, ModelResponse, StreamEvent
+    from .llm.served_window import ServedWindow
+    from .memory.longterm import LongTermMemory
+    from .memory.tiers import HybridMemory
+    from .recall import SessionMemory
+    from .snapshots import SnapshotStore
+    from .stores.protocols import AsyncSessionStore
+    from .tokens import TokenCounter
+    from .tokens.accountant import Framing
 
 from ._session import (
     SAVE_ATTEMPTS,
@@ -36,7 +51,6 @@ from ._session import (
     OutputFormat,
     PreparedView,
     Served,
-    is_async_store,
     served_base_url,
 )
 
@@ -48,15 +62,57 @@ logger = logging.getLogger("contextwarden.session")
 class AsyncSession(BaseSession):
     """Async twin of `Session`: same methods, `prepare` and `on_context_overflow` are coroutines."""
 
+    store: AsyncSessionStore | None
+
     def __init__(
-        self, session_id: str | None = None, *, summarizer: AsyncSummarizer | None = None, **kwargs: Any
+        self,
+        session_id: str | None = None,
+        *,
+        model: str | None = None,
+        window: int | None = None,
+        reserved_output: int | None = None,
+        tools: Sequence[Mapping[str, Any]] = (),
+        counter: TokenCounter | str | None = None,
+        framing: Framing = OPENAI_FRAMING,
+        config: CompactionConfig | Mapping[str, Any] | None = None,
+        snapshots: SnapshotStore | None = None,
+        format: Format = "openai",
+        include_read_tool: bool = False,
+        store: AsyncSessionStore | None = None,
+        tenant: str = "default",
+        data_dir: str | os.PathLike[str] | None = None,
+        thresholds: Thresholds | None = None,
+        max_tokens: int | Literal["reserved"] | None = "reserved",
+        memory: SessionMemory | LongTermMemory | HybridMemory | bool | None = None,
+        served_window: int | ServedWindow | Literal["probe"] | None = None,
+        base_url: str | None = None,
+        summarizer: AsyncSummarizer | None = None,
     ) -> None:
-        store = kwargs.get("store")
-        if store is not None and not is_async_store(store):
+        if store is not None and not inspect.iscoroutinefunction(store.append_messages):
             raise ConfigError(
                 "AsyncSession needs an async store (open_async_store); use Session for sync.", key="store"
             )
-        super().__init__(session_id, **kwargs)
+        super().__init__(
+            session_id,
+            model=model,
+            window=window,
+            reserved_output=reserved_output,
+            tools=tools,
+            counter=counter,
+            framing=framing,
+            config=config,
+            snapshots=snapshots,
+            format=format,
+            include_read_tool=include_read_tool,
+            store=store,
+            tenant=tenant,
+            data_dir=data_dir,
+            thresholds=thresholds,
+            max_tokens=max_tokens,
+            memory=memory,
+            served_window=served_window,
+            base_url=base_url,
+        )
         self.summarizer = summarizer
         self._wire_summarizer(self.summarizer)
         self._state_version = 0
@@ -81,13 +137,13 @@ class AsyncSession(BaseSession):
         return await asyncio.to_thread(self.recall, query)
 
     @classmethod
-    async def open(cls, session_id: str, *, store: Any, **kwargs: Any) -> AsyncSession:
+    async def open(cls, session_id: str, *, store: AsyncSessionStore, **options: Any) -> AsyncSession:
         """A session bound to an async store: created there if new, resumed (transcript and view state) if not.
 
         Raises:
             SessionNotFound: the id belongs to another tenant's session.
         """
-        session = cls(session_id, store=store, **kwargs)
+        session = cls(session_id, store=store, **options)
         await session.load()
         return session
 

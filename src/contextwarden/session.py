@@ -6,10 +6,12 @@ What they share lives in `contextwarden._session`.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from ._binding import StoreLink
 from ._replies import replay_events
 from .delegation import DelegationResult, run
 from .exceptions import (
@@ -26,9 +28,23 @@ from .exceptions import (
 from .llm.base import ResponseDone
 from .messages import Message
 from .summarize.base import Summarizer, SummaryReply, SummaryRequest
+from .tokens.accountant import OPENAI_FRAMING
 
 if TYPE_CHECKING:
+    import os
+
+    from .adapters import Format
+    from .budget import Thresholds
+    from .compaction.config import CompactionConfig
     from .llm.base import Model, ModelResponse, StreamEvent
+    from .llm.served_window import ServedWindow
+    from .memory.longterm import LongTermMemory
+    from .memory.tiers import HybridMemory
+    from .recall import SessionMemory
+    from .snapshots import SnapshotStore
+    from .stores.protocols import SessionStore
+    from .tokens import TokenCounter
+    from .tokens.accountant import Framing
 
 from ._session import (
     SAVE_ATTEMPTS,
@@ -37,7 +53,6 @@ from ._session import (
     OutputFormat,
     PreparedView,
     Served,
-    is_async_store,
     served_base_url,
 )
 from .async_session import AsyncSession
@@ -84,15 +99,65 @@ class Session(BaseSession):
     token-count endpoint measures its margin there (see `contextwarden.served`).
     """
 
-    def __init__(self, session_id: str | None = None, *, summarizer: Summarizer | None = None, **kwargs: Any) -> None:
-        super().__init__(session_id, **kwargs)
+    store: SessionStore | None
+
+    def __init__(
+        self,
+        session_id: str | None = None,
+        *,
+        model: str | None = None,
+        window: int | None = None,
+        reserved_output: int | None = None,
+        tools: Sequence[Mapping[str, Any]] = (),
+        counter: TokenCounter | str | None = None,
+        framing: Framing = OPENAI_FRAMING,
+        config: CompactionConfig | Mapping[str, Any] | None = None,
+        snapshots: SnapshotStore | None = None,
+        format: Format = "openai",
+        include_read_tool: bool = False,
+        store: SessionStore | None = None,
+        tenant: str = "default",
+        data_dir: str | os.PathLike[str] | None = None,
+        thresholds: Thresholds | None = None,
+        max_tokens: int | Literal["reserved"] | None = "reserved",
+        memory: SessionMemory | LongTermMemory | HybridMemory | bool | None = None,
+        served_window: int | ServedWindow | Literal["probe"] | None = None,
+        base_url: str | None = None,
+        summarizer: Summarizer | None = None,
+    ) -> None:
+        if store is not None and inspect.iscoroutinefunction(store.append_messages):
+            raise ConfigError("Session needs a sync store; use AsyncSession with an async store.", key="store")
+        super().__init__(
+            session_id,
+            model=model,
+            window=window,
+            reserved_output=reserved_output,
+            tools=tools,
+            counter=counter,
+            framing=framing,
+            config=config,
+            snapshots=snapshots,
+            format=format,
+            include_read_tool=include_read_tool,
+            store=store,
+            tenant=tenant,
+            data_dir=data_dir,
+            thresholds=thresholds,
+            max_tokens=max_tokens,
+            memory=memory,
+            served_window=served_window,
+            base_url=base_url,
+        )
         self.summarizer = summarizer
         self._wire_summarizer(self.summarizer)
         self._state_version = 0
         if self.store is not None:
-            if is_async_store(self.store):
-                raise ConfigError("Session needs a sync store; use AsyncSession with an async store.", key="store")
             self._resume()
+
+    def _link_store(self, *, snapshots_in_store: bool) -> StoreLink | None:
+        if self.store is None:
+            return None
+        return StoreLink(self.store, self.session_id, self.tenant, self.events, snapshots_in_store=snapshots_in_store)
 
     def _resume(self) -> None:
         """Load (or create) the stored session: replay its transcript, restore its view state.
