@@ -55,9 +55,12 @@ def test_keys_map_to_tenants_and_a_tenant_never_sees_another_tenants_session(
     _error(keyed.client.get("/v1/sessions/shared", headers=globex), 404)
     _error(keyed.client.get("/v1/sessions/shared/events", headers=globex), 404)
     _error(keyed.client.delete("/v1/sessions/shared", headers=globex), 404)
-    _error(keyed.client.post("/v1/chat/completions", json=chat(user("x")), headers=globex), 404)
     assert keyed.client.get("/v1/sessions", headers=globex).json()["data"] == []
+    # the same id under globex is globex's own session: created, and acme's is untouched
+    assert keyed.client.post("/v1/chat/completions", json=chat(user("x")), headers=globex).status_code == 200
+    assert [s["session_id"] for s in keyed.client.get("/v1/sessions", headers=globex).json()["data"]] == ["shared"]
     assert [s["session_id"] for s in keyed.client.get("/v1/sessions", headers=acme).json()["data"]] == ["shared"]
+    assert keyed.client.get("/v1/sessions/shared", headers=acme).json()["session"]["message_count"] == 2
     assert _error(keyed.client.get("/v1/sessions"), 401)["code"] == "invalid_api_key"
     _error(keyed.client.get("/v1/sessions", headers={"Authorization": "Bearer wrong"}), 401)
     logged = caplog.text

@@ -360,6 +360,7 @@ def build_session(
     format: Format = "openai",
     store: SessionStore | None = None,
     memory: SessionMemory | None = None,
+    tenant: str | None = None,
 ) -> Session:
     """A `Session` configured from ``settings`` and the command's flags.
 
@@ -400,6 +401,8 @@ def build_session(
         kwargs["store"] = store
     if memory is not None:
         kwargs["memory"] = memory
+    if tenant is not None:
+        kwargs["tenant"] = tenant
     session = Session(
         session_id,
         model=model,

@@ -1,4 +1,10 @@
-"""``contextwarden sessions list|show|export|import|delete`` and ``contextwarden inspect SESSION``."""
+"""``contextwarden sessions list|show|export|import|delete`` and ``contextwarden inspect SESSION``.
+
+The operator's view: every tenant's sessions, each named by its tenant and the id that tenant's
+clients use (the service scopes ids per tenant, `contextwarden.stores.tenancy`). ``--tenant``
+addresses one tenant's session by that id; without it, an id is the store key, which is the id
+itself for the sessions of an open service.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from ..exceptions import SessionNotFound
 from ..figures import describe
 from ..settings import Settings
 from ..stores import SessionInfo, SessionStore, open_store
+from ..stores.tenancy import client_session_id, locate
 from ..timeline import STATUS_SLOT
 from ._common import CLIError, atomic_write, build_session, err, get_settings, out, plain, print_json
 
@@ -35,6 +42,10 @@ StoreOpt = Annotated[
     typer.Option("--store", "-s", help="Session store URL (default: \\[store] url, else SQLite in the user dir)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+TenantOpt = Annotated[
+    str | None,
+    typer.Option(help="The tenant whose clients call the session SESSION_ID (default: SESSION_ID is the store key)."),
+]
 
 
 @contextlib.contextmanager
@@ -73,13 +84,25 @@ def _saved_figures(store: SessionStore, info: SessionInfo) -> dict[str, Any] | N
     return dict(figures) if isinstance(figures, dict) else None
 
 
-def _get(store: SessionStore, session_id: str) -> SessionInfo:
+def _get(store: SessionStore, session_id: str, tenant: str | None = None) -> SessionInfo:
+    """The session (its info names the store key): ``tenant``'s session ``session_id``, or the one
+    stored under the key ``session_id``."""
     try:
-        return store.get_session(session_id)
+        return store.get_session(session_id) if tenant is None else locate(store, tenant, session_id)
     except SessionNotFound:
+        owner = "" if tenant is None else f" of tenant {tenant!r}"
         raise CLIError(
-            f"no session {session_id!r} in the store; list them with `contextwarden sessions list`."
+            f"no session {session_id!r}{owner} in the store; list them with `contextwarden sessions list`."
         ) from None
+
+
+def _row(info: SessionInfo) -> dict[str, Any]:
+    """A listed session: the id its tenant's clients use, and the store key when that differs."""
+    row = info.to_dict()
+    shown = client_session_id(info.tenant, info.session_id)
+    if shown != info.session_id:
+        row["session_id"], row["store_key"] = shown, info.session_id
+    return row
 
 
 @sessions_app.command("list")
@@ -108,7 +131,7 @@ def list_command(
         print_json(
             {
                 "store": settings.store_url,
-                "sessions": [{**r.to_dict(), "figures": f} for r, f in zip(rows, shown, strict=True)],
+                "sessions": [{**_row(r), "figures": f} for r, f in zip(rows, shown, strict=True)],
             }
         )
         return
@@ -127,7 +150,7 @@ def list_command(
         table.add_column(col, justify="right" if col in ("window", "messages", "used / effective", "ratio") else "left")
     for r, f in zip(rows, shown, strict=True):
         table.add_row(
-            Text(r.session_id + (" (archived)" if r.archived else "")),
+            Text(client_session_id(r.tenant, r.session_id) + (" (archived)" if r.archived else "")),
             Text(r.tenant),
             Text(r.model or "-"),
             f"{f['window']:,}" if f else (f"{r.window:,}" if r.window else "-"),
@@ -145,20 +168,22 @@ def show_command(
     ctx: typer.Context,
     session_id: Annotated[str, typer.Argument(help="Session id.")],
     store: StoreOpt = None,
+    tenant: TenantOpt = None,
     tail: Annotated[int, typer.Option(min=0, help="Show the last N messages.")] = 10,
     json_out: JsonOpt = False,
 ) -> None:
     """Metadata, counts and the last messages of a session."""
     settings = _settings(ctx, store)
     with open_cli_store(settings) as st:
-        info = _get(st, session_id)
-        total = st.count_messages(session_id)
-        last = st.load_messages(session_id, start=max(0, total - tail)) if tail else []
-        snapshots = st.list_snapshots(session_id)
+        info = _get(st, session_id, tenant)
+        key = info.session_id
+        total = st.count_messages(key)
+        last = st.load_messages(key, start=max(0, total - tail)) if tail else []
+        snapshots = st.list_snapshots(key)
     if json_out:
         print_json(
             {
-                "session": info.to_dict(),
+                "session": _row(info),
                 "messages": total,
                 "snapshots": len(snapshots),
                 "tail": [m.to_dict() for m in last],
@@ -173,7 +198,7 @@ def show_command(
                 f"{' · archived ' + _when(info.archived_at) if info.archived else ''}\n"
                 f"{total:,} messages · {len(snapshots):,} snapshots · metadata {dict(info.metadata) or '-'}"
             ),
-            title=plain(info.session_id),
+            title=plain(client_session_id(info.tenant, info.session_id)),
         )
     )
     if last:
@@ -192,13 +217,14 @@ def export_command(
     ctx: typer.Context,
     session_id: Annotated[str, typer.Argument(help="Session id.")],
     store: StoreOpt = None,
+    tenant: TenantOpt = None,
     out_path: Annotated[Path | None, typer.Option("--out", "-o", help="Write here (default: stdout).")] = None,
 ) -> None:
     """Export a session as JSONL (transcript, state, snapshots, audit) for `sessions import`."""
     settings = _settings(ctx, store)
     with open_cli_store(settings) as st:
-        _get(st, session_id)
-        lines = list(st.export_session(session_id))
+        info = _get(st, session_id, tenant)
+        lines = list(st.export_session(info.session_id))
     text = "".join(lines)
     if out_path is None:
         typer.echo(text, nl=False)
@@ -237,17 +263,18 @@ def delete_command(
     ctx: typer.Context,
     session_id: Annotated[str, typer.Argument(help="Session id.")],
     store: StoreOpt = None,
+    tenant: TenantOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete a session and everything stored under it."""
     settings = _settings(ctx, store)
     with open_cli_store(settings) as st:
-        info = _get(st, session_id)
+        info = _get(st, session_id, tenant)
         if not yes and not typer.confirm(
             f"delete session {session_id} ({info.message_count:,} messages) from {settings.store_url}?"
         ):
             raise CLIError("not deleted.")
-        st.delete_session(session_id)
+        st.delete_session(info.session_id)
     err.print(f"deleted {plain(session_id)}")
 
 
@@ -255,6 +282,7 @@ def inspect_command(
     ctx: typer.Context,
     session_id: Annotated[str, typer.Argument(help="Session id.")],
     store: StoreOpt = None,
+    tenant: TenantOpt = None,
     ledger_tokens: Annotated[int, typer.Option(min=0, help="Show at most this many tokens of the ledger.")] = 600,
     json_out: JsonOpt = False,
 ) -> None:
@@ -265,15 +293,18 @@ def inspect_command(
     """
     settings = _settings(ctx, store)
     with open_cli_store(settings) as st:
-        info = _get(st, session_id)
-        snapshots = st.list_snapshots(session_id)
-        audit = st.read_audit(session_id)
-        saved, version = st.load_state(session_id, slot=STATUS_SLOT)
-        demo, _ = st.load_state(session_id, slot=DEMO_SLOT)
+        info = _get(st, session_id, tenant)
+        key = info.session_id
+        snapshots = st.list_snapshots(key)
+        audit = st.read_audit(key)
+        saved, version = st.load_state(key, slot=STATUS_SLOT)
+        demo, _ = st.load_state(key, slot=DEMO_SLOT)
         # A session built on the store resumes it: the transcript and the saved view state are loaded,
         # nothing is written (status() does not prepare a view).
         with err.status(f"loading {session_id}…") if not json_out else contextlib.nullcontext():
-            session = build_session(settings, session_id=session_id, model=info.model, window=info.window, store=st)
+            session = build_session(
+                settings, session_id=key, model=info.model, window=info.window, store=st, tenant=info.tenant
+            )
         messages = session.transcript
         if saved and isinstance(saved.get("figures"), dict):
             # the figures the session saved at its last turn: the budget it was made with (its tools
@@ -288,7 +319,7 @@ def inspect_command(
     )
     timeline = (saved or {}).get("timeline") or {}
     result: dict[str, Any] = {
-        "session": info.to_dict(),
+        "session": _row(info),
         "messages": len(messages),
         "figures": shown,
         "figures_source": source,

@@ -1,6 +1,7 @@
 """The sessions API: list, inspect, view, read snapshots, compact, delete, and the SSE event stream.
 
-Every route is the tenant's: a session of another tenant answers 404, exactly like a missing one.
+Every route is the tenant's: session ids are scoped per tenant (`contextwarden.stores.tenancy`), so
+an id another tenant uses answers exactly like an unused one.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..exceptions import SessionNotFound, SnapshotError, UsageError
+from ..stores import SessionInfo
+from ..stores.tenancy import alocate, client_info
 from ..timeline import STATUS_SLOT
 from .describe import describe_live, describe_stored, listed_figures
 from .errors import ServiceError
@@ -41,6 +44,14 @@ async def _lease(svc: ServiceState, tenant: str, session_id: str) -> Lease:
         raise _not_found(session_id) from None
 
 
+async def _located(svc: ServiceState, tenant: str, session_id: str) -> SessionInfo:
+    """The tenant's session (its info names the store key), or 404."""
+    try:
+        return await alocate(svc.store, tenant, session_id)
+    except (SessionNotFound, UsageError):
+        raise _not_found(session_id) from None
+
+
 async def list_sessions(request: Request) -> Response:
     """``GET /v1/sessions``: one page of the tenant's sessions (``limit``, ``cursor``)."""
     svc = state_of(request)
@@ -58,15 +69,16 @@ async def list_sessions(request: Request) -> Response:
         raise ServiceError(400, f"`cursor` is not valid: {exc}", param="cursor", code="invalid_cursor") from None
     data = []
     for info in sessions:
-        item = info.to_dict()
-        loaded = svc.pool.loaded(tenant, info.session_id)
+        shown = client_info(info)
+        item = shown.to_dict()
+        loaded = svc.pool.loaded(tenant, shown.session_id)
         record = None
         if loaded is None:
             record, _ = await svc.store.load_state(info.session_id, slot=STATUS_SLOT, tenant=tenant)
-        shown = listed_figures(loaded, record)
-        if shown is not None:
-            item["figures"] = shown
-            item["status"] = {k: shown[k] for k in ("used", "ratio", "state")} | {"budget": shown["effective"]}
+        listed = listed_figures(loaded, record)
+        if listed is not None:
+            item["figures"] = listed
+            item["status"] = {k: listed[k] for k in ("used", "ratio", "state")} | {"budget": listed["effective"]}
         data.append(item)
     return JSONResponse({"object": "list", "data": data, "next_cursor": cursor})
 
@@ -79,10 +91,7 @@ async def get_session(request: Request) -> Response:
     svc = state_of(request)
     tenant = svc.tenants.tenant(request)
     session_id = request.path_params["session_id"]
-    try:
-        info = await svc.store.get_session(session_id, tenant=tenant)
-    except (SessionNotFound, UsageError):
-        raise _not_found(session_id) from None
+    info = await _located(svc, tenant, session_id)
     if svc.pool.loaded(tenant, session_id) is None:
         return JSONResponse(await describe_stored(svc.store, info))
     lease = await _lease(svc, tenant, session_id)
@@ -156,7 +165,7 @@ async def delete_session(request: Request) -> Response:
     session_id = request.path_params["session_id"]
     lease = await _lease(svc, tenant, session_id)
     try:
-        await svc.store.delete_session(session_id, tenant=tenant)
+        await svc.store.delete_session(lease.store_key, tenant=tenant)
         lease.failed = True  # dropped from memory on release
     except SessionNotFound:
         raise _not_found(session_id) from None
@@ -172,10 +181,7 @@ async def session_events(request: Request) -> Response:
     svc = state_of(request)
     tenant = svc.tenants.tenant(request)
     session_id = request.path_params["session_id"]
-    try:
-        await svc.store.get_session(session_id, tenant=tenant)
-    except (SessionNotFound, UsageError):
-        raise _not_found(session_id) from None
+    await _located(svc, tenant, session_id)
     raw = request.headers.get("last-event-id") or request.query_params.get("last_event_id") or "0"
     try:
         last = max(int(raw), 0)

@@ -4,7 +4,8 @@ Both paths give the same document: the `contextwarden.figures` of the view, its 
 (`contextwarden.timeline`), the prompt-cache reuse, and the lists of the context block as the view
 has them (newest first, bounded): the user's instructions, the working set and the ledger. A session
 this process holds open is described live; any other from what the store saved (its figures and
-timeline, and its view state), without replaying its transcript.
+timeline, and its view state), without replaying its transcript. A description names the session
+by the id its tenant uses, never by its store key.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from ..session import AsyncSession
 from ..stores import AsyncSessionStore, SessionInfo
+from ..stores.tenancy import client_info
 from ..timeline import STATUS_SLOT
 from ..workingset import WorkingSet
 
@@ -79,7 +81,7 @@ def describe_live(info: SessionInfo, session: AsyncSession) -> dict[str, Any]:
     engine = session.engine
     span = engine.summary_span
     return {
-        "session": info.to_dict(),
+        "session": client_info(info).to_dict(),
         "live": True,
         "figures": record["figures"],
         "timeline": record["timeline"],
@@ -99,7 +101,7 @@ async def describe_stored(store: AsyncSessionStore, info: SessionInfo) -> dict[s
     record, state = record or {}, state or {}
     span = state.get("summary_span")
     return {
-        "session": info.to_dict(),
+        "session": client_info(info).to_dict(),
         "live": False,
         "figures": record.get("figures"),
         "timeline": record.get("timeline") or {"points": [], "compactions": [], "alerts": []},

@@ -53,7 +53,10 @@ class ServiceState:
         """Every session event: to the metrics and to the SSE hub."""
         try:
             self.metrics.observe_event(tenant, session_id, event)
-            self.hub.publish(tenant, session_id, event_to_dict(event))
+            record = event_to_dict(event)
+            if "session_id" in record:  # the session knows its store key; clients know their own id
+                record["session_id"] = session_id
+            self.hub.publish(tenant, session_id, record)
         except Exception:  # events must never break a request
             logger.exception("event of session %s could not be published", session_id)
 

@@ -1,5 +1,8 @@
 """The sessions a service process holds open: one `AsyncSession` per (tenant, session id).
 
+Session ids are the tenant's own: tenant T's session S lives under a tenant-scoped store key
+(`contextwarden.stores.tenancy`), so the same id under another tenant is another session.
+
 A request takes its session's lease: an asyncio lock (one request of a session at a time in this
 process) and a check that the store has no message this process has not seen (another replica
 served the session meanwhile), in which case the session is reopened from the store. The proxy
@@ -26,6 +29,7 @@ from ..messages import Message
 from ..session import AsyncSession
 from ..settings import Settings
 from ..stores import AsyncSessionStore
+from ..stores.tenancy import acreate_scoped, alocate
 from ..summarize import AsyncExtractiveSummarizer
 from ..tokens import TokenCounter, counter_for_model
 from .history import MessageKey, message_key
@@ -127,6 +131,8 @@ class _CheckedStore:
 
 @dataclass(eq=False)
 class _Entry:
+    key: str
+    """The store key of the session (see `contextwarden.stores.tenancy`)."""
     session: AsyncSession
     keys: list[MessageKey]
     store: _CheckedStore
@@ -141,6 +147,9 @@ class Lease:
 
     tenant: str
     session_id: str
+    """The id the tenant's clients use."""
+    store_key: str
+    """The id the store keeps the session under (tenant-scoped; see `contextwarden.stores.tenancy`)."""
     session: AsyncSession
     keys: list[MessageKey]
     """The key of every transcript message (see `contextwarden.service.history`)."""
@@ -163,6 +172,7 @@ class Lease:
 
     def _take(self, entry: _Entry) -> None:
         self.session, self.keys, self.store, self.memo = entry.session, entry.keys, entry.store, entry.memo
+        self.store_key = entry.key
         self.created = self.created or entry.created
 
     def sync_keys(self) -> None:
@@ -225,7 +235,8 @@ class SessionPool:
         or calls `verify` before it relies on the transcript.
 
         Raises:
-            SessionNotFound: the session is missing (and ``create`` is False) or another tenant's.
+            SessionNotFound: the session is missing (and ``create`` is False).
+            UsageError: the session id is not usable (see `contextwarden.stores.tenancy.session_keys`).
             UnknownModelError: a new session for a model the registry does not know, with no window configured.
         """
         key = (tenant, session_id)
@@ -248,6 +259,7 @@ class SessionPool:
         return Lease(
             tenant=tenant,
             session_id=session_id,
+            store_key=entry.key,
             session=entry.session,
             keys=entry.keys,
             lock=lock,
@@ -286,7 +298,7 @@ class SessionPool:
                 return cached, False
             # one read tells whether another replica wrote to the session since this process did
             try:
-                stored = await self.store.count_messages(session_id, tenant=tenant)
+                stored = await self.store.count_messages(cached.key, tenant=tenant)
             except SessionNotFound:
                 stored = -1  # deleted meanwhile: created again below, or 404 for a read
             if len(cached.session.engine.transcript) == stored:
@@ -295,27 +307,25 @@ class SessionPool:
         created = False
         if create:
             try:
-                info = await self.store.get_session(session_id, tenant=tenant)
+                info = await alocate(self.store, tenant, session_id)
             except SessionNotFound:
                 # a request that cannot be served (an unknown model) must not leave a session behind:
                 # the options are checked before the session is created
                 options = session_options(self.settings, model)
-                info = await self.store.create_session(
-                    session_id, tenant=tenant, model=model, window=int(options["window"])
-                )
+                info = await acreate_scoped(self.store, tenant, session_id, model=model, window=int(options["window"]))
                 created = True
         else:
-            info = await self.store.get_session(session_id, tenant=tenant)
+            info = await alocate(self.store, tenant, session_id)
         # new here, or another replica (or a failed request) changed it: read it again from the store
         options = session_options(self.settings, model or info.model, window=info.window)
         store = _CheckedStore(self.store)
-        session = await AsyncSession.open(session_id, store=store, tenant=tenant, tools=tools, **options)
+        session = await AsyncSession.open(info.session_id, store=store, tenant=tenant, tools=tools, **options)
         session.subscribe(lambda event: self.on_event(tenant, session_id, event))
         if cached is not None:
             self._closed(key)
         if self.watch is not None:
             self.watch(tenant, session_id, session)
-        entry = _Entry(session=session, keys=[], store=store, created=created)
+        entry = _Entry(key=info.session_id, session=session, keys=[], store=store, created=created)
         self._open[key] = entry
         self._open.move_to_end(key)
         self._evict()
@@ -337,7 +347,7 @@ class SessionPool:
         if not lease.created or lease.released:
             return
         try:
-            await self.store.delete_session(lease.session_id, tenant=lease.tenant)
+            await self.store.delete_session(lease.store_key, tenant=lease.tenant)
         except SessionNotFound:
             pass
         lease.failed = True  # dropped from memory on release
