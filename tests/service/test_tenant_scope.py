@@ -9,15 +9,19 @@ before ids were scoped keep their ids.
 from __future__ import annotations
 
 import itertools
+import json
 import re
-from urllib.parse import quote
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
+from typer.testing import CliRunner
 
+from contextwarden.cli import app
+from contextwarden.messages import Message
 from contextwarden.service import hash_key
 from contextwarden.service.headers import header_value
 from contextwarden.settings import Settings
@@ -191,8 +195,6 @@ def test_sessions_stored_before_ids_were_scoped_keep_serving_their_tenant(
     # what a keyed deployment stored before: acme's session under its bare id
     with open_store(sqlite_url) as store:
         store.create_session("legacy", tenant="acme", model=MODEL, window=4000)
-        from contextwarden.messages import Message
-
         store.append_messages("legacy", [Message.user("old question"), Message.assistant("old answer")], tenant="acme")
     service = service_factory(_keyed_settings(sqlite_url, upstream))
     client = service.client
@@ -209,24 +211,19 @@ def test_sessions_stored_before_ids_were_scoped_keep_serving_their_tenant(
 
 
 def test_the_operator_sees_every_tenants_sessions(scoped: tuple[Running, str], tmp_path: Any) -> None:
-    from typer.testing import CliRunner
-
-    from contextwarden.cli import app
-
     service, store_url = scoped
     for tenant in ("acme", "globex", "default"):
         assert _write(service.client, tenant, "r1", f"from {tenant}").is_success
     runner = CliRunner()
     listed = runner.invoke(app, ["sessions", "list", "--store", store_url, "--json"])
     assert listed.exit_code == 0, listed.output
-    import json
-
     rows = json.loads(listed.stdout)["sessions"]
     assert sorted((r["tenant"], r["session_id"]) for r in rows) == [("acme", "r1"), ("default", "r1"), ("globex", "r1")]
     shown = runner.invoke(app, ["sessions", "show", "r1", "--tenant", "globex", "--store", store_url, "--json"])
     assert shown.exit_code == 0, shown.output
     assert "from globex" in shown.stdout and "from acme" not in shown.stdout
-    assert runner.invoke(app, ["sessions", "delete", "r1", "--tenant", "acme", "--yes", "--store", store_url]).exit_code == 0
+    deleted = runner.invoke(app, ["sessions", "delete", "r1", "--tenant", "acme", "--yes", "--store", store_url])
+    assert deleted.exit_code == 0, deleted.output
     assert client_ids(service.client, "acme") == [] and client_ids(service.client, "globex") == ["r1"]
 
 
