@@ -319,6 +319,17 @@ def test_an_event_without_its_blank_line_is_refused_past_the_event_bound(
         assert answer.status_code == 502 and answer.json()["error"]["code"] == "upstream_event_too_large"
 
 
+def test_a_first_stream_event_nested_thousands_deep_is_skipped_not_a_500(
+    service: Running, upstream: ScriptedOpenAIServer
+) -> None:
+    upstream.push(ScriptedStream(events=['{"choices":' + "[" * 3000 + "]" * 3000 + "}"]))
+    answer = service.client.post(
+        "/v1/chat/completions", json=chat(user("go"), stream=True), headers={"X-Session-Id": "d"}
+    )
+    assert answer.status_code == 200, answer.text
+    assert data_events(answer.text)[-1] == "[DONE]"
+
+
 def test_refused_session_ids_leave_no_lock_behind(service: Running) -> None:
     for i in range(60):
         answer = service.client.post("/v1/chat/completions", json=chat(user("x"), user=f"{i}-" + "s" * 300))

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..usage import RequestUsage
 from .bounds import ReplyLimits, event_too_large
+from .jsonio import loads as load_json
 
 __all__ = ["ChunkAssembler", "SSEFramer", "believable", "usage_of"]
 
@@ -133,7 +133,8 @@ class ChunkAssembler:
             self.done = True
             return
         try:
-            chunk = json.loads(data)
+            # the bounded reader: an event nested thousands deep is skipped like any unreadable one
+            chunk = load_json(data.encode("utf-8", "surrogatepass"))
         except ValueError:
             return
         if not isinstance(chunk, Mapping):
