@@ -1,9 +1,11 @@
 """``contextwarden bench proxy``: the proxy's added latency, throughput and a bounded soak (see
-`contextwarden.service.bench`)."""
+`contextwarden.service.bench`); with ``--hostile``, a soak with hostile requests mixed in (see
+`contextwarden.service.bench_hostile`)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -23,12 +25,22 @@ def bench_proxy_command(
     dialects: Annotated[
         str, typer.Option(help="Comma list of wire dialects to measure: chat, messages (Anthropic), responses.")
     ] = "chat,messages,responses",
-    sessions: Annotated[int, typer.Option(min=1, help="Concurrent conversations.")] = 50,
+    sessions: Annotated[int, typer.Option(min=1, help="Concurrent conversations (agents of the --hostile soak).")] = 50,
     max_messages: Annotated[int, typer.Option(min=4, help="Messages a conversation's history grows to.")] = 200,
     turns: Annotated[int, typer.Option(min=2, help="Turns per conversation after it joins with its history.")] = 6,
     think_ms: Annotated[float, typer.Option(min=0, help="Pause between turns in the latency phase (ms).")] = 1000.0,
     soak: Annotated[int, typer.Option(min=0, help="Proxied requests of the memory soak (0: none).")] = 5_000,
     runs: Annotated[int, typer.Option(min=1, help="Repetitions (the table shows the range).")] = 3,
+    hostile: Annotated[
+        bool,
+        typer.Option(
+            "--hostile",
+            help="Instead: a soak of --requests requests, 10% hostile (bad, deep, mistyped and huge bodies, bad "
+            "session ids, hostile upstream replies): status codes by kind, raw errors, acknowledged replies lost, "
+            "credentials leaked, the server's memory growth.",
+        ),
+    ] = False,
+    requests: Annotated[int, typer.Option(min=1, help="Requests of the --hostile soak.")] = 20_000,
     json_out: JsonPath = None,
 ) -> None:
     """Latency the proxy adds over a direct call, requests/s and a soak, on each store."""
@@ -42,6 +54,11 @@ def bench_proxy_command(
     unknown = sorted(set(chosen) - {"sqlite", "redis"})
     if unknown or not chosen:
         raise typer.BadParameter(f"{stores!r}: choose from sqlite, redis", param_hint="--stores")
+    if hostile:
+        if "redis" in chosen:
+            _check_redis(redis_url)
+        _hostile_soak(chosen, redis_url, requests=requests, concurrency=sessions, json_out=json_out)
+        return
     wanted = [d.strip() for d in dialects.split(",") if d.strip()]
     if not wanted or set(wanted) - set(DIALECTS):
         raise typer.BadParameter(f"{dialects!r}: choose from {', '.join(DIALECTS)}", param_hint="--dialects")
@@ -110,3 +127,31 @@ def _check_redis(url: str) -> None:
             "--stores sqlite.",
             exit_code=2,
         ) from None
+
+
+def _hostile_soak(stores: list[str], redis_url: str, *, requests: int, concurrency: int, json_out: Path | None) -> None:
+    from ..service.bench_hostile import HostileSoakConfig, run_hostile_soak
+
+    config = HostileSoakConfig(stores=stores, redis_url=redis_url, requests=requests, concurrency=concurrency)
+    result = run_hostile_soak(config, progress=lambda line: err.print(line))
+    for store, soak in result["stores"].items():
+        table = Table(title=f"hostile soak on {store}: {soak['requests']:,} requests, {concurrency} at once")
+        for column in ("kind", "sent", "status codes", "raw errors"):
+            table.add_column(column)
+        for kind, seen in soak["by_kind"].items():
+            codes = ", ".join(f"{code}×{n}" for code, n in seen["statuses"].items())
+            dropped = ", ".join(f"{name}×{n}" for name, n in seen["transport_errors"].items())
+            codes += f"; {dropped}" if dropped else ""
+            table.add_row(kind, f"{seen['sent']:,}", codes, str(seen["raw_errors"]))
+        out.print(table)
+        leaked = soak["credentials_leaked"]
+        out.print(
+            f"{store}: raw errors {soak['raw_errors']} · acknowledged replies lost {soak['acknowledged_lost']} of "
+            f"{soak['acknowledged']:,} · credentials leaked {leaked['responses']} responses, {leaked['log_lines']} log "
+            f"lines · server RSS {soak['rss_mb'][0][1]} → {soak['rss_mb'][-1][1]} MB (growth {soak['rss_growth_mb']} "
+            f"MB, {soak['rss_growth_second_half_mb']} MB in the second half) · {soak['requests_per_s']} requests/s · "
+            f"load average {soak['load_average_1m']}"
+        )
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(result, indent=2) + "\n")

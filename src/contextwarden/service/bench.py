@@ -39,7 +39,15 @@ from typing import Any
 import aiohttp
 import httpx
 
-__all__ = ["ProxyBenchConfig", "fake_upstream", "run_proxy_bench"]
+__all__ = [
+    "ProxyBenchConfig",
+    "drop_redis_prefix",
+    "fake_upstream",
+    "free_port",
+    "rss_mb",
+    "run_proxy_bench",
+    "running_process",
+]
 
 MODEL = "bench-model"
 
@@ -139,7 +147,8 @@ class ProxyBenchConfig:
     workdir: Path | None = None
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on loopback."""
     import socket
 
     with socket.socket() as s:
@@ -162,7 +171,8 @@ def _wait(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
 
 
 @contextmanager
-def _process(args: list[str], url: str, log: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+def running_process(args: list[str], url: str, log: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """The process of ``args`` (stderr to ``log``), once ``url`` answers; terminated on exit."""
     with log.open("wb") as err:
         process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, env=env)
     try:
@@ -177,7 +187,8 @@ def _process(args: list[str], url: str, log: Path, env: dict[str, str]) -> Itera
             process.wait()
 
 
-def _rss_mb(pid: int) -> float:
+def rss_mb(pid: int) -> float:
+    """The resident memory of process ``pid`` in MB (Linux; NaN elsewhere)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -327,7 +338,7 @@ def _measure_store(
     store: str, store_url: str, config: ProxyBenchConfig, workdir: Path, upstream: str
 ) -> dict[str, dict[str, Any]]:
     """One proxy process over ``store_url``; each dialect measured in turn on it (the soak on the first)."""
-    port = _free_port()
+    port = free_port()
     proxy = f"http://127.0.0.1:{port}"
     settings = workdir / f"proxy-{store}.toml"
     settings.write_text(
@@ -339,7 +350,7 @@ def _measure_store(
     env = {**os.environ, "CONTEXTWARDEN_HOME": str(workdir / f"home-{store}")}
     args = [sys.executable, "-m", "contextwarden", "serve", "--config", str(settings), "--log-level", "warning"]
     measured: dict[str, dict[str, Any]] = {}
-    with _process(args, f"{proxy}/healthz", workdir / f"proxy-{store}.log", env) as process:
+    with running_process(args, f"{proxy}/healthz", workdir / f"proxy-{store}.log", env) as process:
         for number, dialect in enumerate(config.dialects):
             soak = config.soak if number == 0 else 0
             measured[dialect] = _measure_dialect(dialect, config, upstream, proxy, process.pid, soak)
@@ -367,7 +378,7 @@ def _measure_dialect(
         for part in range(parts):
             share = rounds // parts + (1 if part < rounds % parts else 0)
             asyncio.run(soak_load.run(paired=False, rounds=share))
-            samples.append(_rss_mb(pid))
+            samples.append(rss_mb(pid))
         half = len(samples) // 2
         soak = {
             "requests": soak_load.sent,
@@ -396,7 +407,8 @@ def _measure_dialect(
     }
 
 
-def _drop_redis_prefix(url: str, prefix: str) -> None:
+def drop_redis_prefix(url: str, prefix: str) -> None:
+    """Delete every key of the store namespace ``prefix`` on the Redis server at ``url``."""
     import redis
 
     client = redis.Redis.from_url(url)
@@ -413,7 +425,7 @@ def run_proxy_bench(config: ProxyBenchConfig, progress: Callable[[str], None] = 
     """Run the benchmark; the JSON-ready result (``stores`` holds the median run, ``runs`` every run)."""
     with tempfile.TemporaryDirectory(prefix="cw-bench-proxy-") as tmp:
         workdir = config.workdir or Path(tmp)
-        port = _free_port()
+        port = free_port()
         upstream = f"http://127.0.0.1:{port}"
         args = [
             sys.executable, "-m", "uvicorn", "contextwarden.service.bench:fake_upstream", "--host", "127.0.0.1",
@@ -423,7 +435,7 @@ def run_proxy_bench(config: ProxyBenchConfig, progress: Callable[[str], None] = 
         if unknown or not config.dialects:
             raise ValueError(f"dialects {unknown or config.dialects}: choose from {', '.join(DIALECTS)}")
         per_run: dict[str, list[dict[str, dict[str, Any]]]] = {store: [] for store in config.stores}
-        with _process(args, f"{upstream}/v1/models", workdir / "upstream.log", dict(os.environ)):
+        with running_process(args, f"{upstream}/v1/models", workdir / "upstream.log", dict(os.environ)):
             for run in range(config.runs):
                 for store in config.stores:
                     progress(f"run {run + 1}/{config.runs}: {store}")
@@ -436,7 +448,7 @@ def run_proxy_bench(config: ProxyBenchConfig, progress: Callable[[str], None] = 
                             url = f"{config.redis_url}?prefix={prefix}"
                             per_run[store].append(_measure_store(store, url, config, workdir, upstream))
                         finally:
-                            _drop_redis_prefix(config.redis_url, prefix)
+                            drop_redis_prefix(config.redis_url, prefix)
                     else:
                         raise ValueError(f"unknown store {store!r}; use sqlite or redis")
     result: dict[str, Any] = {
