@@ -2,8 +2,8 @@
 
 Without configured keys the service is open and every request belongs to tenant ``default``
 (for a proxy on loopback in front of one agent). With keys, a request without a known key gets
-401, and everything it touches (sessions, events) is its tenant's: the stores treat a session of
-another tenant as missing, so the service answers 404 for it, never 403.
+401, and everything it touches (sessions, events) is its tenant's: session ids are scoped per
+tenant (`contextwarden.stores.tenancy`), so an id another tenant uses is simply another session.
 """
 
 from __future__ import annotations
