@@ -21,11 +21,12 @@ from typing import Any
 
 import anthropic
 
-from contextwarden import ANTHROPIC_FRAMING, Message, RequestUsage, Session
+from contextwarden import Message, RequestUsage, Session
 from contextwarden.adapters import anthropic as anthropic_format
 from contextwarden.llm import ModelResponse, classify_error
 from contextwarden.testing import ScriptedOpenAIServer
 from contextwarden.testing.tool_agent import READ_FILE_TOOL, ToolLoopModel, prompt_tokens, read_file, task
+from contextwarden.tokens.accountant import ANTHROPIC_FRAMING
 
 WINDOW = 16_000
 TURNS = int(os.environ.get("TURNS", "60"))  # user requests in the session

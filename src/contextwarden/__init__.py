@@ -23,7 +23,6 @@ from .events import (
     ContextStatus,
     DelegationFinished,
     Event,
-    EventBus,
     SnapshotWritten,
 )
 from .exceptions import (
@@ -56,28 +55,21 @@ from .instructions import Instruction, UserInstructions
 from .ledger import Ledger, LedgerEntry
 from .messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
 from .models import ModelInfo, list_models, lookup_model, register_model
-from .rounds import Round, group_rounds
-from .session import AsyncSession, DelegableTask, PreparedView, Session
-from .snapshots import READ_CONTEXT_TOOL, FileSnapshotStore, MemorySnapshotStore, SnapshotStore
+from .session import AsyncSession, PreparedView, Session
+from .snapshots import READ_CONTEXT_TOOL
 from .stores import AsyncSessionStore, SessionInfo, SessionStore, open_async_store, open_store
 from .summarize import (
     AsyncExtractiveSummarizer,
     AsyncLLMSummarizer,
     ExtractiveSummarizer,
-    FidelityReport,
     LLMSummarizer,
     fidelity_report,
 )
 from .summarize.base import AsyncSummarizer, Summarizer, SummaryRequest
 from .tokens import TokenCounter, counter_for_model, get_counter
-from .tokens.accountant import ANTHROPIC_FRAMING, GEMINI_FRAMING, OPENAI_FRAMING, Framing, TokenAccountant
-from .toolpairs import Problem, is_valid, repair, validate
 from .usage import RequestUsage, SessionUsage
 
 __all__ = [
-    "ANTHROPIC_FRAMING",
-    "GEMINI_FRAMING",
-    "OPENAI_FRAMING",
     "READ_CONTEXT_TOOL",
     "AgentState",
     "AgentStateError",
@@ -91,24 +83,19 @@ __all__ = [
     "BudgetCheck",
     "BudgetExceeded",
     "CompactionConfig",
-    "DelegableTask",
-    "DelegationFinished",
     "CompactionFailed",
     "CompactionFinished",
     "CompactionStarted",
     "CompletedSubtask",
     "ComponentBudgets",
     "ConfigError",
-    "ContextWardenError",
     "ContextOverflowError",
     "ContextStatus",
+    "ContextWardenError",
+    "DelegationFinished",
     "Event",
-    "EventBus",
     "ExtractiveSummarizer",
-    "FidelityReport",
-    "FileSnapshotStore",
     "Format",
-    "Framing",
     "HybridWeights",
     "ImagePart",
     "Instruction",
@@ -116,7 +103,6 @@ __all__ = [
     "Ledger",
     "LedgerEntry",
     "LockTimeout",
-    "MemorySnapshotStore",
     "Message",
     "MessageError",
     "MessageNotFound",
@@ -126,9 +112,7 @@ __all__ = [
     "PressureMonitor",
     "PressureReport",
     "PressureState",
-    "Problem",
     "RequestUsage",
-    "Round",
     "SchemaError",
     "Session",
     "SessionExists",
@@ -138,7 +122,6 @@ __all__ = [
     "SessionStore",
     "SessionUsage",
     "SnapshotError",
-    "SnapshotStore",
     "SnapshotWritten",
     "StoreError",
     "StoreUnavailable",
@@ -149,7 +132,6 @@ __all__ = [
     "TextPart",
     "ThinkingPart",
     "Thresholds",
-    "TokenAccountant",
     "TokenCounter",
     "ToolCall",
     "ToolPairError",
@@ -159,20 +141,16 @@ __all__ = [
     "UserInstructions",
     "VersionConflict",
     "ViewStatus",
+    "__version__",
     "counter_for_model",
     "detect_format",
     "fidelity_report",
     "from_messages",
     "get_counter",
-    "group_rounds",
-    "is_valid",
     "list_models",
     "lookup_model",
     "open_async_store",
     "open_store",
     "register_model",
-    "repair",
     "to_messages",
-    "validate",
-    "__version__",
 ]

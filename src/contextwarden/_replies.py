@@ -28,7 +28,7 @@ from .llm.base import (
 )
 from .messages import Message, TextPart, ThinkingPart, ToolCall
 
-__all__ = ["META_KEY", "overflow_unresolved", "replay_events", "repair_reply"]
+__all__ = ["META_KEY", "overflow_unresolved", "repair_reply", "replay_events"]
 
 META_KEY = "contextwarden"
 """The key of `Message.extra` where the library marks messages it repaired or wrote."""

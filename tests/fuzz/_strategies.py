@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 
 __all__ = [
     "CALL_IDS",
+    "OPEN_DEFECTS",
+    "bounded_json_value",
     "deep_json_text",
     "deep_value",
     "hostile_any",
@@ -32,8 +34,6 @@ __all__ = [
     "huge_text",
     "lenient_dumps",
     "mutated",
-    "OPEN_DEFECTS",
-    "bounded_json_value",
     "shallow_any",
     "shallow_json_text",
     "shallow_json_value",

@@ -20,7 +20,7 @@ from agents import (
 from agents.models.fake_id import FAKE_RESPONSES_ID
 from hypothesis import given, settings, strategies as st
 
-from contextwarden import Session, UsageError, is_valid
+from contextwarden import Session, UsageError
 from contextwarden.integrations.agents import (
     ContextWardenInputFilter,
     ContextWardenSession,
@@ -31,6 +31,7 @@ from contextwarden.stores import open_async_store
 from contextwarden.testing import ScriptedOpenAIServer
 from contextwarden.testing.agents_model import ChatCompletionsTestModel
 from contextwarden.testing.tool_agent import ToolLoopModel, prompt_tokens, read_file as source_of, task
+from contextwarden.toolpairs import is_valid
 
 from ._checks import assert_long_session_fits
 from .conftest import TURNS, WINDOW

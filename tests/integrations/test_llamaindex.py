@@ -15,12 +15,13 @@ from llama_index.core.base.llms.types import ChatMessage, ImageBlock, TextBlock,
 from llama_index.core.memory import ChatMemoryBuffer
 from llama_index.core.tools import FunctionTool
 
-from contextwarden import Message, UsageError, is_valid
+from contextwarden import Message, UsageError
 from contextwarden.integrations.llamaindex import ContextWardenMemory, from_messages, to_messages
 from contextwarden.stores import open_async_store, open_store
 from contextwarden.testing import ScriptedOpenAIServer
 from contextwarden.testing.llamaindex_model import openai_mock_llm
 from contextwarden.testing.tool_agent import read_file as source_of, task
+from contextwarden.toolpairs import is_valid
 
 from ._checks import assert_long_session_fits
 from .conftest import TURNS, WINDOW

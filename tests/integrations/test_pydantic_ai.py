@@ -29,11 +29,12 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from contextwarden import AsyncSession, Message, Session, UsageError, is_valid
+from contextwarden import AsyncSession, Message, Session, UsageError
 from contextwarden.integrations.pydantic_ai import from_messages, history_processor, to_messages
 from contextwarden.testing import ScriptedOpenAIServer
 from contextwarden.testing.pydantic_ai_model import openai_function_model
 from contextwarden.testing.tool_agent import read_file as source_of, task
+from contextwarden.toolpairs import is_valid
 
 from ._checks import assert_long_session_fits
 from .conftest import TURNS, WINDOW

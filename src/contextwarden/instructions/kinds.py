@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["SentenceKind", "Reading", "read_sentence", "reads_as_instruction", "value_key"]
+__all__ = ["Reading", "SentenceKind", "read_sentence", "reads_as_instruction", "value_key"]
 
 SentenceKind = Literal["rule", "correction", "value", "decision", "request"]
 

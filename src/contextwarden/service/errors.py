@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse
 
 from ..exceptions import ContextWardenError, StoreError, UsageError
 
-__all__ = ["ServiceError", "status_of", "error_body", "error_response"]
+__all__ = ["ServiceError", "error_body", "error_response", "status_of"]
 
 _TYPES = {
     400: "invalid_request_error",

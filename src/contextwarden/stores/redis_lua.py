@@ -10,7 +10,6 @@ import hashlib
 from dataclasses import dataclass
 
 __all__ = [
-    "Script",
     "APPEND",
     "ARCHIVE",
     "AUDIT",
@@ -35,6 +34,7 @@ __all__ = [
     "TOUCH",
     "TRY_LOCK",
     "UNLOCK",
+    "Script",
 ]
 
 

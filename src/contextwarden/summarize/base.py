@@ -20,10 +20,10 @@ from ..messages import Message
 
 __all__ = [
     "AsyncSummarizer",
+    "Summarizer",
     "SummarizerCapabilities",
     "SummaryReply",
     "SummaryRequest",
-    "Summarizer",
     "check_summary",
 ]
 
