@@ -24,6 +24,7 @@ from typing import Any, Literal
 from .events import Alert, EventBus
 from .exceptions import SessionLost, SessionNotFound, SnapshotError, StoreError, StoreUnavailable, VersionConflict
 from .messages import Message
+from .stores.protocols import StateWrite
 from .timeline import STATUS_SLOT
 
 __all__ = ["AsyncStoreLink", "StoreLink", "StoreProblem"]
@@ -182,13 +183,16 @@ class StoreLink(_Link):
             state, version = self.store.load_state(self.session_id, tenant=self.tenant)
         return messages, state, version
 
-    def append(self, messages: Sequence[Message], *, transcript_messages: int) -> None:
-        """Write messages through; a lost session refuses until `restore` (its transcript would have a gap)."""
+    def append(
+        self, messages: Sequence[Message], *, transcript_messages: int, status: StateWrite | None = None
+    ) -> None:
+        """Write messages through, with the figures (``status``) in the same write when given; a lost
+        session refuses until `restore` (its transcript would have a gap)."""
         if self.problem == "store-lost":
             raise self.lost(transcript_messages)
         try:
             with self._calls():
-                self.store.append_messages(self.session_id, messages, tenant=self.tenant)
+                self.store.append_messages(self.session_id, messages, tenant=self.tenant, state=status)
         except SessionLost:
             raise self.lost(transcript_messages) from None
 
@@ -303,12 +307,14 @@ class AsyncStoreLink(_Link):
             state, version = await self.store.load_state(self.session_id, tenant=self.tenant)
         return messages, state, version
 
-    async def append(self, messages: Sequence[Message], *, transcript_messages: int) -> None:
+    async def append(
+        self, messages: Sequence[Message], *, transcript_messages: int, status: StateWrite | None = None
+    ) -> None:
         if self.problem == "store-lost":
             raise self.lost(transcript_messages)
         try:
             async with self._calls():
-                await self.store.append_messages(self.session_id, messages, tenant=self.tenant)
+                await self.store.append_messages(self.session_id, messages, tenant=self.tenant, state=status)
         except SessionLost:
             raise self.lost(transcript_messages) from None
 

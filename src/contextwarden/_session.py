@@ -46,9 +46,9 @@ from .models import lookup_model
 from .notes import NOTES_TOOL, Notes
 from .served import default_reply_reserve, registry_knows, resolve_served_window, unknown_model_margin
 from .snapshots import READ_CONTEXT_TOOL, FileSnapshotStore, MemorySnapshotStore, SnapshotStore, read_context
-from .stores.protocols import AsyncSessionStore, SessionStore
+from .stores.protocols import AsyncSessionStore, SessionStore, StateWrite
 from .summarize.base import AsyncSummarizer, Summarizer, SummaryReply, SummaryRequest
-from .timeline import Timeline
+from .timeline import STATUS_SLOT, Timeline
 from .tokens import TokenCounter, counter_for_model, get_counter
 from .tokens.accountant import OPENAI_FRAMING, Framing, TokenAccountant
 from .usage import RequestUsage, SessionUsage
@@ -146,11 +146,9 @@ def _positive_int(value: object) -> TypeGuard[int]:
 
 
 SAVE_ATTEMPTS = 3
-STATUS_EVERY = 10
+"""Compactions of one prepare that may lose a compare-and-set (a holder whose lock lease ran out)."""
 STATUS_LIST_LIMIT = 12
 """Rows of a list (the user's instructions) the saved status record carries, newest first."""
-"""A session with a store saves its figures and timeline at least every this many turns (and after compactions)."""
-"""Compactions of one prepare that may lose a compare-and-set (a holder whose lock lease ran out)."""
 
 
 class _Rebuilding:
@@ -308,8 +306,11 @@ class BaseSession:
         self.timeline = Timeline()
         """Status points, compactions and alerts of this session, bounded (`contextwarden.timeline`)."""
         self._status_version = 0
-        self._status_saved_turn = 0
         self._status_due = False
+        """The figures changed since they were saved (a view, a turn's end, a compaction, an alert): the
+        session's next write saves them with it, so readers of the store see the latest turn."""
+        self._status_now = False
+        """A compaction or an alert: saved as soon as the view is prepared, before the model call."""
         self.events.sinks.append(_weak_sink(self._on_record))
         self._delegable: list[DelegableTask] = []
 
@@ -770,6 +771,7 @@ class BaseSession:
         if step:
             self.engine.ledger.note(step, status=status)
         self._record_pressure()
+        self._status_due = True  # calibrated counts, the usage: saved with the turn's reply
 
     def on_tool_result(self, name: str, result: Any, *, call_id: str, is_error: bool = False) -> int:
         """Add a tool's result (any JSON-able value) for the pending call ``call_id``."""
@@ -848,7 +850,7 @@ class BaseSession:
                 items=int(record.get("items") or 0),
                 ts=float(record.get("ts") or 0.0),
             )
-            self._status_due = True
+            self._status_due = self._status_now = True
         elif kind == "alert":
             self.timeline.alert(
                 turn=turn,
@@ -856,7 +858,7 @@ class BaseSession:
                 detail=str(record.get("detail")),
                 ts=float(record.get("ts") or 0.0),
             )
-            self._status_due = True
+            self._status_due = self._status_now = True
 
     def _load_timeline(self, record: Mapping[str, Any] | None) -> None:
         if record and isinstance(record.get("timeline"), dict):
@@ -884,6 +886,19 @@ class BaseSession:
             "instructions": instructions,
         }
 
+    def _status_write(self) -> StateWrite | None:
+        """The figures to save with the next write of messages (None: unchanged since they were saved)."""
+        if not self._status_due:
+            return None
+        return StateWrite(slot=STATUS_SLOT, state=self.status_record(), version=self._status_version)
+
+    def _status_written(self, write: StateWrite | None) -> None:
+        """The figures of ``write`` went to the store with the messages."""
+        if write is not None:
+            # the store's new version, unless another writer saved between: then the next save retries once
+            self._status_version = write.version + 1
+            self._status_due = self._status_now = False
+
     def _note_point(self, status: ViewStatus | StatusReading) -> None:
         """A point of the timeline for the served view (cheap: no `ViewStatus` is computed for it)."""
         if isinstance(status, StatusReading):
@@ -892,10 +907,7 @@ class BaseSession:
             used_raw, turn = status.used_raw, status.turn
         used, _, ratio = measure(self.budget, used_raw)
         self.timeline.point(turn, used, ratio)
-        if turn - self._status_saved_turn >= STATUS_EVERY or self._status_saved_turn > turn:
-            self._status_due = True
-        if self._status_due:
-            self._status_saved_turn = turn
+        self._status_due = True
 
     def _finish(self, result: Served, format: OutputFormat | None) -> PreparedView:
         if self.memory is not None and not self._recalled_async:

@@ -161,29 +161,32 @@ class AsyncSession(BaseSession):
         self._loaded = True
 
     async def _served(self, result: Served, format: OutputFormat | None) -> PreparedView:
-        """The prepared view (memories recalled), saving the figures when they are due."""
+        """The prepared view (memories recalled); the figures are saved now after a compaction or an alert,
+        else with the next write (`flush`, the next `prepare`)."""
         view = self._finish(await self._arecalled(result), format)
-        if self._status_due and self._alink is not None and self._alink.problem is None:
+        if self._status_now and self._alink is not None and self._alink.problem is None:
             await self.save_status()
         return view
 
     async def save_status(self) -> None:
         """Save the current figures and the timeline to the store (slot ``status``), for the CLI and dashboard.
 
-        The session saves them itself after a compaction and every few turns; call this at the end of
-        a run so readers see its last turn. A store failure leaves them for the next save.
+        The session saves them itself with every write of its messages (`flush`, `prepare`) and after
+        a compaction; call this at the end of a run whose last reply was not flushed. A store failure
+        leaves them for the next save.
         """
         if self._alink is None or not self._loaded:
             return
         self._status_version = await self._alink.save_status(self.status_record(), version=self._status_version)
-        self._status_due = False
+        self._status_due = self._status_now = False
 
     def _persist_messages(self, fresh: Sequence[Message]) -> None:
         if self.store is not None:
             self._unsaved.extend(fresh)  # written by the next prepare() or flush()
 
     async def flush(self) -> None:
-        """Write messages added since the last prepare to the store (idempotent by message id).
+        """Write messages added since the last prepare to the store (idempotent by message id), and the
+        figures when they changed (`save_status`): what the store shows is the latest turn.
 
         Raises:
             SessionLost: the store no longer has the session (`restore_to_store` writes it back).
@@ -193,11 +196,13 @@ class AsyncSession(BaseSession):
             if not self._loaded:
                 raise UsageError("AsyncSession with a store must be loaded first: use `await AsyncSession.open(...)`.")
             batch, self._unsaved = self._unsaved, []
+            status = self._status_write() if self._alink.problem is None else None
             try:
-                await self._alink.append(batch, transcript_messages=len(self.engine.transcript))
+                await self._alink.append(batch, transcript_messages=len(self.engine.transcript), status=status)
             except BaseException:
                 self._unsaved[:0] = batch  # keep them for the next try
                 raise
+            self._status_written(status)
 
     async def prepare(self, *, format: OutputFormat | None = None) -> PreparedView:
         """The view for the next model call, compacting first when it passed the high-water mark.

@@ -176,24 +176,28 @@ class Session(BaseSession):
         self._load_timeline(record)
 
     def _persisted(self, view: PreparedView) -> PreparedView:
-        if self._status_due and self._link is not None and self._link.problem is None:
+        """The view; after a compaction or an alert the figures are saved now, else with the next `add`."""
+        if self._status_now and self._link is not None and self._link.problem is None:
             self.save_status()
         return view
 
     def save_status(self) -> None:
         """Save the current figures and the timeline to the store (slot ``status``), for the CLI and dashboard.
 
-        The session saves them itself after a compaction and every few turns; call this at the end of
-        a run so readers see its last turn. A store failure leaves them for the next save.
+        The session saves them itself with every write of messages (`add`) and after a compaction;
+        call this at the end of a run so readers see its last turn. A store failure leaves them for
+        the next save.
         """
         if self._link is None:
             return
         self._status_version = self._link.save_status(self.status_record(), version=self._status_version)
-        self._status_due = False
+        self._status_due = self._status_now = False
 
     def _persist_messages(self, fresh: Sequence[Message]) -> None:
         if self._link is not None and fresh:
-            self._link.append(fresh, transcript_messages=len(self.engine.transcript))
+            status = self._status_write() if self._link.problem is None else None
+            self._link.append(fresh, transcript_messages=len(self.engine.transcript), status=status)
+            self._status_written(status)
 
     def prepare(self, *, format: OutputFormat | None = None) -> PreparedView:
         """The view for the next model call, compacting first when it passed the high-water mark.

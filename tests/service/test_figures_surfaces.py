@@ -107,6 +107,36 @@ def test_a_proxied_session_shows_the_same_figures_everywhere(
     assert float(line.rsplit(" ", 1)[1]) == api["figures"]["ratio"]
 
 
+def test_a_proxied_session_saves_the_figures_of_its_latest_turn(
+    store_url: str, service_factory: Callable[[Settings], Running], upstream: ScriptedOpenAIServer
+) -> None:
+    service = service_factory(make_settings(store_url, upstream.base_url))
+    headers = {"X-Session-Id": "turns"}
+    history = [SYSTEM]
+    for i in range(13):
+        history.append(user(f"question {i}: " + "words of the question " * 40))
+        r = service.client.post("/v1/chat/completions", json=chat(*history), headers=headers)
+        assert r.status_code == 200, r.text
+        history.append(r.json()["choices"][0]["message"])
+        if i < 3 or i > 10:  # right after a turn, what the store holds is what the service shows
+            api = service.client.get("/v1/sessions/turns").json()
+            inspected = _cli("inspect", "turns", "--store", store_url, "--json")["figures"]
+            listed = _cli("sessions", "list", "--store", store_url, "--json")["sessions"][0]["figures"]
+            _same(api["figures"], inspected, listed)
+            assert api["figures"]["turn"] == inspected["turn"] == i + 1
+            assert api["timeline"]["points"][-1] == inspected_points(store_url, "turns")[-1]
+
+
+def inspected_points(store_url: str, session_id: str) -> list[list[Any]]:
+    from contextwarden.timeline import STATUS_SLOT
+
+    with open_store(store_url) as store:
+        record, _ = store.load_state(session_id, slot=STATUS_SLOT, tenant="default")
+    assert record is not None
+    points: list[list[Any]] = record["timeline"]["points"]
+    return points
+
+
 def test_a_request_for_an_unknown_model_leaves_no_session(service: Running) -> None:
     r = service.client.post(
         "/v1/chat/completions", json={"model": "no-such-model", "messages": [user("hi")]}, headers={"X-Session-Id": "x"}

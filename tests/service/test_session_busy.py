@@ -17,7 +17,7 @@ import pytest
 
 from contextwarden.adapters import to_messages
 from contextwarden.messages import Message
-from contextwarden.stores import AsyncSessionStore, open_async_store, open_store
+from contextwarden.stores import AsyncSessionStore, StateWrite, open_async_store, open_store
 from contextwarden.testing import ScriptedOpenAIServer
 
 from .conftest import SYSTEM, Running, chat, make_settings, start_service, user
@@ -42,6 +42,7 @@ class _ContendedStore:
         *,
         tenant: str | None = None,
         expected_count: int | None = None,
+        state: StateWrite | None = None,
     ) -> int:
         if self.contending and expected_count is not None:
             self.interruptions += 1
@@ -51,7 +52,9 @@ class _ContendedStore:
                     to_messages([user(f"another writer's message {self.interruptions}")], format="openai"),
                     tenant=tenant,
                 )
-        return await self._store.append_messages(session_id, messages, tenant=tenant, expected_count=expected_count)
+        return await self._store.append_messages(
+            session_id, messages, tenant=tenant, expected_count=expected_count, state=state
+        )
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from contextwarden.exceptions import (
     VersionConflict,
 )
 from contextwarden.messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
-from contextwarden.stores import MemoryStore, SessionInfo
+from contextwarden.stores import MemoryStore, SessionInfo, StateWrite
 
 Backend = Any
 FakeClock = Any
@@ -424,6 +424,23 @@ def test_state_compare_and_set(store: Any) -> None:
     with pytest.raises(VersionConflict):
         store.save_state("s", {"future": True}, expected_version=7)
     assert store.load_state("s") == ({"v": 2}, 2)
+
+
+def test_an_append_saves_a_state_slot_in_the_same_write_over_any_version(store: Any) -> None:
+    store.create_session("s")
+    messages = rounds(3)
+    figures = {"figures": {"used": 120, "turn": 1}}
+    assert store.append_messages("s", messages[:2], state=StateWrite(slot="status", state=figures)) == 2
+    assert store.load_state("s", slot="status") == (figures, 1)
+    store.save_state("s", {"by": "another writer"}, expected_version=1, slot="status")
+    later = {"figures": {"used": 180, "turn": 2}}
+    stale = StateWrite(slot="status", state=later, version=1)  # the writer's version is behind: saved anyway
+    assert store.append_messages("s", messages[2:], state=stale) == 1
+    assert store.load_state("s", slot="status") == (later, 3)
+    assert store.load_state("s") == (None, 0)  # other slots are untouched
+    with pytest.raises(VersionConflict):  # a refused append saves nothing
+        store.append_messages("s", rounds(4, prefix="n"), expected_count=0, state=StateWrite(slot="status", state={}))
+    assert store.load_state("s", slot="status") == (later, 3) and store.count_messages("s") == 3
 
 
 def test_state_slots_are_independent(store: Any) -> None:

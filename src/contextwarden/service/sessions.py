@@ -28,7 +28,7 @@ from ..exceptions import ConfigError, SessionNotFound, VersionConflict
 from ..messages import Message
 from ..session import AsyncSession
 from ..settings import Settings
-from ..stores import AsyncSessionStore
+from ..stores import AsyncSessionStore, StateWrite
 from ..stores.tenancy import acreate_scoped, alocate
 from ..summarize import AsyncExtractiveSummarizer
 from ..tokens import TokenCounter, counter_for_model
@@ -117,12 +117,17 @@ class _CheckedStore:
         *,
         tenant: str | None = None,
         expected_count: int | None = None,
+        state: StateWrite | None = None,
     ) -> int:
         expected, self.expected = self.expected, None
         if expected is None or expected_count is not None:
-            return await self._store.append_messages(session_id, messages, tenant=tenant, expected_count=expected_count)
+            return await self._store.append_messages(
+                session_id, messages, tenant=tenant, expected_count=expected_count, state=state
+            )
         try:
-            return await self._store.append_messages(session_id, messages, tenant=tenant, expected_count=expected)
+            return await self._store.append_messages(
+                session_id, messages, tenant=tenant, expected_count=expected, state=state
+            )
         except (VersionConflict, SessionNotFound) as exc:
             # Kept from the session, which would take a missing session for a lost store and go on in
             # memory: the service reads the session again instead.

@@ -40,6 +40,7 @@ from .base import (
     check_id,
 )
 from .memory import AsyncMemoryStore, MemoryStore
+from .protocols import StateWrite
 from .sqlite import AsyncSqliteStore, SqliteStore, connect_options as sqlite_connect_options, sqlite_path_from_url
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ __all__ = [
     "SessionInfo",
     "SessionStore",
     "SqliteStore",
+    "StateWrite",
     "check_id",
     "open_async_store",
     "open_store",

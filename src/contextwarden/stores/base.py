@@ -38,7 +38,7 @@ from ..messages import Message
 from .flows import StoreFlows
 from .locks import DEFAULT_LOCK_LEASE, Heartbeat, heartbeat, lock_timeout, new_owner, sole
 from .ops import Flow, Op, StoreOps, T, adrive, aresume, arun_flow, arun_stream, drive, resume, run_flow, run_stream
-from .protocols import AsyncSessionStore, SessionInfo, SessionStore, session_info
+from .protocols import AsyncSessionStore, SessionInfo, SessionStore, StateWrite, session_info
 from .values import (
     DEFAULT_SLOT,
     FORMAT_VERSION,
@@ -157,8 +157,9 @@ class BaseStore(StoreFlows):
         *,
         tenant: str | None = None,
         expected_count: int | None = None,
+        state: StateWrite | None = None,
     ) -> int:
-        return self._drive(self._append_messages_flow(session_id, messages, tenant, expected_count))
+        return self._drive(self._append_messages_flow(session_id, messages, tenant, expected_count, state))
 
     def load_messages(
         self, session_id: str, *, start: int = 0, limit: int | None = None, tenant: str | None = None
@@ -314,8 +315,9 @@ class BaseAsyncStore(StoreFlows):
         *,
         tenant: str | None = None,
         expected_count: int | None = None,
+        state: StateWrite | None = None,
     ) -> int:
-        return await self._drive(self._append_messages_flow(session_id, messages, tenant, expected_count))
+        return await self._drive(self._append_messages_flow(session_id, messages, tenant, expected_count, state))
 
     async def load_messages(
         self, session_id: str, *, start: int = 0, limit: int | None = None, tenant: str | None = None

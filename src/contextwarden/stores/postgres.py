@@ -36,6 +36,7 @@ from ._sql import MIGRATIONS, Dialect, Sql, SqlOps
 from .base import BaseAsyncStore, BaseStore
 from .locks import DEFAULT_LOCK_LEASE, lock_timeout
 from .ops import Op, T, aresume, resume
+from .protocols import StateWrite
 from .values import check_id
 
 __all__ = ["AsyncPostgresStore", "PostgresStore"]
@@ -319,10 +320,13 @@ class PostgresStore(_PostgresCommon, BaseStore):
         *,
         tenant: str | None = None,
         expected_count: int | None = None,
+        state: StateWrite | None = None,
     ) -> int:
         for attempt in range(_DUPLICATE_RETRIES):
             try:
-                return super().append_messages(session_id, messages, tenant=tenant, expected_count=expected_count)
+                return super().append_messages(
+                    session_id, messages, tenant=tenant, expected_count=expected_count, state=state
+                )
             except _DuplicateRace:
                 if attempt == _DUPLICATE_RETRIES - 1:
                     raise
@@ -463,10 +467,13 @@ class AsyncPostgresStore(_PostgresCommon, BaseAsyncStore):
         *,
         tenant: str | None = None,
         expected_count: int | None = None,
+        state: StateWrite | None = None,
     ) -> int:
         for attempt in range(_DUPLICATE_RETRIES):
             try:
-                return await super().append_messages(session_id, messages, tenant=tenant, expected_count=expected_count)
+                return await super().append_messages(
+                    session_id, messages, tenant=tenant, expected_count=expected_count, state=state
+                )
             except _DuplicateRace:
                 if attempt == _DUPLICATE_RETRIES - 1:
                     raise

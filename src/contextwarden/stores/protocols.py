@@ -14,7 +14,21 @@ from typing import Any, Protocol, runtime_checkable
 from ..messages import Message
 from .values import DEFAULT_SLOT, check_format, check_stored_text, corrupted, loads_stored, stored_float, stored_int
 
-__all__ = ["AsyncSessionStore", "SessionInfo", "SessionStore", "session_info"]
+__all__ = ["AsyncSessionStore", "SessionInfo", "SessionStore", "StateWrite", "session_info"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateWrite:
+    """A state slot saved in the same write as appended messages (`SessionStore.append_messages`).
+
+    For display records that must not lag the transcript (a session's figures): it is saved over
+    whatever version the slot holds, last writer wins, never a conflict.
+    """
+
+    slot: str
+    state: Mapping[str, Any]
+    version: int = 0
+    """The slot's version the writer last saw (saves a read when it is still current)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,13 +182,15 @@ class SessionStore(Protocol):
         *,
         tenant: str | None = None,
         expected_count: int | None = None,
+        state: StateWrite | None = None,
     ) -> int:
         """Append to the transcript in one transaction; return how many were new.
 
         A message whose ``message_id`` is already stored is skipped (appends are idempotent). The
         batch is all-or-nothing and keeps its order. With ``expected_count`` the append is a
         compare-and-set on the transcript's length: it happens only if the transcript holds exactly
-        that many messages.
+        that many messages. With ``state``, that slot is saved in the same write (SQL: the same
+        transaction), after the messages.
 
         Raises:
             VersionConflict: ``expected_count`` is not the transcript's length (``actual`` is); nothing was written.
@@ -325,6 +341,7 @@ class AsyncSessionStore(Protocol):
         *,
         tenant: str | None = None,
         expected_count: int | None = None,
+        state: StateWrite | None = None,
     ) -> int: ...
 
     async def load_messages(
