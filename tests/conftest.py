@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 import contextwarden.llm
 
@@ -17,7 +17,15 @@ import contextwarden.llm
 # time; derandomize also means no example database. `make fuzz` (HYPOTHESIS_PROFILE=fuzz) explores
 # with random seeds and a larger budget, and keeps what it finds in .hypothesis/ to replay first;
 # each failure it finds becomes a fixed @example or regression test in the suite.
-settings.register_profile("deterministic", derandomize=True, print_blob=True)
+# No deadline and no "too slow" health check: how long an example takes depends on the machine's
+# load, and speed is the benchmarks' business (benchmarks/), not the tests'.
+settings.register_profile(
+    "deterministic",
+    derandomize=True,
+    print_blob=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.register_profile("ci", settings.get_profile("deterministic"))
 settings.register_profile("fuzz", derandomize=False, print_blob=True, max_examples=1000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
