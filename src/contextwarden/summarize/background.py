@@ -30,7 +30,8 @@ from dataclasses import dataclass, field, replace
 
 from ..exceptions import SummaryRejected
 from .base import SummaryRequest
-from .llm import AsyncLLMSummarizer, BaseLLM, LLMSummarizer, SummaryFailure, SummaryResult
+from .llm import AsyncLLMSummarizer, LLMSummarizer
+from .llm_flow import BaseLLM, SummaryFailure, SummaryResult
 
 __all__ = ["AsyncBackgroundSummarizer", "BackgroundSummarizer"]
 
