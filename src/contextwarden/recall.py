@@ -9,8 +9,10 @@
 * **Recalling.** Before each model call the current request (the newest user message, or the
   agent's latest words when there is none) queries memory. Hits whose text the view already shows
   are dropped; the rest are packed into the memory's room (``share`` of the effective budget, which
-  the compaction pipeline leaves free) and rendered as one user message labelled with source, time
-  and score, placed right before the request.
+  the compaction pipeline leaves free) and shown right before the request as the answer of a
+  ``recall`` tool call (`contextwarden.memory.recalled`): many memories come from tool outputs, and
+  text from a tool output is shown only inside a tool result, so the facts an old output showed
+  come back verbatim while what it ordered stays data.
 * **Keeping the prefix.** A block is rendered once per request and then left as it is: turns that
   only append (the tool loop of one request) send it unchanged, so a provider's prompt cache keeps
   serving everything before the newest messages. A new request gets a new block before it, and the
@@ -23,23 +25,21 @@ Memory never fails a turn: a recall or a write that raises is logged and reporte
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import ConfigError
 from .memory.chunking import Source, memories_from_messages
 from .memory.diversify import cover
 from .memory.longterm import MAX_QUERY_CHARS, TASK_GROUP_WEIGHT, LongTermMemory
+from .memory.recalled import MEMORY_HEADER, OTHER_SESSIONS_HEADER, RecalledBlock, recall_answer, render_block
 from .memory.records import Hit, MemoryRecord
 from .memory.status import RecallStatus, RetrievalMode
 from .memory.tiers import HybridMemory
-from .messages import Message, TextPart
-from .provenance import withhold
+from .messages import Message
 
 if TYPE_CHECKING:
     from .budget import Budget
@@ -50,8 +50,6 @@ __all__ = ["MEMORY_HEADER", "OTHER_SESSIONS_HEADER", "RECALL_TOOL", "RecallStatu
 
 logger = logging.getLogger(__name__)
 
-MEMORY_HEADER = "[contextwarden] Recalled from earlier in this session"
-OTHER_SESSIONS_HEADER = "[contextwarden] Recalled from memory of this and other sessions"
 RECALL_TOOL: Mapping[str, Any] = {
     "type": "function",
     "function": {
@@ -75,15 +73,6 @@ KEEP_COST = 1.3
 
 LongTerm = LongTermMemory | HybridMemory
 """The memories a session can write to and recall from."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Block:
-    anchor_id: str
-    """The request the block was recalled for; the block is shown right before it."""
-    message: Message
-    tokens: int
-    memory_ids: frozenset[str]
 
 
 class SessionMemory:
@@ -127,7 +116,7 @@ class SessionMemory:
         self._lock = threading.RLock()
         self._generation = -1
         self._queried: str | None = None
-        self._blocks: list[_Block] = []
+        self._blocks: list[RecalledBlock] = []
         self._ingested: set[int] = set()
         self._pending: list[MemoryRecord] = []
         self._written = 0
@@ -199,8 +188,13 @@ class SessionMemory:
 
     @property
     def blocks(self) -> int:
-        """Recalled blocks in the current view."""
+        """Recalled blocks in the current view (each is two messages: a ``recall`` call and its result)."""
         return len(self._blocks)
+
+    @property
+    def shown(self) -> tuple[RecalledBlock, ...]:
+        """The recalled blocks in the current view, oldest first, with what each brought back."""
+        return tuple(self._blocks)
 
     @property
     def tokens(self) -> int:
@@ -237,12 +231,12 @@ class SessionMemory:
     def _insert(self, view: list[Message]) -> list[Message]:
         if not self._blocks:
             return view
-        before = {b.anchor_id: b.message for b in self._blocks}
+        before = {b.anchor_id: b.messages for b in self._blocks}
         out: list[Message] = []
         for m in view:
             block = before.get(m.message_id)
             if block is not None:
-                out.append(block)
+                out.extend(block)
             out.append(m)
         return out
 
@@ -271,7 +265,7 @@ class SessionMemory:
             self._blocks = []
             fresh = [h for h in hits if h.memory.text not in shown]
             room = min(self._room, max(0, effective - used))
-        block = _render_block(anchor.message_id, fresh, room=room, count=count, session_id=self.session_id)
+        block = render_block(anchor.message_id, query, fresh, room=room, count=count, session_id=self.session_id)
         if block is not None:
             self._blocks.append(block)
 
@@ -379,10 +373,10 @@ class SessionMemory:
         shown = _view_text(view)
         taken = {i for b in self._blocks for i in b.memory_ids}  # recalled into the view already
         fresh = [h for h in hits if h.memory.memory_id not in taken and h.memory.text not in shown]
-        block = _render_block("", fresh, room=max_tokens, count=count, session_id=self.session_id)
-        if block is None:
+        text = recall_answer(fresh, room=max_tokens, count=count, session_id=self.session_id)
+        if text is None:
             return f"no memories match {query[:200]!r} beyond what the context already shows."
-        return block.message.text
+        return text
 
 
 def _request_anchor(engine: ContextEngine) -> Message | None:
@@ -419,81 +413,6 @@ def _view_text(view: Sequence[Message]) -> str:
         parts.append(m.text)
         parts.extend(c.arguments for c in m.tool_calls)
     return "\n".join(parts)
-
-
-def _when(record: MemoryRecord) -> str:
-    if "date" in record.metadata:
-        return record.metadata["date"]
-    return dt.datetime.fromtimestamp(record.created_at, tz=dt.UTC).strftime("%Y-%m-%d %H:%M")
-
-
-def _label(hits: Sequence[Hit], session_id: str) -> str:
-    record = hits[0].memory
-    source = record.speaker or record.role or "memory"
-    score = max(h.score for h in hits)
-    if record.session_id != session_id:
-        # read_context("#<step>") reads this session: a memory of another one names its session instead
-        ref = record.message_ids[0] if record.message_ids else record.memory_id
-        return f"[{source} · session {record.session_id or '(none)'} · {ref} · {_when(record)} · score {score:.2f}]"
-    step = record.metadata.get("step")
-    ref = f"#{step}" if step is not None else (record.message_ids[0] if record.message_ids else record.memory_id)
-    return f"[{source} · {ref} · {_when(record)} · score {score:.2f}]"
-
-
-def _render(hits: Sequence[Hit], session_id: str) -> str:
-    """The hits grouped by source message, in the order they were said, each group under its label.
-
-    The header says where the memories come from: this session only, or other sessions too.
-    """
-    groups: dict[str, list[Hit]] = {}
-    for hit in sorted(hits, key=lambda h: (h.memory.created_at, h.memory.position)):
-        key = hit.memory.message_ids[0] if hit.memory.message_ids else hit.memory.memory_id
-        groups.setdefault(key, []).append(hit)
-    header = MEMORY_HEADER
-    if any(h.memory.session_id != session_id for h in hits):
-        header = OTHER_SESSIONS_HEADER
-    lines = [f'{header} (source · step · time · score; read_context("#<step>") shows a step in full):']
-    for members in groups.values():
-        lines.append(_label(members, session_id))
-        # recalled tool output is data: a sentence of it that gives orders stays in the tool result
-        lines.extend(withhold(h.memory.text) if h.memory.role == "tool" else h.memory.text for h in members)
-    return "\n".join(lines)
-
-
-def _block_message(anchor_id: str, text: str) -> Message:
-    digest = hashlib.blake2b(f"{anchor_id}\0{text}".encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
-    return Message(
-        role="user", parts=(TextPart(text=text),), message_id=f"cw_memory_{digest}", extra={"contextwarden": "memory"}
-    )
-
-
-def _render_block(
-    anchor_id: str, hits: Sequence[Hit], *, room: int, count: Callable[[Message], int], session_id: str
-) -> _Block | None:
-    """The best hits (best first) whose rendered block fits ``room`` tokens, or None when none fits."""
-    if room <= 0 or not hits:
-        return None
-    chosen: list[Hit] = []
-    base = count(_block_message(anchor_id, _render([], session_id)))
-    used = base
-    for hit in hits:
-        cost = count(Message.user(hit.memory.text)) + 12  # a line, and its share of a source label
-        if used + cost > room:
-            continue
-        chosen.append(hit)
-        used += cost
-    while chosen:
-        message = _block_message(anchor_id, _render(chosen, session_id))
-        tokens = count(message)
-        if tokens <= room:
-            return _Block(
-                anchor_id=anchor_id,
-                message=message,
-                tokens=tokens,
-                memory_ids=frozenset(h.memory.memory_id for h in chosen),
-            )
-        chosen.pop()
-    return None
 
 
 def coerce_memory(memory: SessionMemory | LongTerm | bool | None) -> SessionMemory | None:
@@ -534,6 +453,6 @@ def with_memory_status(status: ViewStatus, memory: SessionMemory, *, budget: Bud
         state=state,
         breakdown=breakdown,
         components=components(budget, used, breakdown),
-        view_messages=status.view_messages + memory.blocks,
+        view_messages=status.view_messages + 2 * memory.blocks,
         memory=memory.status(),
     )
