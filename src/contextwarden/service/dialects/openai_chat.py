@@ -35,17 +35,17 @@ def invalid_message(field: str, start: int, exc: MessageError) -> ServiceError:
 
 
 def _text_on_tool_calls(message: Any) -> Any:
-    """``message`` with ``"content": ""`` in place of null when it is an assistant message that only calls tools.
+    """``message`` with ``"content": ""`` when it is an assistant message calling tools with null or no content.
 
-    The library's client sends "" there too: OpenAI accepts both, but llama-cpp-python's server answers a
-    null content with HTTP 500, and every later turn would fail while that round is in the view.
+    The library's client sends "" there too: OpenAI accepts all three forms, but llama-cpp-python's server
+    answers a null content with HTTP 500 (a validation error) and a missing one with HTTP 500 as well (its chat
+    template reads the field), and every later turn would fail while that round is in the view.
     """
-    # a missing content stays missing: the servers that refuse null accept an absent field
     if (
         isinstance(message, dict)
         and message.get("role") == "assistant"
         and message.get("tool_calls")
-        and message.get("content", "") is None
+        and message.get("content") is None
     ):
         return {**message, "content": ""}
     return message
