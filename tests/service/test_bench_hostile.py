@@ -36,5 +36,7 @@ def test_a_short_hostile_soak_reports_every_kind_and_no_raw_error(tmp_path: Path
         assert set(soak["by_kind"][kind]["statuses"]) == {status}, (kind, soak["by_kind"][kind])
     assert soak["acknowledged"] >= soak["by_kind"]["ordinary"]["sent"] and soak["acknowledged_lost"] == 0
     assert soak["credentials_leaked"] == {"responses": 0, "log_lines": 0}
+    # the second tenant naming the agents' sessions: its own new session (200) or a missing one (404), never theirs
+    assert set(soak["by_kind"]["other_tenant"]["statuses"]) <= {"200", "404"} and soak["cross_tenant_reads"] == 0
     assert len(soak["rss_mb"]) >= 10 and isinstance(soak["rss_growth_mb"], float)
     assert "acknowledged replies lost 0" in done.stdout.decode()

@@ -147,9 +147,10 @@ def _hostile_soak(stores: list[str], redis_url: str, *, requests: int, concurren
         leaked = soak["credentials_leaked"]
         out.print(
             f"{store}: raw errors {soak['raw_errors']} · acknowledged replies lost {soak['acknowledged_lost']} of "
-            f"{soak['acknowledged']:,} · credentials leaked {leaked['responses']} responses, {leaked['log_lines']} log "
-            f"lines · server RSS {soak['rss_mb'][0][1]} → {soak['rss_mb'][-1][1]} MB (growth {soak['rss_growth_mb']} "
-            f"MB, {soak['rss_growth_second_half_mb']} MB in the second half) · {soak['requests_per_s']} requests/s · "
+            f"{soak['acknowledged']:,} · cross-tenant reads {soak['cross_tenant_reads']} · credentials leaked "
+            f"{leaked['responses']} responses, {leaked['log_lines']} log lines · server RSS {soak['rss_mb'][0][1]} → "
+            f"{soak['rss_mb'][-1][1]} MB (growth {soak['rss_growth_mb']} MB, {soak['rss_growth_second_half_mb']} MB in "
+            f"the second half) · {soak['requests_per_s']} requests/s · "
             f"load average {soak['load_average_1m']}"
         )
     if json_out is not None:

@@ -1,12 +1,13 @@
 """``contextwarden bench proxy --hostile``: a soak of ordinary and hostile requests through a real ``serve``.
 
-A real ``contextwarden serve`` process (an open service, over the store under test) in front of
+A real ``contextwarden serve`` process (two tenants with API keys, over the store under test) in front of
 `ScriptedOpenAIServer` (the upstream, in this process), and this process as the load generator:
 ``concurrency`` agents at once, ``requests`` requests in all. Each agent holds a conversation
 (a new session every ``turns_per_session`` turns, its whole history re-sent each time); instead of
 its next turn it sends, with probability ``hostile_share``, one hostile request of a kind drawn
 from `HOSTILE_KINDS`:
 
+* ``other_tenant``: the second tenant writes into, or reads, the session an agent of the first is in;
 * ``bad_json`` (a cut body), ``deep_json`` (a message nested 2,000 deep), ``wrong_content_type``
   (``text/plain``, as a cross-site form sends), ``huge_body`` (over ``max_body_bytes``),
   ``bad_session_id`` (too long, a control character, the tenant separator);
@@ -17,8 +18,9 @@ from `HOSTILE_KINDS`:
 
 The report gives, per kind, the status codes answered and the raw errors (a 500 or a dropped
 connection: there should be none); the replies the service acknowledged (a 200, or a stream that
-ended with ``[DONE]``) that the store does not hold; every response and log line carrying the
-upstream key; and the server process's resident memory, sampled ten times over the soak.
+ended with ``[DONE]``) that the store does not hold; the second tenant's answers that show
+anything of the first tenant's conversations; every response and log line carrying the upstream
+key or a tenant's API key; and the server process's resident memory, sampled over the soak.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ import aiohttp
 from ..exceptions import SessionNotFound
 from ..messages import Message
 from ..stores import open_store
+from ..stores.tenancy import locate
 from ..testing import ScriptedError, ScriptedOpenAIServer, ScriptedReply, ScriptedStream
+from .auth import hash_key
 from .bench import drop_redis_prefix, free_port, rss_mb, running_process
 
 __all__ = ["HOSTILE_KINDS", "UPSTREAM_KEY", "UPSTREAM_KINDS", "HostileSoakConfig", "run_hostile_soak"]
@@ -52,9 +56,22 @@ UPSTREAM_KEY = "sk-proj-SOAKUPSTREAMKEY0123456789abcdefXYZ"
 """The upstream key the server holds; hostile upstream replies quote it back."""
 REPLY = "Checked the failing test: the cache key misses the model name; patching the accountant next."
 
-HOSTILE_KINDS = ("bad_json", "deep_json", "wrong_content_type", "huge_body", "bad_session_id", "hostile_upstream")
+HOSTILE_KINDS = (
+    "bad_json",
+    "deep_json",
+    "wrong_content_type",
+    "huge_body",
+    "bad_session_id",
+    "other_tenant",
+    "hostile_upstream",
+)
 UPSTREAM_KINDS = ("key_in_error", "negative_usage", "huge_reply", "cut_stream", "deep_event", "not_json")
 _MARK = "[[upstream:"
+TENANT_KEYS = {"acme": "cw-soak-acme-0123456789abcdef", "globex": "cw-soak-globex-0123456789abcdef"}
+"""The API keys of the service's two tenants: the agents are ``acme``'s, ``globex`` is the intruder."""
+_AGENT_TEXT = b"the test printed 3 failures"
+"""In every agent's user message: an answer to ``globex`` holding it shows another tenant's data."""
+_SECRETS = (UPSTREAM_KEY, UPSTREAM_KEY[8:], *TENANT_KEYS.values())
 
 
 @dataclass(kw_only=True)
@@ -129,6 +146,7 @@ class _Soak:
         self.acknowledged: list[tuple[str, str]] = []
         """(session id, user text) of every turn the service acknowledged."""
         self.leaks = 0
+        self.cross_tenant_reads = 0
         self.samples: list[tuple[int, float]] = []
         self._next_sample = 0
 
@@ -136,12 +154,21 @@ class _Soak:
         return self.kinds.setdefault(name, _Kind())
 
     async def _send(
-        self, client: aiohttp.ClientSession, kind: str, body: bytes, headers: dict[str, str], path: str
+        self,
+        client: aiohttp.ClientSession,
+        kind: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        path: str,
+        *,
+        method: str = "POST",
+        tenant: str = "acme",
     ) -> tuple[int, bytes] | None:
         record = self._kind(kind)
         record.sent += 1
+        headers = {"authorization": f"Bearer {TENANT_KEYS[tenant]}", **headers}
         try:
-            async with client.post(f"{self.proxy}{path}", data=body, headers=headers) as response:
+            async with client.request(method, f"{self.proxy}{path}", data=body, headers=headers) as response:
                 data = await response.read()
                 status = response.status
                 shown = data + json.dumps(dict(response.headers)).encode()
@@ -152,8 +179,10 @@ class _Soak:
             self.done += 1
             self._sample()
         record.statuses[str(status)] += 1
-        if UPSTREAM_KEY.encode() in shown or UPSTREAM_KEY[8:].encode() in shown:
+        if any(secret.encode() in shown for secret in _SECRETS):
             self.leaks += 1
+        if tenant != "acme" and _AGENT_TEXT in data:
+            self.cross_tenant_reads += 1
         return status, data
 
     def _sample(self) -> None:
@@ -169,7 +198,7 @@ class _Soak:
         while self.remaining > 0:
             self.remaining -= 1
             if rng.random() < self.config.hostile_share:
-                await self._hostile(client, rng, number)
+                await self._hostile(client, rng, number, session)
                 continue
             if turn % self.config.turns_per_session == 0:
                 session, sessions = f"{self.tag}-a{number}-s{sessions}", sessions + 1
@@ -204,7 +233,8 @@ class _Soak:
             return False
         return not stream or b"data: [DONE]" in answer[1]
 
-    async def _hostile(self, client: aiohttp.ClientSession, rng: random.Random, number: int) -> None:
+    async def _hostile(self, client: aiohttp.ClientSession, rng: random.Random, number: int, agents: str) -> None:
+        """One hostile request; ``agents`` is the session the agent is in (``""`` before its first)."""
         kind = rng.choice(HOSTILE_KINDS)
         session = f"{self.tag}-a{number}-h{rng.randrange(1 << 30)}"
         json_type = {"content-type": "application/json", "x-session-id": session}
@@ -217,7 +247,16 @@ class _Soak:
             if await self._turn(client, f"upstream:{upstream}", session, history, stream=stream):
                 self.acknowledged.append((session, text))
             return
-        if kind == "bad_json":
+        if kind == "other_tenant":
+            target = agents or session
+            variant = rng.randrange(3)
+            if variant == 0:  # its own new session: the agent's is another tenant's
+                body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "mine now"}]}).encode()
+                await self._send(client, kind, body, {**json_type, "x-session-id": target}, chat, tenant="globex")
+            else:
+                path = f"/v1/sessions/{target}" + ("/view" if variant == 2 else "")
+                await self._send(client, kind, None, {}, path, method="GET", tenant="globex")
+        elif kind == "bad_json":
             await self._send(client, kind, b'{"model": "soak-model", "messages": [{"role": "us', json_type, chat)
         elif kind == "deep_json":
             deep = '{"model":"soak-model","messages":[{"role":"user","content":' + "[" * 2000 + "]" * 2000 + "}]}"
@@ -258,7 +297,8 @@ def _lost(store_url: str, acknowledged: list[tuple[str, str]]) -> int:
     try:
         for session, texts in by_session.items():
             try:
-                messages: list[Message] = store.load_messages(session, tenant="default")
+                key = locate(store, "acme", session).session_id
+                messages: list[Message] = store.load_messages(key, tenant="acme")
             except SessionNotFound:  # each of its turns is lost
                 lost += len(texts)
                 continue
@@ -286,6 +326,10 @@ def _soak_store(
         f"max_concurrent_per_tenant = 1000\nmax_cached_sessions = {max(2 * config.concurrency, 100)}\n"
         f"max_body_bytes = {config.max_body_bytes}\nmax_reply_bytes = {config.max_reply_bytes}\n"
         f'[models."{MODEL}"]\ncontext_length = 128000\nmax_output = 4000\n'
+        + "".join(
+            f'[[service.api_keys]]\ntenant = "{tenant}"\nkey_sha256 = "{hash_key(key)}"\n'
+            for tenant, key in TENANT_KEYS.items()
+        )
     )
     env = {
         **os.environ,
@@ -313,9 +357,10 @@ def _soak_store(
         "unexpected_errors_logged": sum(1 for line in lines if "unexpected error" in line),
         "acknowledged": len(soak.acknowledged),
         "acknowledged_lost": _lost(store_url, soak.acknowledged),
+        "cross_tenant_reads": soak.cross_tenant_reads,
         "credentials_leaked": {
             "responses": soak.leaks,
-            "log_lines": sum(1 for line in lines if UPSTREAM_KEY in line or UPSTREAM_KEY[8:] in line),
+            "log_lines": sum(1 for line in lines if any(secret in line for secret in _SECRETS)),
         },
         "rss_mb": [[done, round(mb, 1)] for done, mb in soak.samples],
         "rss_growth_mb": round(rss[-1] - rss[0], 1),
