@@ -8,9 +8,9 @@ simply another session: no answer tells a tenant that an id is used elsewhere.
 The tenant of an open service (no API keys), `OPEN_TENANT`, keeps its ids as given, so the
 sessions of a single-tenant deployment keep the ids they were stored under. Sessions stored before
 ids were scoped (their key is the bare id, owned by their tenant) are found second, so they keep
-serving their tenant. When the first key is held by a session of another tenant (only a bare key
-can be: another tenant's bare legacy id, or an id of `OPEN_TENANT` that spells ``T␟S``), the
-session is created under the second key, so the answer is still that of an unused id.
+serving their tenant. When the first key is held by a session of another tenant (in practice a
+bare id `OPEN_TENANT` would use, held by another tenant's session stored before ids were scoped),
+the session is created under the second key, so the answer is still that of an unused id.
 """
 
 from __future__ import annotations
@@ -47,8 +47,7 @@ def session_keys(tenant: str, session_id: str) -> tuple[str, ...]:
     found only under its bare key (a session stored before ids were scoped).
 
     Raises:
-        UsageError: the id is not usable (empty, control characters, longer than the store allows
-            once scoped); the message names the limit for this tenant.
+        UsageError: the id is not usable (empty, control characters, too long, or holding `SEPARATOR`).
     """
     check_id(session_id)
     if SEPARATOR in session_id:
@@ -65,8 +64,7 @@ def session_keys(tenant: str, session_id: str) -> tuple[str, ...]:
 
 
 def creatable_keys(tenant: str, session_id: str) -> tuple[str, ...]:
-    """The keys a new session may be created under (`session_keys` without a bare key that only
-    finds old sessions).
+    """The keys a new session of ``tenant`` may be created under, in order (those of `session_keys`).
 
     Raises:
         UsageError: as `session_keys`, and when the id is too long for this tenant.
