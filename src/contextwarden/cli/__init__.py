@@ -112,6 +112,12 @@ class _Group(TyperGroup):
         command line the same value is a flag (``--window``) or an argument (``SESSION_ID``).
         """
         flags = dict(_LIBRARY_ONLY)
+        own = {o for param in getattr(self._leaf(argv), "params", ()) for o in getattr(param, "opts", ())}
+        window = " or ".join(f"`{o}`" for o in ("--budget", "--window") if o in own)
+        message = message.replace(
+            _WINDOW_ADVICE,
+            f"Raise {window or _LIBRARY_ONLY['window']}, lower {_LIBRARY_ONLY['reserved_output']}",
+        )
         for param in getattr(self._leaf(argv), "params", ()):
             if param.name not in _LIBRARY_NAMES:
                 continue
@@ -141,6 +147,8 @@ _LIBRARY_ONLY = {
     "base_url": "`upstream_url` in `[service]` of the config file (or `--upstream`)",
 }
 """What stands for a library parameter on the command line when the command has no flag for it."""
+_WINDOW_ADVICE = "Raise the window, lower the reserved output"
+"""The library's advice for a view whose protected part does not fit, in its own terms."""
 _PARAM_RE = re.compile(r"`([a-z_]+(?:\(ModelInfo\(\.\.\.\)\))?)=?`")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -33,6 +34,7 @@ from ..summarize.base import Summarizer
 from ..tokens import Framing, TokenCounter, counter_for_model, framing_for_provider, get_counter
 
 __all__ = [
+    "FLAG_OF_KEY",
     "CLIError",
     "Loaded",
     "State",
@@ -46,6 +48,7 @@ __all__ = [
     "plain",
     "print_json",
     "render_transcript",
+    "settings_from_flags",
     "token_counting",
 ]
 
@@ -109,12 +112,44 @@ def state(ctx: typer.Context) -> State:
     return root.obj
 
 
+FLAG_OF_KEY = {
+    "store.url": "--store",
+    "service.host": "--host",
+    "service.port": "--port",
+    "service.upstream_url": "--upstream",
+    "service.shadow": "--shadow",
+}
+"""The settings keys that command-line flags set, and their flags."""
+_INVALID = re.compile(r"^invalid settings \([^)]*\): (?P<problems>.*); run `contextwarden config validate`")
+
+
+def settings_from_flags(config: Path | None, **flags: Any) -> Settings:
+    """`load_settings` with ``flags``; a value a flag gave that the settings refuse is named by its flag.
+
+    Raises:
+        ConfigError: the file or the environment is invalid (as `load_settings` says), or a flag's value is.
+    """
+    try:
+        return load_settings(config, **flags)
+    except ConfigError as exc:
+        if not flags:
+            raise
+        load_settings(config)  # the file or the environment is at fault: its error, with its lines
+        found = _INVALID.match(str(exc))
+        if found is None:
+            raise
+        problems = found["problems"]
+        for key, flag in FLAG_OF_KEY.items():
+            problems = problems.replace(f"{key}: ", f"`{flag}`: ")
+        raise ConfigError(f"invalid value: {problems}.", key="config") from None
+
+
 def get_settings(ctx: typer.Context, **flags: Any) -> Settings:
     """The settings of this invocation: file < environment < ``flags`` (None values are ignored)."""
     st = state(ctx)
     given = {k: v for k, v in flags.items() if v is not None and v != {}}
     if st.settings is None or given:
-        st.settings = load_settings(st.config, **given)
+        st.settings = settings_from_flags(st.config, **given)
     return st.settings
 
 

@@ -10,6 +10,7 @@ repository's built-in workload. ``locomo`` and ``memory`` measure long-term memo
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -34,13 +35,15 @@ bench_app = typer.Typer(
 JsonPath = Annotated[Path | None, typer.Option("--json", help="Write the results here.", metavar="OUT")]
 
 
-def _budgets(text: str) -> list[int]:
+def _budgets(
+    text: str, *, flag: str = "--budgets", what: str = "token budgets", example: str = "2000,3000,4000"
+) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise typer.BadParameter(f"{text!r}: give token budgets as a comma list, e.g. 2000,3000,4000") from None
+        raise typer.BadParameter(f"{text!r}: give {what} as a comma list, e.g. {example}", param_hint=flag) from None
     if not values or min(values) <= 0:
-        raise typer.BadParameter(f"{text!r}: budgets must be positive integers")
+        raise typer.BadParameter(f"{text!r}: {what} must be positive integers", param_hint=flag)
     return values
 
 
@@ -243,10 +246,13 @@ def stores(
 
     sqlite: dict[str, Any] = {}
 
+    failed: list[str] = []
+
     def report(name: str, figures: dict[str, Any]) -> None:
         err.print(f"  {name}: done")
         if "error" in figures:
             table.add_row(name, "-", "-", "-", plain(str(figures["error"])[:80]))
+            failed.append(name)
             return
         if name == "sqlite":
             sqlite.update(figures)
@@ -276,12 +282,23 @@ def stores(
             check_store_url(url, check_path=False)
         except ConfigError as exc:
             raise CLIError(f"{flag}: {exc}", exit_code=2) from None
-    with err.status("benchmarking the stores…"):
-        result = run_stores_bench(
-            None, names, redis_url=redis_url, postgres_url=postgres_url, messages=messages, report=report
-        )
+    pool_log = logging.getLogger("psycopg.pool")  # one row says a server is down; not a log line per attempt
+    level = pool_log.level
+    pool_log.setLevel(logging.ERROR)
+    try:
+        with err.status("benchmarking the stores…"):
+            result = run_stores_bench(
+                None, names, redis_url=redis_url, postgres_url=postgres_url, messages=messages, report=report
+            )
+    finally:
+        pool_log.setLevel(level)
     out.print(table)
     _write_json(json_out, result)
+    if failed:
+        flags = {"redis": "`--redis-url`", "postgres": "`--postgres-url`"}
+        named = sorted({flags[n.split("-", 1)[0]] for n in failed if n.split("-", 1)[0] in flags})
+        fix = f"start the server or correct {' / '.join(named)}" if named else "see the table"
+        raise CLIError(f"{', '.join(failed)} could not be measured (see the table); {fix}.")
 
 
 def repo_root() -> Path:
@@ -368,6 +385,8 @@ def trim(
     contextwarden and the floor peer step through the built-in workload turn by turn in one process
     (benchmarks/trim_paired.py, three runs per size and window).
     """
+    _budgets(sizes, flag="--sizes", what="session sizes", example="1000,5000")
+    _budgets(window, flag="--window", what="context windows", example="128000,32000")
     root = repo_root()
     script: Path | None = None
     if harness is None:

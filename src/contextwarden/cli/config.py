@@ -156,7 +156,7 @@ def _connect_problems(path: Path | None) -> list[ConfigProblem]:
     try:
         with open_cli_store(settings) as store:
             store.list_sessions(limit=1)
-    except (ContextWardenError, OSError, ImportError) as exc:
+    except (ContextWardenError, CLIError, OSError, ImportError) as exc:
         return [
             ConfigProblem(
                 source=str(path) if path else "environment",

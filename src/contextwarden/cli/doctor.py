@@ -18,9 +18,9 @@ import typer
 from ..exceptions import ContextWardenError, UnknownModelError
 from ..llm.served_window import ServedWindow, probe
 from ..models import lookup_model
-from ..settings import Settings, load_settings
+from ..settings import Settings
 from ..stores import open_store
-from ._common import print_json, state
+from ._common import print_json, settings_from_flags, state
 
 __all__ = ["Check", "doctor_command", "run_checks"]
 
@@ -169,7 +169,7 @@ def doctor_command(
     if store is not None:
         flags["store"] = {"url": store}
     try:
-        settings = load_settings(state(ctx).config, **flags)
+        settings = settings_from_flags(state(ctx).config, **flags)
         settings.check()
     except ContextWardenError as exc:
         checks = [Check(name="config", outcome="fail", detail=str(exc), fix="correct the setting it names")]

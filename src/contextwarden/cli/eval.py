@@ -6,19 +6,28 @@ import json
 import os
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 from rich.table import Table
 
 from ..health import HealthMonitor, ProcessHealth, probe_fidelity
 from ..replay import split_turns
-from ._common import build_session, err, get_settings, load_transcript, out, plain, print_json
+from ._common import CLIError, build_session, err, get_settings, load_transcript, out, plain, print_json
 from .transcript import FormatOpt, ModelOpt, WindowOpt, summarizer_for
 
 __all__ = ["eval_command"]
 
 _KIND_NAMES = {"identifier": "identifiers", "constraint": "user constraints", "decision": "decisions",
                "open-item": "open items"}  # fmt: skip
+
+
+def _http_url(value: str) -> str:
+    """``--base-url`` must be an http(s) URL with a host."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise typer.BadParameter(f"{value!r} is not an http(s) URL; give the API root, e.g. http://127.0.0.1:8080/v1")
+    return value
 
 
 def eval_command(
@@ -35,11 +44,16 @@ def eval_command(
         typer.Option("--judge", help="Also ask this model (OpenAI-compatible) to judge answers before/after."),
     ] = None,
     base_url: Annotated[
-        str, typer.Option("--base-url", help="The judge's API root (ending in /v1).")
+        str, typer.Option("--base-url", help="The judge's API root (ending in /v1).", callback=_http_url)
     ] = "https://api.openai.com/v1",
     api_key_env: Annotated[
-        str, typer.Option("--api-key-env", help="Environment variable holding the judge's API key.")
-    ] = "OPENAI_API_KEY",
+        str | None,
+        typer.Option(
+            "--api-key-env",
+            help="Environment variable holding the judge's API key (default: OPENAI_API_KEY when it is set; "
+            "a local server may need none).",
+        ),
+    ] = None,
     questions: Annotated[
         list[str] | None, typer.Option("--question", "-q", help="A question for the judge (repeat); default: asked.")
     ] = None,
@@ -89,7 +103,13 @@ def eval_command(
         from ..health.judge import judge_fidelity
         from ..llm.openai import OpenAIChatModel
 
-        key = os.environ.get(api_key_env)
+        key = os.environ.get(api_key_env or "OPENAI_API_KEY")
+        if api_key_env is not None and key is None:
+            raise CLIError(
+                f"`--api-key-env {api_key_env}`: that environment variable is not set; export it with the judge's "
+                "API key, or name another variable.",
+                exit_code=2,
+            )
         with OpenAIChatModel(judge, base_url=base_url, api_key=key) as llm, err.status("asking the judge…"):
             verdicts = judge_fidelity(llm, loaded.messages, view, questions=questions or (), n_questions=n_questions)
         result["judge"] = {"model": judge, **verdicts.to_dict()}

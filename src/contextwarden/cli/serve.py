@@ -157,7 +157,10 @@ def _listen(host: str, port: int) -> socket.socket:
         listener.bind((host, port))
     except OSError as exc:
         listener.close()
-        raise CLIError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another with --port.") from None
+        raise CLIError(
+            f"cannot listen on {host}:{port} ({exc.strerror}); choose another interface with `--host` or port "
+            "with `--port` (or `[service] host` and `port` in the config file)."
+        ) from None
     listener.listen(2048)
     listener.set_inheritable(True)
     return listener

@@ -9,6 +9,7 @@ itself for the sessions of an open service.
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .._store_url import check_store_url, sqlite_file
-from ..exceptions import SessionNotFound
+from ..exceptions import SessionNotFound, StoreUnavailable
 from ..figures import describe
 from ..settings import Settings
 from ..stores import SessionInfo, SessionStore, open_store
@@ -60,11 +61,23 @@ def open_cli_store(settings: Settings) -> Iterator[SessionStore]:
     database = sqlite_file(url)
     if database is not None:  # the directory of the database file (the user dir by default)
         database.parent.mkdir(parents=True, exist_ok=True)
+    # the Postgres pool logs each failed connection attempt: the one error line below says it all
+    pool_log = logging.getLogger("psycopg.pool")
+    level = pool_log.level
+    pool_log.setLevel(logging.ERROR)
     store = open_store(url)
     try:
         yield store
+    except StoreUnavailable as exc:
+        # the store's own words end with advice for library callers; the CLI user changes --store
+        reason = str(exc).split("; the operation was not confirmed", 1)[0]
+        raise CLIError(
+            f"the session store cannot be reached: {reason}; start it, or pass another `--store` "
+            "(or set `[store] url` in the config file)."
+        ) from exc
     finally:
         store.close()
+        pool_log.setLevel(level)
 
 
 def _settings(ctx: typer.Context, store: str | None) -> Settings:
