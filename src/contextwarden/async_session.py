@@ -204,15 +204,19 @@ class AsyncSession(BaseSession):
                 raise
             self._status_written(status)
 
-    async def prepare(self, *, format: OutputFormat | None = None) -> PreparedView:
+    async def prepare(self, *, format: OutputFormat | None = None, defer_write: bool = False) -> PreparedView:
         """The view for the next model call, compacting first when it passed the high-water mark.
 
         With a store, pending messages are written first; a compaction runs under the session's
         lock and saves the view state with compare-and-set. While the store fails, messages wait
         in memory, a due compaction runs in memory, and a later prepare saves both.
+
+        ``defer_write``: when no compaction is due, the pending messages stay in memory and the next
+        `flush` writes them together with what is added meanwhile (the model's reply): one store
+        round trip for a request and its reply instead of two.
         """
         link = self._alink
-        if link is not None:
+        if link is not None and (not defer_write or link.problem is not None or self.engine.needs_compaction()):
             await self._resync()
         if link is None or not self.engine.needs_compaction():
             appended = self.engine.prepare_appended()

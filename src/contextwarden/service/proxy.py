@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from ..adapters import from_messages
 from ..exceptions import (
     BudgetExceeded,
     ContextOverflowError,
@@ -127,6 +128,8 @@ class _Turn:
         self.offered = False
         """The read-back tool is offered to the upstream with this request."""
         self.read_backs = 0
+        self.unwritten = False
+        """The session holds messages of this request that are not in the store yet (written with the reply)."""
         self.unmanaged: str | None = None
         """Why the request went upstream unmanaged (None: managed, or no session named)."""
 
@@ -165,6 +168,8 @@ class _Turn:
             if found.kind in ("other", "diverged"):
                 raise _Elsewhere(found.kind)
             self.drop = found.drop
+            # the condition rides on the request's one append (its new messages and the reply, written
+            # together after the reply: `write`), or on the first append a due compaction makes
             lease.expect(len(lease.session.engine.transcript))
             try:
                 lease.session.use_tools(self.tools)
@@ -172,8 +177,9 @@ class _Turn:
                     parsed = self.conversation.convert(start)
                     before = len(lease.session.engine.transcript)
                     self.added = await self._add(parsed, start)
+                    self.unwritten = self.unwritten or self.added > 0
                     lease.keyed(keyed[start:], before=before)
-                prepared = await lease.session.prepare(format=self.dialect.view_format)
+                prepared = await lease.session.prepare(format=self.dialect.view_format, defer_write=True)
             except SessionMoved:
                 if attempt == _MOVED_ATTEMPTS - 1:
                     raise ServiceError(
@@ -182,10 +188,9 @@ class _Turn:
                         "(other writers); retry.",
                         code="session_busy",
                     ) from None
+                self.unwritten = False  # the session read again holds none of them
                 await self.svc.pool.reload(lease, model=self.body["model"], tools=self.tools)
                 continue
-            finally:
-                lease.expect(None)
             self.view_tokens = prepared.status.used
             return self._served(prepared.messages, prepared.view)
         raise AssertionError("unreachable: the last attempt returns or raises")
@@ -253,23 +258,84 @@ class _Turn:
             metrics.tokens_in.inc(usage.input_tokens)
             metrics.tokens_out.inc(usage.output_tokens)
         lease = self.lease
-        if lease is None or self.drop or self.unmanaged:
-            return  # a retry's reply is stored already; an unmanaged request has no session
-        session = lease.session
-        if not self.svc.settings.service.shadow:  # in shadow mode the usage is the whole request's, not the view's
-            session.on_turn_end(usage)
-        if reply.messages is None:
-            return
+        if lease is None or self.unmanaged:
+            return  # an unmanaged request has no session
+        recorded: list[Message] = []
+        if not self.drop:  # a retry's reply is stored already
+            session = lease.session
+            if not self.svc.settings.service.shadow:  # in shadow mode the usage is the whole request's
+                session.on_turn_end(usage)
+            if reply.messages is not None:  # several choices: the client's pick comes with its next request
+                lease.sync_keys()
+                recorded = self._add_reply(reply.messages)
+                if reply.keyed is not None and recorded is reply.messages:
+                    lease.keyed(reply.keyed, before=len(session.engine.transcript) - len(recorded))
+        await self.write(recorded, reply.keyed if recorded is reply.messages else None)
         lease.sync_keys()
-        before = len(session.engine.transcript)
+
+    def _add_reply(self, messages: list[Message]) -> list[Message]:
+        """Add the reply's messages; the ones added (a reply the validator refuses is kept as `Session.complete`
+        keeps it: it was paid for)."""
+        assert self.lease is not None
         try:
-            session.add(reply.messages)
-        except MessageError:  # paid for: kept the way `Session.complete` keeps it
-            session.add(kept_messages(reply.messages))
-        if reply.keyed is not None:
-            lease.keyed(reply.keyed, before=before)
-        await session.flush()
+            self.lease.session.add(messages)
+            return messages
+        except MessageError:
+            kept = kept_messages(messages)
+            self.lease.session.add(kept)
+            return kept
+
+    async def write(self, reply: list[Message], reply_keyed: list[dict[str, Any]] | None) -> None:
+        """Write what the request added (its new messages and the reply) to the store, in one append.
+
+        That append is the request's one store round trip, conditional on the transcript's length
+        this process read. When another replica appended meanwhile, the session is read again and
+        what this request adds to the stored transcript is appended to it; when that cannot be told
+        (the request's read-back rounds, a reply that is not one message per chat dict), the session
+        is dropped from memory: the store's copy is the truth, and the client's next request re-sends
+        the rest.
+        """
+        lease = self.lease
+        assert lease is not None
+        for attempt in range(_MOVED_ATTEMPTS):
+            try:
+                await lease.session.flush()
+                self.unwritten = False
+                return
+            except SessionMoved:
+                if attempt == _MOVED_ATTEMPTS - 1 or self.read_backs:
+                    break
+                await self.svc.pool.reload(lease, model=self.body["model"], tools=self.tools)
+                if not self._append_again(reply, reply_keyed):
+                    break
+        lease.failed = True
+        self.unwritten = False
+        logger.info("session %s changed in the store during the request; read again on the next", lease.session_id)
+
+    def _append_again(self, reply: list[Message], reply_keyed: list[dict[str, Any]] | None) -> bool:
+        """After the session was read again: add what the request's history and its reply add to it."""
+        lease = self.lease
+        assert lease is not None
+        if reply_keyed is None:
+            reply_keyed = from_messages(reply, format="openai")
+        if len(reply_keyed) != len(reply):
+            return False
         lease.sync_keys()
+        keyed = [*self.conversation.keyed, *reply_keyed]
+        found = continuation(keyed, lease.keys)
+        if found.kind != "extends":
+            return False
+        sent = len(self.conversation.keyed)
+        fresh = [*(self.conversation.convert(found.start) if found.start < sent else []), *reply[found.start - sent :]]
+        if found.start > sent:
+            fresh = reply[found.start - sent :]
+        lease.expect(len(lease.session.engine.transcript))
+        lease.session.use_tools(self.tools)
+        try:
+            lease.session.add(fresh)
+        except MessageError:
+            return False
+        return True
 
     def read_back(self, reply: Reply) -> bool:
         """Whether the reply calls the read-back tool: the proxy answers it and asks again.
