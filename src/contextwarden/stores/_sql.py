@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..exceptions import SchemaError
-from .ops import Op
+from .ops import Op, append_then_save
 from .protocols import SessionInfo, session_info
 from .values import FORMAT_VERSION, check_format, not_found, stored_int, transcript_moved
 
@@ -548,6 +548,23 @@ class SqlOps:
         yield from self._peek(session_id, tenant)
         rows = yield Sql(self.q.load_state, (session_id, slot))
         return (rows[0][0], self._version(session_id, slot, rows[0][1])) if rows else (None, 0)
+
+    def append_with_state(
+        self,
+        session_id: str,
+        items: Sequence[tuple[str, str]],
+        slot: str,
+        body: str,
+        *,
+        version: int,
+        token: str,
+        now: float,
+        tenant: str | None = None,
+        expected: int | None = None,
+    ) -> Op[int]:
+        return append_then_save(
+            self, session_id, items, slot, body, version=version, token=token, now=now, tenant=tenant, expected=expected
+        )
 
     def save_state(
         self, session_id: str, slot: str, body: str, *, expected: int, now: float, token: str, tenant: str | None = None

@@ -19,7 +19,7 @@ from ..messages import Message
 from .codec import check_slot, decode_audit, decode_messages, decode_state, encode_messages, encode_state
 from .export import export_stream, import_flow, read_export
 from .locks import DEFAULT_LOCK_LEASE, acquire_flow, renew_flow
-from .ops import Flow, Op, StoreOps, Stream, Txn
+from .ops import Flow, StoreOps, Stream, Txn
 from .protocols import SessionInfo, StateWrite
 from .values import (
     check_expected,
@@ -124,26 +124,21 @@ class StoreFlows:
         check_range("expected_count", expected_count, allow_none=True)
         items = encode_messages(messages)
         now = self._clock()
-        op = self._ops.append_messages(session_id, items, now=now, tenant=tenant, expected=expected_count)
-        if state is not None:
-            slot, body = check_slot(state.slot), encode_state(state.state)
-            op = self._with_state(
-                op, session_id, slot, body, version=check_expected(state.version), now=now, tenant=tenant
+        if state is None:
+            op = self._ops.append_messages(session_id, items, now=now, tenant=tenant, expected=expected_count)
+        else:
+            op = self._ops.append_with_state(
+                session_id,
+                items,
+                check_slot(state.slot),
+                encode_state(state.state),
+                version=check_expected(state.version),
+                token=uuid.uuid4().hex,
+                now=now,
+                tenant=tenant,
+                expected=expected_count,
             )
         added: int = yield Txn(op, write=True)
-        return added
-
-    def _with_state(
-        self, append: Op[int], session_id: str, slot: str, body: str, *, version: int, now: float, tenant: str | None
-    ) -> Op[int]:
-        """``append``, then the slot saved over whatever version it holds (in one transaction on SQL)."""
-        added = yield from append
-        for _ in range(2):  # the version the writer saw, else the one the store holds now
-            ok, version = yield from self._ops.save_state(
-                session_id, slot, body, expected=version, now=now, token=uuid.uuid4().hex, tenant=tenant
-            )
-            if ok:
-                break
         return added
 
     def _load_messages_flow(

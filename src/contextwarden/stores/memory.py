@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from .base import BaseAsyncStore, BaseStore
 from .locks import DEFAULT_LOCK_LEASE
-from .ops import Op, T, drive
+from .ops import Op, T, append_then_save, drive
 from .protocols import SessionInfo, session_info
 from .values import FORMAT_VERSION, not_found, transcript_moved
 
@@ -207,6 +207,23 @@ class MemoryOps:
         with self._mutex:
             body, version = self._get(session_id, tenant).states.get(slot, (None, 0))
             return _done((body, version))
+
+    def append_with_state(
+        self,
+        session_id: str,
+        items: Sequence[tuple[str, str]],
+        slot: str,
+        body: str,
+        *,
+        version: int,
+        token: str,
+        now: float,
+        tenant: str | None = None,
+        expected: int | None = None,
+    ) -> Op[int]:
+        return append_then_save(
+            self, session_id, items, slot, body, version=version, token=token, now=now, tenant=tenant, expected=expected
+        )
 
     def save_state(
         self, session_id: str, slot: str, body: str, *, expected: int, now: float, token: str, tenant: str | None = None

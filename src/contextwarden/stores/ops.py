@@ -28,6 +28,7 @@ __all__ = [
     "T",
     "Txn",
     "adrive",
+    "append_then_save",
     "aresume",
     "arun_flow",
     "arun_stream",
@@ -114,6 +115,23 @@ class StoreOps(Protocol):
     ) -> Op[int]:
         """Append the new items; with ``expected``, only if the transcript has that many messages (else
         raise `transcript_moved`, writing nothing)."""
+        ...
+
+    def append_with_state(
+        self,
+        session_id: str,
+        items: Sequence[tuple[str, str]],
+        slot: str,
+        body: str,
+        *,
+        version: int,
+        token: str,
+        now: float,
+        tenant: str | None = None,
+        expected: int | None = None,
+    ) -> Op[int]:
+        """`append_messages`, then the state ``slot`` saved over whatever version it holds (``version``: the
+        one the writer saw), in the same transaction; `append_then_save` is the composition of the two."""
         ...
 
     def load_messages(
@@ -292,3 +310,28 @@ async def arun_stream(stream: Stream, run: AsyncRunner) -> AsyncIterator[str]:
         return
     finally:
         stream.close()
+
+
+def append_then_save(
+    ops: StoreOps,
+    session_id: str,
+    items: Sequence[tuple[str, str]],
+    slot: str,
+    body: str,
+    *,
+    version: int,
+    token: str,
+    now: float,
+    tenant: str | None = None,
+    expected: int | None = None,
+) -> Op[int]:
+    """`StoreOps.append_with_state` as an append, then a save of the slot (retried once at the version the
+    store holds: last writer wins), for a backend whose transaction holds several commands."""
+    added: int = yield from ops.append_messages(session_id, items, now=now, tenant=tenant, expected=expected)
+    for _ in range(2):  # the version the writer saw, else the one the store holds now
+        ok, version = yield from ops.save_state(
+            session_id, slot, body, expected=version, now=now, token=token, tenant=tenant
+        )
+        if ok:
+            break
+    return added

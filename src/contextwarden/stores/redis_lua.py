@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "APPEND",
+    "APPEND_WITH_STATE",
     "ARCHIVE",
     "AUDIT",
     "COUNT",
@@ -136,6 +137,32 @@ for i = 6, #ARGV, 2 do
     n = n + 1
     added = added + 1
   end
+end
+refresh()
+return {0, added}
+""")
+# APPEND's arguments, then ARGV[6] the number of message arguments that follow it (id, body pairs), then
+# the state slot, its body and the writer's token. The slot is saved over whatever version it holds
+# (last writer wins), in the same script as the append: one round trip for a turn and its figures.
+APPEND_WITH_STATE = _script("""
+local g = guard() if g ~= 0 then return {g} end
+local n = redis.call('LLEN', KEYS[3])
+local expected = tonumber(ARGV[5])
+if expected >= 0 and n ~= expected then return {0, -1, n} end
+local last = 6 + tonumber(ARGV[6])
+local added = 0
+for i = 7, last, 2 do
+  if redis.call('HSETNX', KEYS[2], ARGV[i], n) == 1 then
+    redis.call('RPUSH', KEYS[3], ARGV[i + 1])
+    n = n + 1
+    added = added + 1
+  end
+end
+local slot = ARGV[last + 1]
+local current = tonumber(redis.call('HGET', KEYS[5], 'v:' .. slot) or '0')
+if current then
+  redis.call('HSET', KEYS[4], slot, ARGV[last + 2])
+  redis.call('HSET', KEYS[5], 'v:' .. slot, current + 1, 't:' .. slot, ARGV[last + 3])
 end
 refresh()
 return {0, added}

@@ -354,6 +354,30 @@ class RedisOps:
             raise transcript_moved(session_id, expected, int(count[0]))
         return int(added)
 
+    def append_with_state(
+        self,
+        session_id: str,
+        items: Sequence[tuple[str, str]],
+        slot: str,
+        body: str,
+        *,
+        version: int,
+        token: str,
+        now: float,
+        tenant: str | None = None,
+        expected: int | None = None,
+    ) -> Op[int]:
+        # one script: a turn's messages and its figures are one round trip
+        flat = [part for item in items for part in item]
+        wanted = -1 if expected is None else expected
+        args = (wanted, len(flat), *flat, slot, body, token)
+        reply = yield self._eval(lua.APPEND_WITH_STATE, session_id, *args, now=now, tenant=tenant)
+        added, *count = self._ok(session_id, reply, tenant)
+        if int(added) < 0:
+            assert expected is not None
+            raise transcript_moved(session_id, expected, int(count[0]))
+        return int(added)
+
     def load_messages(
         self, session_id: str, *, start: int, limit: int | None, tenant: str | None = None
     ) -> Op[list[tuple[int, str]]]:
