@@ -88,8 +88,11 @@ def _base_env(home: Path) -> dict[str, str]:
     }
 
 
-def invocation(name: str, bin_dir: Path, base_url: str, repo: Path, home: Path) -> Invocation:
-    """How to run CLI ``name`` headless in ``repo`` against ``base_url`` (an API root without ``/v1``)."""
+def invocation(
+    name: str, bin_dir: Path, base_url: str, repo: Path, home: Path, *, qwen_window: int = QWEN_WINDOW
+) -> Invocation:
+    """How to run CLI ``name`` headless in ``repo`` against ``base_url`` (an API root without ``/v1``);
+    qwen-code is told its model's window is ``qwen_window``."""
     env = _base_env(home)
     if name == "claude":
         env |= {
@@ -183,7 +186,7 @@ def invocation(name: str, bin_dir: Path, base_url: str, repo: Path, home: Path) 
                     "telemetry": {"enabled": False},
                     "selectedAuthType": "openai",
                     # a window small enough that qwen compresses its own history during the run
-                    "model": {"generationConfig": {"contextWindowSize": QWEN_WINDOW}},
+                    "model": {"generationConfig": {"contextWindowSize": qwen_window}},
                 }
             )
         )

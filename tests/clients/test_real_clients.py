@@ -185,3 +185,46 @@ def _assert_sides_apart(proxy_url: str, agent: ScriptedAgent) -> None:
             mixed = [p[:60] for p in side_prompts if p[:200] in view]
             assert not mixed, f"session {session['session_id']} holds side requests: {mixed}"
     assert agent_sessions >= 1, f"no session holds the agent's conversation ({len(listed)} sessions)"
+
+
+QWEN_COMPRESSING_WINDOW = 30_000
+"""The window qwen-code is told in the compression test: its system prompt, tools and a few steps pass 70% of it."""
+
+
+def test_qwen_codes_own_compression_goes_through_as_side_requests(
+    bin_dir: Path, tmp_path: Path, proxy: Callable[[str, int], str]
+) -> None:
+    """qwen-code compresses its history (told a small window, behind a proxy window large enough not to
+    compact first): each compression request is a conversation of its own for the proxy. The upstream
+    receives it as qwen sent it, with the summarizer's own system prompt and the compression
+    instruction last, and the agent's session never holds it."""
+    steps = 16
+    repo = make_repo(tmp_path / "repo")
+    agent = ScriptedAgent(repo, steps=steps)
+    with AgentServer(agent) as server:
+        proxy_url = proxy(server.url, 128_000)
+        with Tap(proxy_url) as tap:
+            call = _clis.invocation(
+                "qwen",
+                bin_dir,
+                f"{tap.url}/s/qwen-{tmp_path.name}",
+                repo,
+                tmp_path / "home",
+                qwen_window=QWEN_COMPRESSING_WINDOW,
+            )
+            done = _clis.run(call, timeout=RUN_SECONDS)
+    _assert_steps("qwen", agent, done, steps)
+    side = [r for r in agent.records if r.kind == "side"]
+    assert side, "qwen-code did not compress its history"
+    agent_prompt = next(_text_of(r.request.system) for r in agent.records if r.kind == "agent")
+    sent = client_requests(tap.sent)
+    for record in side:
+        body = record.request.body
+        assert any(body == client for _, client in sent), "a compression request changed on its way upstream"
+        assert body["messages"][0]["role"] == "system"
+        assert _text_of(record.request.system) != agent_prompt  # the summarizer's own prompt
+        assert body["messages"][-1]["role"] == "user"  # the compression instruction, last
+        assert not body.get("tools")
+    listed = json.loads(urllib.request.urlopen(f"{proxy_url}/v1/sessions?limit=1000", timeout=10).read())["data"]
+    assert any("~" in s["session_id"] for s in listed), [s["session_id"] for s in listed]
+    _assert_sides_apart(proxy_url, agent)
