@@ -61,6 +61,24 @@ def _acks(path: Path) -> list[tuple[int, int]]:
     return [(int(w), int(n)) for w, n in (line.split() for line in complete.splitlines())]
 
 
+def _settle(store: Any, session_id: str) -> None:
+    """Wait until the killed writers' last appends have landed or gone.
+
+    A Postgres server finishes a statement (and its commit) that a killed client had already sent:
+    that batch lands after the kill, whole or not at all. The count holding still for half a second
+    says no such commit is left in flight.
+    """
+    deadline = time.monotonic() + 30
+    count = store.count_messages(session_id)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = store.count_messages(session_id)
+        if now == count:
+            return
+        count = now
+    raise AssertionError(f"the message count still moves 30 s after the last writer was killed ({count})")
+
+
 @pytest.mark.parametrize("name", ["sqlite", "postgres"])
 def test_writers_killed_mid_append_leave_no_partial_batch(
     name: str, request: pytest.FixtureRequest, tmp_path: Path
@@ -92,6 +110,7 @@ def test_writers_killed_mid_append_leave_no_partial_batch(
         acknowledged.update(_acks(ack_path))
 
     with open_store(url, **options) as store:
+        _settle(store, "s")
         messages = store.load_messages("s")  # decodes every row: a torn row would raise SchemaError
         assert len(messages) == store.count_messages("s")
     ids = [m.message_id for m in messages]

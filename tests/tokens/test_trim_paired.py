@@ -15,7 +15,6 @@ def test_trim_paired_steps_both_peers_on_every_turn_and_reports_their_ratio(tmp_
     assert proc.returncode == 0, proc.stderr
     pairs = json.loads(out.read_text())["pairs"]
     assert [(p["size"], p["window"], p["run"], p["seed"]) for p in pairs] == [(400, 6000, 1, 7), (400, 6000, 2, 8)]
-    assert pairs[0]["turns"] != pairs[1]["turns"]  # two seeds, two conversations
     for p in pairs:
         assert p["turns"] > 90  # about four messages a round
         assert p["incorrect_turns"] == 0  # a 6,000-token window forces compactions: views stay correct
