@@ -284,7 +284,10 @@ def load_transcript(path: Path, *, format: str = "auto") -> Loaded:
             items = [{"role": "user", "content": items}]
         shape = "responses-request"
     else:
-        kind = "an object with keys " + ", ".join(sorted(doc)[:6]) if isinstance(doc, dict) else type(doc).__name__
+        if isinstance(doc, dict):
+            kind = "an object with keys " + ", ".join(sorted(doc)[:6]) if doc else "an empty object"
+        else:
+            kind = type(doc).__name__
         raise CLIError(
             f"{path}: no message list found (got {kind}); expected a JSON list of messages, JSONL, or a request "
             "body with `messages` (chat, Anthropic) or `input` (Responses)."

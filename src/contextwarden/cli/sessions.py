@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .._store_url import check_store_url, sqlite_file
-from ..exceptions import SessionNotFound, StoreUnavailable
+from ..exceptions import SchemaError, SessionNotFound, StoreUnavailable
 from ..figures import describe
 from ..settings import Settings
 from ..stores import SessionInfo, SessionStore, open_store
@@ -267,7 +267,10 @@ def import_command(
         except (OSError, UnicodeDecodeError) as exc:
             raise CLIError(f"{file}: cannot read the file ({exc}).") from None
     with open_cli_store(settings) as st:
-        info = st.import_session(lines, session_id=session_id)
+        try:
+            info = st.import_session(lines, session_id=session_id)
+        except SchemaError as exc:  # the file is not an export (`sessions export` writes the format): name it
+            raise CLIError(f"{file}: {exc} Give a file written by `sessions export`.") from None
     err.print(f"imported {plain(info.session_id)} ({info.message_count:,} messages) into {plain(settings.store_url)}")
 
 
