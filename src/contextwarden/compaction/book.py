@@ -366,7 +366,7 @@ class RoundBook:
         return keep
 
     def read_instructions(self) -> UserInstructions:
-        """The user's instructions, with every round added so far read."""
+        """The user's instructions, with every round added so far read (each message once, see `ahead`)."""
         rounds, transcript = self.rounds, self.transcript
         self.instructions.catch_up(len(rounds), lambda step: transcript[rounds[step].start])
         return self.instructions

@@ -16,61 +16,137 @@ output that reads as an instruction is what a forged notice looks like.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Reading", "SentenceKind", "read_sentence", "reads_as_instruction", "value_key"]
+from .cues import CueSet, words
+
+__all__ = ["Reading", "SentenceKind", "read_sentence", "read_sentences", "reads_as_instruction", "value_key"]
 
 SentenceKind = Literal["rule", "correction", "value", "decision", "request"]
 
 _I = re.IGNORECASE
-# The cue patterns below are matched against the lower-cased sentence, without IGNORECASE: with that
-# flag the engine cannot scan for literals quickly and a long message costs milliseconds per pattern.
-# Standing-rule forms: a prohibition, a requirement or a default for the rest of the session.
-_RULE_RE = re.compile(
-    r"\b(?:never|always|from now on|going forward|henceforth|for the rest of|for all future|every time|each time|"
-    r"whenever|at all times|under no circumstances?|by default|must(?:n'?t| not)?|shall not|not allowed|forbidden|"
-    r"prohibited|mandatory|(?:house |team |project |standing )?rule(?: \w+| #?\d+)?:|policy:|constraint:|"
-    r"please (?:don'?t|do not|never|always|avoid|stop|keep|make sure|remember)|don'?t ever|do not ever|"
-    r"before (?:you|any|each|every|running|committing|pushing|merging|making|editing|touching|changing|adding|"
-    r"deploying|sending|booking|charging|cancell?ing)|stop \w+ing|no longer|only (?:ever )?(?:use|run|edit|"
-    r"touch|change|book|offer|charge)|avoid|refrain|remember to|make sure (?:to|that|you)|i prefer|we prefer|"
-    r"prefer \w+ (?:over|to)|keep (?:all|every|each|the|your|it|them|answers|replies|responses|messages|lines|"
-    r"output|logs?|code|commits?)\b[^.]*\b(?:under|below|in|to|short|brief|concise|on|off|at))\b"
-    r"|^\W*(?:no \w+|don'?t|do not|use|run|ask|write|put|leave|limit|prefix|sign|tag|include|exclude|respond|"
-    r"reply|answer|speak|format|follow|wait for|confirm|double-check|name|cite|call|commit|push|stick|stay|prefer|"
-    r"target|quote|address|refer)\b"
-    # other languages: never / always / do not / must / from now on
-    r"|\b(?:nunca|siempre|jamás|no (?:edites|toques|uses|hagas|borres|añadas|cambies)|a partir de ahora|"
-    r"de ahora en adelante|jamais|toujours|ne (?:\w+ )?(?:jamais|pas)|désormais|dorénavant|"
-    r"à partir de maintenant|niemals|immer|nie|auf keinen fall|ab jetzt|von nun an|bitte kein\w*|sempre|mai|"
-    r"non (?:modificare|toccare|usare|aggiungere)|d'ora in poi|d'ora innanzi|a partir de agora|"
-    r"não (?:edite|toque|use|adicione)|daqui em diante)\b"
-    r"|不要|别|勿|禁止|务必|必须|始终|总是|一律|永远|以后都|从现在起|今后|"
-    r"しないで|必ず|絶対|常に|今後|これから",
+# Cue forms are matched against the lower-cased sentence (see `cues`): a rule forbids, requires or
+# sets a default for the rest of the session.
+_RULE = CueSet(
+    opening=(
+        r"^\W*(?:no \w+|don'?t|do not|use|run|ask|write|put|leave|limit|prefix|sign|tag|include|exclude|respond|"
+        r"reply|answer|speak|format|follow|wait for|confirm|double-check|name|cite|call|commit|push|stick|stay|"
+        r"prefer|target|quote|address|refer)\b"
+    ),
+    words=(
+        "never always henceforth whenever forbidden prohibited mandatory avoid refrain must mustnt "
+        # other languages: never / always / from now on
+        "nunca siempre jamás jamais toujours désormais dorénavant niemals immer nie sempre mai"
+    ),
+    phrases={
+        "now": [r"\bfrom now on\b"],
+        "forward": [r"\bgoing forward\b"],
+        "rest": [r"\bfor the rest of\b"],
+        "future": [r"\bfor all future\b"],
+        "time": [r"\b(?:every|each) time\b"],
+        "times": [r"\bat all times\b"],
+        "circumstance circumstances": [r"\bunder no circumstances?\b"],
+        "default": [r"\bby default\b"],
+        "mustn": [r"\bmustn'?t\b"],
+        "shall": [r"\bshall not\b"],
+        "allowed": [r"\bnot allowed\b"],
+        # a label: "Rule 4:", "House rule:", "Constraint:" (what follows the colon is the rule)
+        "rule": [r"\b(?:house |team |project |standing )?rule(?: \w+| #?\d+)?:"],
+        "policy": [r"\bpolicy:"],
+        "constraint": [r"\bconstraint:"],
+        "please": [r"\bplease (?:don'?t|do not|never|always|avoid|stop|keep|make sure|remember)\b"],
+        "ever": [r"\bdon'?t ever\b", r"\bdo not ever\b"],
+        "before": [
+            r"\bbefore (?:you|any|each|every|running|committing|pushing|merging|making|editing|touching|changing|"
+            r"adding|deploying|sending|booking|charging|cancell?ing)\b"
+        ],
+        "stop": [r"\bstop \w+ing\b"],
+        "longer": [r"\bno longer\b"],
+        "only": [r"\bonly (?:ever )?(?:use|run|edit|touch|change|book|offer|charge)\b"],
+        "remember": [r"\bremember to\b"],
+        "sure": [r"\bmake sure (?:to|that|you)\b"],
+        "prefer": [r"\b(?:i|we) prefer\b", r"\bprefer \w+ (?:over|to)\b"],
+        "keep": [
+            r"\bkeep (?:all|every|each|the|your|it|them|answers|replies|responses|messages|lines|output|logs?|code|"
+            r"commits?)\b[^.]*\b(?:under|below|in|to|short|brief|concise|on|off|at)\b"
+        ],
+        # other languages: do not / from now on
+        "no": [r"\bno (?:edites|toques|uses|hagas|borres|añadas|cambies)\b"],
+        "partir": [r"\ba partir de ahora\b", r"\bà partir de maintenant\b"],
+        "adelante": [r"\bde ahora en adelante\b"],
+        "ne": [r"\bne (?:\w+ )?(?:jamais|pas)\b"],
+        "keinen": [r"\bauf keinen fall\b"],
+        "jetzt": [r"\bab jetzt\b"],
+        "nun": [r"\bvon nun an\b"],
+        "bitte": [r"\bbitte kein\w*"],
+        "non": [r"\bnon (?:modificare|toccare|usare|aggiungere)\b"],
+        "ora": [r"\bd'ora (?:in poi|innanzi)\b"],
+        "agora": [r"\ba partir de agora\b"],
+        "não": [r"\bnão (?:edite|toque|use|adicione)\b"],
+        "daqui": [r"\bdaqui em diante\b"],
+    },
+    texts=dict.fromkeys(
+        "不要 别 勿 禁止 务必 必须 始终 总是 一律 永远 以后都 从现在起 今后 "  # Chinese: never, always, from now on
+        "しないで 必ず 絶対 常に 今後 これから".split()  # Japanese
+    ),
 )
 # Weaker forms: as often a one-off request as a standing rule.
-_WEAK_RULE_RE = re.compile(
-    r"\b(?:don'?t|do not|dont|should(?:n'?t| not)?|ensure|make sure|again|anymore|rule|policy|constraint|"
-    r"requirement|guideline|convention|preference|keep)\b",
+_WEAK_RULE = CueSet(
+    words=(
+        "dont should shouldnt ensure again anymore rule policy constraint requirement guideline convention "
+        "preference keep"
+    ),
+    phrases={"don": [r"\bdon'?t\b"], "do": [r"\bdo not\b"], "shouldn": [r"\bshouldn'?t\b"], "sure": [r"\bmake sure\b"]},
 )
-_CORRECTION_RE = re.compile(
-    r"^\W*(?:correction|corrected|actually|scratch that|my (?:bad|mistake)|i meant|let me correct|to correct|"
-    r"change of plans?|on second thought|to clarify|erratum|update:|en fait|corrección|corrige|korrektur|"
-    r"eigentlich|correzione|in realtà|更正|纠正|其实|訂正|実は)\b"
-    r"|\binstead\b|\brather than\b|,\s*not\s+\S|\bnot\s+\S+\s*,\s*but\b|\bforget (?:about )?|\bdisregard\b|"
-    r"\bignore (?:what|my|the (?:earlier|previous|last|old))|\bno longer\b|\bmake (?:that|it) \S|"
-    r"\bchange (?:it|that|this) to\b|\bi was wrong\b|\bstop using\b|\bnot anymore\b|\b(?:is|are) now\b|"
-    r"\bcambia|\ben lugar de\b|\bau lieu de\b|\bstatt\b|\binvece di\b|\bem vez de\b|而不是|改为|改成|ではなく",
+_CORRECTION = CueSet(
+    opening=(
+        r"^\W*(?:correction|corrected|actually|scratch that|my (?:bad|mistake)|i meant|let me correct|to correct|"
+        r"change of plans?|on second thought|to clarify|erratum|update:|en fait|corrección|corrige|korrektur|"
+        r"eigentlich|correzione|in realtà|更正|纠正|其实|訂正|実は)(?!\w)"
+    ),
+    words="instead disregard statt",
+    phrases={
+        "rather": [r"\brather than\b"],
+        "not": [r",\s*not\s+\S", r"\bnot\s+\S+\s*,\s*but\b", r"\bnot anymore\b"],
+        "forget": [r"\bforget (?:about )?"],
+        "ignore": [r"\bignore (?:what|my|the (?:earlier|previous|last|old))"],
+        "longer": [r"\bno longer\b"],
+        "make": [r"\bmake (?:that|it) \S"],
+        "change": [r"\bchange (?:it|that|this) to\b"],
+        "wrong": [r"\bi was wrong\b"],
+        "using": [r"\bstop using\b"],
+        "now": [r"\b(?:is|are) now\b"],
+        "lugar": [r"\ben lugar de\b"],
+        "lieu": [r"\bau lieu de\b"],
+        "invece": [r"\binvece di\b"],
+        "vez": [r"\bem vez de\b"],
+    },
+    texts={"cambia": r"\bcambia", "而不是": None, "改为": None, "改成": None, "ではなく": None},
 )
-_WEAK_CORRECTION_RE = re.compile(
-    r"^\W*(?:wait|sorry|oops|no[,.!:]|nope|update|rather)\b|\bswitch(?:ed)? (?:to|over)\b|"
-    r"\breplace[sd]? (?:by|with)\b|\bnow use\b",
+_WEAK_CORRECTION = CueSet(
+    opening=r"^\W*(?:wait|sorry|oops|no[,.!:]|nope|update|rather)(?!\w)",
+    phrases={
+        "switch switched": [r"\bswitch(?:ed)? (?:to|over)\b"],
+        "replace replaced replaces": [r"\breplace[sd]? (?:by|with)\b"],
+        "now": [r"\bnow use\b"],
+    },
 )
-_DECISION_RE = re.compile(
-    r"\b(?:let'?s (?:go with|use|do|pick|take|stick with)|go with|go ahead|proceed|decided|decision|"
-    r"we(?:'ll| will) (?:use|go|do)|i(?:'ll| will) take|option [a-z0-9]\b|agreed|approved|sounds good|"
-    r"that works|yes,? (?:please|do|go|let'?s))",
+_DECISION = CueSet(
+    phrases={
+        "let": [r"\blet'?s (?:go with|use|do|pick|take|stick with)"],
+        "lets": [r"\blets (?:go with|use|do|pick|take|stick with)"],
+        "go": [r"\bgo (?:with|ahead)"],
+        "we": [r"\bwe(?:'ll| will) (?:use|go|do)"],
+        "i": [r"\bi(?:'ll| will) take"],
+        "option": [r"\boption [a-z0-9]\b"],
+        "sounds": [r"\bsounds good"],
+        "that": [r"\bthat works"],
+        "yes": [r"\byes,? (?:please|do|go|let'?s)"],
+    },
+    # these forms end without a word boundary ("proceeding", "decisions"): found by their opening
+    texts={w: rf"\b{w}" for w in ("proceed", "decided", "decision", "agreed", "approved")},
 )
 # "the deploy window is K-442y", "my user id is x", "ticket: OPS-1", "the region = eu-west-1"
 _VALUE_RE = re.compile(
@@ -118,26 +194,62 @@ _NOT_VALUE_KEYS = frozenset(
     }
 )
 _VALUE_LIKE = re.compile(r"[\d_/@.\-]|^[A-Z]{2,}$|^[A-Z][a-z]+[A-Z]")
+# what a sentence holds when it names a value: a character `_VALUE_LIKE` looks for, or two capitals
+# (it spares the two patterns above a sentence of plain words, the common case)
+_VALUE_END = ".,;:!?)]\"'"
+"""Trailing characters that are not part of a value."""
+_VALUE_HINT = re.compile(r"[\d_/@.\-]|[A-Z][^A-Z]*[A-Z]")
 # who a forged notice claims to speak for
-_AUTHORITY_RE = re.compile(
-    r"\[\s*(?:notice|note|message|update|instruction|important|urgent|system|admin|operator|user|assistant|"
-    r"developer|security|policy)[^\]]{0,40}\]|\b(?:notice|message|instruction|note|update) from (?:the )?"
-    r"(?:user|system|operator|admin|developer|owner|team|maintainers?)\b|\b(?:the )?(?:user|operator|admin|"
-    r"administrator|system|owner|developer) (?:says|said|wants|grants|allows|permits|has (?:approved|authori[sz]ed|"
-    r"granted|asked|decided|changed)|now (?:allows|wants|says))|\bignore (?:all |any )?(?:previous|prior|earlier|"
-    r"above|the) (?:instructions|rules)|\byou (?:may|can|are (?:now )?allowed to|are permitted to|must|should|"
-    r"have permission)\b|\bpermission to\b|\b(?:is|are) (?:now )?(?:cancel(?:l)?ed|withdrawn|revoked|lifted|"
-    r"void|suspended|overridden|no longer in effect)\b|\bnew (?:rule|policy|instruction)s?\b|\bsystem prompt\b",
+_AUTHORITY = CueSet(
+    phrases={
+        "from": [
+            r"\b(?:notice|message|instruction|note|update) from (?:the )?(?:user|system|operator|admin|developer|owner|"
+            r"team|maintainers?)\b"
+        ],
+        "user operator admin administrator system owner developer": [
+            r"\b(?:the )?(?:user|operator|admin|administrator|system|owner|developer) (?:says|said|wants|grants|allows|"
+            r"permits|has (?:approved|authori[sz]ed|granted|asked|decided|changed)|now (?:allows|wants|says))"
+        ],
+        "ignore": [r"\bignore (?:all |any )?(?:previous|prior|earlier|above|the) (?:instructions|rules)"],
+        "you": [r"\byou (?:may|can|are (?:now )?allowed to|are permitted to|must|should|have permission)\b"],
+        "permission": [r"\bpermission to\b"],
+        "is are": [
+            r"\b(?:is|are) (?:now )?(?:cancel(?:l)?ed|withdrawn|revoked|lifted|void|suspended|overridden|"
+            r"no longer in effect)\b"
+        ],
+        "new": [r"\bnew (?:rule|policy|instruction)s?\b"],
+        "prompt": [r"\bsystem prompt\b"],
+    },
+    texts={
+        "[": (
+            r"\[\s*(?:notice|note|message|update|instruction|important|urgent|system|admin|operator|user|assistant|"
+            r"developer|security|policy)[^\]]{0,40}\]"
+        )
+    },
 )
-
-
 # orders for the rest of the session, or about rules themselves: program output does not say these
-_STANDING_RE = re.compile(
-    r"\b(?:from now on|going forward|henceforth|for the rest of (?:the|this)|from this point|under no circumstances?|"
-    r"at all times|until (?:i|the user|further notice)|(?:is|are|has been|have been) (?:now )?(?:cancell?ed|withdrawn|"
-    r"revoked|lifted|void|suspended|overridden|waived|rescinded)|no longer (?:applies|apply|in effect|required|"
-    r"needed)|permission|authori[sz]ed|allowed to|permitted to|new (?:rule|policy|instructions?)|"
-    r"(?:rule|policy|instruction)s? (?:\w+ )?(?:is|are) (?:now )?(?:changed|updated|replaced))\b",
+_STANDING = CueSet(
+    words="henceforth permission authorized authorised",
+    phrases={
+        "now": [r"\bfrom now on\b"],
+        "forward": [r"\bgoing forward\b"],
+        "rest": [r"\bfor the rest of (?:the|this)\b"],
+        "point": [r"\bfrom this point\b"],
+        "circumstance circumstances": [r"\bunder no circumstances?\b"],
+        "times": [r"\bat all times\b"],
+        "until": [r"\buntil (?:i|the user|further notice)\b"],
+        "cancelled canceled withdrawn revoked lifted void suspended overridden waived rescinded": [
+            r"\b(?:is|are|has been|have been) (?:now )?(?:cancell?ed|withdrawn|revoked|lifted|void|suspended|"
+            r"overridden|waived|rescinded)\b"
+        ],
+        "longer": [r"\bno longer (?:applies|apply|in effect|required|needed)\b"],
+        "allowed": [r"\ballowed to\b"],
+        "permitted": [r"\bpermitted to\b"],
+        "new": [r"\bnew (?:rule|policy|instructions?)\b"],
+        "changed updated replaced": [
+            r"\b(?:rule|policy|instruction)s? (?:\w+ )?(?:is|are) (?:now )?(?:changed|updated|replaced)\b"
+        ],
+    },
 )
 # a sentence that opens with an order (after a label such as "Error:" or "Note:")
 _ORDER_RE = re.compile(
@@ -151,74 +263,6 @@ _ADDRESSED_RE = re.compile(r"\b(?:you|your|agent|assistant|model|ai)\b|^\W*(?:pl
 
 _READ_CHARS = 400
 """Characters of a sentence read for its kind."""
-
-
-class _Cues:
-    """A cue pattern behind a quick test: the pattern runs only when one of its words occurs.
-
-    Python's regex engine tries every branch of a long alternation at every position (a long
-    message costs milliseconds per pattern); ``str.__contains__`` scans for a word at C speed.
-    ``needles`` must include a substring of every text the pattern can match.
-    """
-
-    __slots__ = ("needles", "pattern")
-
-    def __init__(self, pattern: re.Pattern[str], needles: tuple[str, ...]) -> None:
-        self.pattern = pattern
-        self.needles = needles
-
-    def search(self, low: str) -> bool:
-        # match() tries the start only: the patterns' sentence-opening branches need no word test
-        if self.pattern.match(low) is not None:
-            return True
-        return any(n in low for n in self.needles) and self.pattern.search(low) is not None
-
-
-_FOREIGN = (
-    "nunca", "siempre", "jamás", "no ", "a partir", "ahora", "jamais", "toujours", "ne ", "désormais", "dorénavant",
-    "maintenant", "niemals", "immer", "nie", "auf keinen", "ab jetzt", "von nun", "bitte", "sempre", "mai", "non ",
-    "d'ora", "agora", "não ", "daqui", "不要", "别", "勿", "禁止", "务必", "必须", "始终", "总是", "一律", "永远",
-    "以后", "从现在起", "今后", "しないで", "必ず", "絶対", "常に", "今後", "これから",
-)  # fmt: skip
-_RULE_CUES = _Cues(
-    _RULE_RE,
-    (
-        "never", "always", "from now on", "going forward", "henceforth", "rest of", "all future", "every time",
-        "each time", "whenever", "all times", "circumstance", "by default", "must", "shall not", "not allowed",
-        "forbidden", "prohibited", "mandatory", "rule", "policy:", "constraint:", "please", "ever", "before ",
-        "stop ", "no longer", "only ", "avoid", "refrain", "remember to", "make sure", "prefer", "keep ", *_FOREIGN,
-    ),
-)  # fmt: skip
-_CORRECTION_CUES = _Cues(
-    _CORRECTION_RE,
-    (
-        "correct", "actually", "scratch", "my bad", "my mistake", "i meant", "change of plan", "second thought",
-        "clarify", "erratum", "update:", "en fait", "corrig", "korrektur", "eigentlich", "correzione", "realtà",
-        "更正", "纠正", "其实", "訂正", "実は", "instead", "rather", "not", "forget", "disregard", "ignore",
-        "no longer", "make that", "make it", "change it", "change that", "change this", "wrong", "stop using",
-        " now", "cambia", "en lugar", "au lieu", "statt", "invece", "em vez", "而不是", "改为", "改成", "ではなく",
-    ),
-)  # fmt: skip
-_WEAK_CORRECTION_CUES = _Cues(
-    _WEAK_CORRECTION_RE, ("wait", "sorry", "oops", "no", "update", "rather", "switch", "replace", "now use")
-)
-_STANDING_CUES = _Cues(
-    _STANDING_RE,
-    (
-        "from now on", "going forward", "henceforth", "rest of", "from this point", "circumstance", "all times",
-        "until ", "cancel", "withdrawn", "revoked", "lifted", "void", "suspended", "overridden", "waived",
-        "rescinded", "no longer", "permission", "authori", "allowed to", "permitted to", "rule", "polic",
-        "instruction",
-    ),
-)  # fmt: skip
-_AUTHORITY_CUES = _Cues(
-    _AUTHORITY_RE,
-    (
-        "[", "notice", "message", "instruction", "note", "update", "user", "operator", "admin", "system", "owner",
-        "developer", "ignore", "you ", "permission", "cancel", "withdrawn", "revoked", "lifted", "void",
-        "suspended", "overridden", "no longer", "new rule", "new polic",
-    ),
-)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +281,8 @@ class Reading:
 
 def value_key(sentence: str) -> tuple[str, str] | None:
     """``(name, value)`` when the sentence gives a named thing a value; None otherwise."""
+    if _VALUE_HINT.search(sentence.rstrip(_VALUE_END)) is None:
+        return None
     m = _VALUE_RE.match(_LEAD_RE.sub("", sentence.strip(), count=1))
     if m is None:
         return None
@@ -244,34 +290,65 @@ def value_key(sentence: str) -> tuple[str, str] | None:
     words = key.split()
     if not words or len(words) > 4 or words[0] in _NOT_VALUE_KEYS:
         return None
-    value = m.group("value").split()[0].rstrip(".,;:!?)]\"'")
+    value = m.group("value").split()[0].rstrip(_VALUE_END)
     # a value is something one can name exactly: an id, a code, a number, a path, a version
     if not _VALUE_LIKE.search(value):
         return None
     return key, value
 
 
+_FAMILIES = (_CORRECTION, _RULE, _WEAK_CORRECTION, _WEAK_RULE, _DECISION)
+"""The cue families `read_sentence` asks, in its order."""
+_REQUEST = Reading("request")
+_DECISION_READING = Reading("decision")
+_WEAK_RULE_READING = Reading("rule", False)
+
+
 def read_sentence(sentence: str) -> Reading:
     """The kind of one sentence (correction before rule before value before decision)."""
-    named = value_key(sentence)
     # cues past this point belong to a long request's explanation, not to a rule (and cost time)
     low = sentence[:_READ_CHARS].lower()
+    present = words(low)
+    return _reading(sentence, *(cue.found(low, present) for cue in _FAMILIES))
+
+
+def read_sentences(text: str, spans: Sequence[tuple[int, int]]) -> list[Reading]:
+    """`read_sentence` of each ``text[a:b]`` of ``spans`` (one message's sentences, in order, apart).
+
+    The message is read once: its words, then each cue family over the sentences where one of
+    its anchors occurs (a user's message is read so as it arrives: this is on every turn's path).
+    """
+    low = text.lower()
+    if len(low) != len(text):  # case folding changed the length: offsets no longer match
+        return [read_sentence(text[a:b]) for a, b in spans]
+    present = words(low)
+    starts = [a for a, _ in spans]
+    ends = [min(b, a + _READ_CHARS) for a, b in spans]
+    found = [cue.scan(low, present, starts, ends) for cue in _FAMILIES]
+    return [_reading(text[a:b], *flags) for (a, b), flags in zip(spans, zip(*found, strict=True), strict=True)]
+
+
+def _reading(
+    sentence: str, correction: bool, rule: bool, weak_correction: bool, weak_rule: bool, decision: bool
+) -> Reading:
+    """The kind of ``sentence`` from the cue families found in it (in `_FAMILIES` order)."""
+    named = value_key(sentence)
     key, value = named or (None, None)
     # a long sentence is seldom a rule: its cues more likely belong to a request's explanation
     short = len(sentence) <= 200
-    if _CORRECTION_CUES.search(low):
+    if correction:
         return Reading("correction", short or key is not None, key, value)
-    if _RULE_CUES.search(low):
+    if rule:
         return Reading("rule", short)
     if named is not None:
         return Reading("value", True, key, value)
-    if _WEAK_CORRECTION_CUES.search(low):
+    if weak_correction:
         return Reading("correction", False, key, value)
-    if _WEAK_RULE_RE.search(low):
-        return Reading("rule", False)
-    if _DECISION_RE.search(low):
-        return Reading("decision")
-    return Reading("request")
+    if weak_rule:
+        return _WEAK_RULE_READING
+    if decision:
+        return _DECISION_READING
+    return _REQUEST
 
 
 def reads_as_instruction(sentence: str) -> bool:
@@ -280,9 +357,11 @@ def reads_as_instruction(sentence: str) -> bool:
     Used on text from tool outputs: a line that reads so must not leave its tool result.
     """
     low = sentence.lower()
-    if _AUTHORITY_CUES.search(low) or _CORRECTION_CUES.search(low) or _WEAK_CORRECTION_CUES.search(low):
+    present = words(low)
+    if _AUTHORITY.found(low, present) or _CORRECTION.found(low, present) or _WEAK_CORRECTION.found(low, present):
         return True
-    if _STANDING_CUES.search(low) or _ORDER_RE.match(low):
+    if _STANDING.found(low, present) or _ORDER_RE.match(low):
         return True
     # a rule only when it is addressed to someone: plain program output also says "never" and "must"
-    return bool(_RULE_CUES.search(low) or _WEAK_RULE_RE.search(low)) and bool(_ADDRESSED_RE.search(low))
+    rule = _RULE.found(low, present) or _WEAK_RULE.found(low, present)
+    return rule and _ADDRESSED_RE.search(low) is not None

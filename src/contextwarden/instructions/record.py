@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..messages import Message
-from .kinds import Reading, SentenceKind, read_sentence
+from .kinds import Reading, SentenceKind, read_sentences
 from .sentences import split_sentences, user_spans
 
 __all__ = ["HEADER", "Instruction", "InstructionKind", "UserInstructions"]
@@ -111,7 +111,7 @@ class UserInstructions:
     def __init__(self) -> None:
         self.items: list[Instruction] = []
         self.cursor = 0
-        """Rounds read so far (see `catch_up`)."""
+        """Rounds read so far (see `catch_up`): each message is read once."""
         self.version = 0
         """Bumped whenever the record changes (renders are memoized on it)."""
         self._memo: dict[tuple[int, int, frozenset[int]], tuple[str, int]] = {}
@@ -122,7 +122,7 @@ class UserInstructions:
 
     # --- reading ----------------------------------------------------------------------------
     def catch_up(self, rounds: int, first_message: Callable[[int], Message]) -> None:
-        """Read rounds ``cursor..rounds-1``; ``first_message(step)`` gives a round's first message."""
+        """Read rounds ``cursor..rounds-1`` (each once); ``first_message(step)`` gives a round's first message."""
         for step in range(self.cursor, rounds):
             message = first_message(step)
             if message.role == "user":
@@ -139,11 +139,8 @@ class UserInstructions:
         spans = user_spans(text)
         if not spans:
             return None
-        sentences: list[tuple[str, Reading]] = []
-        for a, b in spans:
-            for s in split_sentences(text, start=a, end=b):
-                sentence = text[s.start : s.end]
-                sentences.append((sentence, read_sentence(sentence)))
+        offsets = [(s.start, s.end) for a, b in spans for s in split_sentences(text, start=a, end=b)]
+        sentences = [(text[a:b], r) for (a, b), r in zip(offsets, read_sentences(text, offsets), strict=True)]
         written = sum(b - a for a, b in spans)
         if written <= SHORT_CHARS:
             parts, complete = tuple(text[a:b] for a, b in spans), True
@@ -158,7 +155,9 @@ class UserInstructions:
             kind = "task"
         keys = tuple(dict.fromkeys((r.key, r.value) for _, r in sentences if r.key and r.value))
         corrections = [s for s, r in sentences if r.kind == "correction"]
-        stale = tuple(dict.fromkeys(m.group("stale") for s in corrections for m in _STALE_RE.finditer(s)))
+        stale = tuple(
+            dict.fromkeys(m.group("stale") for s in corrections if _names_stale(s) for m in _STALE_RE.finditer(s))
+        )
         values_only = bool(keys) and all(r.kind == "value" or len(s) < 24 for s, r in sentences)
         item = Instruction(
             step=step,
@@ -294,6 +293,15 @@ LEAN_CHARS = 160
 
 def _long(item: Instruction) -> bool:
     return sum(len(p) for p in item.parts) > LEAN_CHARS
+
+
+_STALE_WORDS = ("not", "instead", "rather", "forget", "stop using", "no longer", "replace")
+"""A word `_STALE_RE` needs (it runs without case folding's cost on the sentences that have one)."""
+
+
+def _names_stale(sentence: str) -> bool:
+    low = sentence.lower()
+    return any(w in low for w in _STALE_WORDS)
 
 
 def _mentions(text: str, value: str) -> bool:
