@@ -21,6 +21,11 @@ from contextwarden.instructions import read_sentence, reads_as_instruction, spli
         "Ne modifie jamais le dossier vendor/.",
         "请不要修改 vendor 目录。",
         "Constraint: the API must stay backwards compatible.",
+        "Quick note — leave the generated files alone.",
+        "By the way, don't bump any versions unless I ask.",
+        "Oh, and one thing: no force pushes.",
+        "Coding convention: module names are nouns.",
+        "Guideline 3: every script starts with set -e.",
     ],
 )
 def test_standing_rules_in_other_wordings(sentence: str) -> None:

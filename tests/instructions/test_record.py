@@ -113,3 +113,26 @@ def test_the_section_changes_only_when_the_user_speaks() -> None:
     others = [Message.assistant("ok"), Message.tool_result("c", "x"), Message.assistant("y")]
     record.catch_up(3, lambda step: others[step])
     assert record.render(max_tokens=300, count=COUNTER.count_text) == first
+
+
+def test_before_any_rule_leaves_a_long_message_shows_only_its_binding_sentences() -> None:
+    record = UserInstructions()
+    filler = " ".join(f"The module number {i} loads its settings from the shared file." for i in range(7))
+    whole = record.observe(Message.user(f"Port the loader to the new API. {filler} Never edit anything under gen/."), 0)
+    assert whole is not None and whole.complete and whole.core == ("Never edit anything under gen/.",)
+    for i in range(1, 9):
+        record.observe(Message.user(f"Rule {i}: keep module {i} free of global state."), i)
+    assert record.render(max_tokens=2000, count=COUNTER.count_text)[1] > 260
+    text, tokens = record.render(max_tokens=260, count=COUNTER.count_text)
+    assert tokens <= 260 and "Not shown" not in text  # every rule stays...
+    assert all(f"Rule {i}: keep module {i} free of global state." in text for i in range(1, 9))
+    assert '#0 rule: Never edit anything under gen/. [rest: read_context("#0")]' in text  # ...the long one shrank
+
+
+def test_the_same_words_sent_again_are_shown_once_at_the_newest_step() -> None:
+    record = UserInstructions()
+    record.observe(Message.user("Run the benchmarks against the competition, please."), 2)
+    record.observe(Message.user("Never touch vendor/."), 3)
+    again = record.observe(Message.user("Run the benchmarks against the competition, please."), 9)
+    assert again is not None and again.replaces == ()  # it replaces nothing: the words stand as they stood
+    assert [i.step for i in record.current()] == [3, 9]

@@ -31,7 +31,10 @@ _I = re.IGNORECASE
 # sets a default for the rest of the session.
 _RULE = CueSet(
     opening=(
-        r"^\W*(?:no \w+|don'?t|do not|use|run|ask|write|put|leave|limit|prefix|sign|tag|include|exclude|respond|"
+        # after a short lead-in ("Quick note —", "Oh, and one thing:", "By the way,")
+        r"^\W*(?:(?:[^\W\d_][\w']*[ ,]*){1,5}?[:—–]+\s*|(?:by the way|btw|also|and|oh|oh and|plus|one more thing|ps|"
+        r"fyi)\s*,\s*)?"
+        r"(?:no \w+|don'?t|do not|use|run|ask|write|put|leave|limit|prefix|sign|tag|include|exclude|respond|"
         r"reply|answer|speak|format|follow|wait for|confirm|double-check|name|cite|call|commit|push|stick|stay|"
         r"prefer|target|quote|address|refer)\b"
     ),
@@ -52,10 +55,12 @@ _RULE = CueSet(
         "mustn": [r"\bmustn'?t\b"],
         "shall": [r"\bshall not\b"],
         "allowed": [r"\bnot allowed\b"],
-        # a label: "Rule 4:", "House rule:", "Constraint:" (what follows the colon is the rule)
-        "rule": [r"\b(?:house |team |project |standing )?rule(?: \w+| #?\d+)?:"],
-        "policy": [r"\bpolicy:"],
-        "constraint": [r"\bconstraint:"],
+        # a label: "Rule 4:", "House rule:", "Constraint #2:", "Team convention:" (the rule follows it)
+        "rule rules policy policies constraint constraints guideline guidelines convention conventions requirement "
+        "requirements principle principles": [
+            r"\b(?:(?:house|team|project|standing|coding|style|repo|our|my)\s+)?(?:rule|polic(?:y|ies)|constraint|"
+            r"guideline|convention|requirement|principle)s?(?: \w+| #?\d+)?:"
+        ],
         "please": [r"\bplease (?:don'?t|do not|never|always|avoid|stop|keep|make sure|remember)\b"],
         "ever": [r"\bdon'?t ever\b", r"\bdo not ever\b"],
         "before": [

@@ -10,12 +10,14 @@ Supersession: a later statement that gives a named thing a new value ("the deplo
 K-481y"), or a correction that names the value it replaces ("…, not K-209y", "instead of npm",
 "forget the staging host"), supersedes the earlier statement. A superseded statement of a value
 leaves the section and the newer one says which step it replaces; a superseded rule stays,
-marked as changed by the newer step (rules are never dropped by a guess).
+marked as changed by the newer step (rules are never dropped by a guess). The same words sent
+again are shown once, at the newest step.
 
 Rendering is bounded (`render`): when the user wrote more than the section's room, plain
 requests go first, oldest first, then decisions and the task, and binding statements (rules,
-corrections, values) last; whatever is left out is named by step on a closing line, with the
-read-back call, so no rule is ever dropped silently.
+corrections, values) last, and before any of those leaves, a long message shows only its binding
+sentences; whatever is left out is named by step on a closing line, with the read-back call, so
+no rule is ever dropped silently.
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ class Instruction:
     """Verbatim pieces of the message: the whole message, or its opening and instruction sentences."""
     complete: bool = True
     """False when ``parts`` leave out some of the message."""
+    core: tuple[str, ...] = ()
+    """Its unmistakably binding sentences (rules, corrections, values), verbatim, when they are a small part
+    of ``parts``: what a full section shows of it before any binding statement leaves (empty: ``parts`` are all)."""
     keys: tuple[tuple[str, str], ...] = ()
     """Named values the message states: ``(name, value)``."""
     stale: tuple[str, ...] = ()
@@ -115,6 +120,8 @@ class UserInstructions:
         self.version = 0
         """Bumped whenever the record changes (renders are memoized on it)."""
         self._memo: dict[tuple[int, int, frozenset[int]], tuple[str, int]] = {}
+        self._by_parts: dict[tuple[str, ...], int] = {}
+        """Index of the newest item showing these exact words."""
         self._line_tokens: dict[str, int] = {}
 
     def __len__(self) -> int:
@@ -159,6 +166,7 @@ class UserInstructions:
             dict.fromkeys(m.group("stale") for s in corrections if _names_stale(s) for m in _STALE_RE.finditer(s))
         )
         values_only = bool(keys) and all(r.kind == "value" or len(s) < 24 for s, r in sentences)
+        core = _core(sentences, parts)
         item = Instruction(
             step=step,
             values_only=values_only,
@@ -167,6 +175,7 @@ class UserInstructions:
             kind=kind,
             parts=parts,
             complete=complete,
+            core=core,
             keys=keys,
             stale=stale,
         )
@@ -177,6 +186,12 @@ class UserInstructions:
 
     def _supersede(self, new: Instruction) -> Instruction:
         """Mark what ``new`` replaces; returns ``new`` with its ``replaces``."""
+        # the same words again (a user resending a message): the section shows them once, the newest
+        # (it replaces nothing: what it says stands as it stood)
+        repeated = self._by_parts.get(new.parts)
+        self._by_parts[new.parts] = len(self.items)
+        if repeated is not None and self.items[repeated].superseded_by is None:
+            self.items[repeated] = replace(self.items[repeated], superseded_by=new.step)
         names = {key for key, _ in new.keys}
         if not names and not new.stale:  # most messages name no value: nothing to look up
             return new
@@ -245,7 +260,15 @@ class UserInstructions:
         left_out: list[Instruction] = []
         if total > max_tokens:
             binding = 0  # counted as they leave: the closing line's estimate must not walk the list each time
+            shrinkable = [i for i in shown if i.core and _priority(i) == 0]
             for item in sorted(shown, key=lambda i: (-_priority(i), i.step)):
+                if shrinkable and _priority(item) == 0:
+                    # before any binding statement leaves, long ones show only their binding sentences
+                    closing = _left_out_estimate(0) if left_out else 0
+                    total -= self._shrink(shrinkable, lines, cost, count, total + closing - max_tokens)
+                    shrinkable = []
+                    if total + closing <= max_tokens:
+                        break
                 left_out.append(item)
                 total -= cost[item.step]
                 binding += _priority(item) == 0
@@ -276,6 +299,26 @@ class UserInstructions:
         if tokens > max_tokens:
             return "", 0
         return text, tokens
+
+    def _shrink(
+        self,
+        items: list[Instruction],
+        lines: dict[int, str],
+        cost: dict[int, int],
+        count: Callable[[str], int],
+        excess: int,
+    ) -> int:
+        """Show ``items`` by their binding sentences (largest saving first) until ``excess`` is freed; tokens freed."""
+        shorter = {i.step: _line(i, core=True) for i in items}
+        saving = {i.step: cost[i.step] - (self._tokens(shorter[i.step], count) + 1) for i in items}
+        freed = 0
+        for item in sorted(items, key=lambda i: -saving[i.step]):
+            if freed >= excess or saving[item.step] <= 0:
+                break
+            lines[item.step] = shorter[item.step]
+            cost[item.step] -= saving[item.step]
+            freed += saving[item.step]
+        return freed
 
     def _tokens(self, line: str, count: Callable[[str], int]) -> int:
         n = self._line_tokens.get(line)
@@ -317,6 +360,23 @@ def _mentions(text: str, value: str) -> bool:
     return False
 
 
+CORE_CHARS = 400
+"""Most characters of a message's binding sentences kept as its `Instruction.core`."""
+
+
+def _core(sentences: list[tuple[str, Reading]], parts: tuple[str, ...]) -> tuple[str, ...]:
+    """The binding sentences of a message when they are at most half of what ``parts`` show; else ()."""
+    core: list[str] = []
+    used = 0
+    for sentence, reading in sentences:
+        if reading.strong and reading.kind in _BINDING and sentence not in core:
+            if used + len(sentence) > CORE_CHARS:
+                break
+            core.append(sentence)
+            used += len(sentence)
+    return tuple(core) if core and 2 * used <= sum(len(p) for p in parts) else ()
+
+
 def _long_parts(sentences: list[tuple[str, Reading]]) -> tuple[str, ...]:
     """Of a long message: its opening sentence and its instruction sentences, within `MESSAGE_CHARS`."""
     parts: list[str] = []
@@ -332,7 +392,8 @@ def _long_parts(sentences: list[tuple[str, Reading]]) -> tuple[str, ...]:
     return tuple(parts)
 
 
-def _line(item: Instruction) -> str:
+def _line(item: Instruction, *, core: bool = False) -> str:
+    """The section's line of ``item``; ``core``: its binding sentences only (see `Instruction.core`)."""
     label = "" if item.kind == "request" else f" {item.kind}"
     marks: list[str] = []
     if item.replaces:
@@ -340,8 +401,9 @@ def _line(item: Instruction) -> str:
     if item.changed_by:
         marks.append("changed by " + ", ".join(f"#{s}" for s in item.changed_by))
     mark = f" ({'; '.join(marks)})" if marks else ""
-    more = "" if item.complete else f' [rest: read_context("#{item.step}")]'
-    return f"#{item.step}{label}{mark}: {item.text}{more}"
+    shown = " … ".join(item.core) if core and item.core else item.text
+    more = "" if item.complete and not (core and item.core) else f' [rest: read_context("#{item.step}")]'
+    return f"#{item.step}{label}{mark}: {shown}{more}"
 
 
 _LISTED = 24
