@@ -398,3 +398,43 @@ def test_what_a_user_stated_long_ago_outlives_newer_tool_output_ids() -> None:
     assert all(value in text for value in stated.values()), text
     # the files a user named are the working set's to rank; the kept facts hold stated values
     assert not any(f.endswith(".py") for f in led.kept_facts)
+
+
+def test_the_output_of_a_call_that_names_what_the_user_stated_outlasts_many_newer_searches() -> None:
+    led = Ledger()
+    led.append(entry_for_round([Message.user("Hi, my account is acct_kim_4471; move my trips to economy.")], step=1))
+    profile = {"user_id": "acct_kim_4471", "reservations": ["RES8KQ2", "RES4ZZ9", "RES7PL1"], "cards": ["card_5521"]}
+    led.append(
+        LedgerEntry(step=2, status="done", intention="get_user(user_id=acct_kim_4471)", facts=tuple(_flat(profile)))
+    )
+    for step in range(3, 15):  # twelve searches, each printing a handful of candidate flights
+        flights = tuple(f"FL{step:02d}{i}" for i in range(6))
+        led.append(LedgerEntry(step=step, status="done", intention=f"search(day={step})", facts=flights))
+    text = led.render(max_tokens=160, count=TIKTOKEN.count_text)
+    assert all(r in text for r in ("RES8KQ2", "RES4ZZ9", "RES7PL1", "card_5521")), text
+
+
+def _flat(doc: dict[str, Any]) -> list[str]:
+    return [v for value in doc.values() for v in (value if isinstance(value, list) else [value])]
+
+
+def test_categories_and_timestamps_from_outputs_rank_below_ids() -> None:
+    led = Ledger()
+    facts = ("gift_card", "one_way", "2024-05-12T05:51:40", "HAT118", "credit_card_9879898")
+    led.append(LedgerEntry(step=1, status="done", intention="get_reservation(id=X)", facts=facts))
+    text = led.render(max_tokens=400, count=TIKTOKEN.count_text)
+    key = text[text.index("Key data") :]
+    shown = [f for _, f in sorted((key.index(f), f) for f in facts)]
+    assert shown == ["HAT118", "credit_card_9879898", "gift_card", "one_way", "2024-05-12T05:51:40"], key
+
+
+def test_a_json_output_keeps_the_names_its_keys_declare() -> None:
+    s, _ = session(2000)
+    profile = {
+        "name": {"first_name": "Omar", "last_name": "Rossi"},
+        "email": "o.rossi@example.com",
+        "dob": "1970-06-06",
+    }
+    s.add([Message.system("You are an airline agent.")])
+    s.add(tool_round("c1", json.dumps(profile), name="get_user_details", user_id="omar_rossi_1241"))
+    assert {"first_name=Omar", "last_name=Rossi"} <= set(s.engine.book.facts(s.engine.rounds[-1]))

@@ -11,6 +11,7 @@ entries keep their facts, the oldest roll up into counts, and facts shown once a
 from __future__ import annotations
 
 import bisect
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -39,6 +40,21 @@ _RANKS = 6
 """`fact_rank` values run from 0 to 5."""
 HEADER = "[Progress ledger: steps already completed; do not repeat them.]"
 KEY_DATA = "Key data by source: "
+
+
+# In a tool's output, two forms rank with plain words, not ids: a category in snake case
+# ("gift_card", "one_way": the same few values recur in every record) and a timestamp to the
+# second (when a record was written, a log line's time: seldom what a later step names).
+_CATEGORY_RE = re.compile(r"[a-z]+(?:_[a-z]+)+")
+_TIMESTAMP_RE = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
+
+
+def _output_rank(fact: str) -> int:
+    """`fact_rank` of a fact lifted from a tool's output (see above)."""
+    rank = fact_rank(fact)
+    if rank == 0 and (_CATEGORY_RE.fullmatch(fact) or _TIMESTAMP_RE.match(fact)):
+        return 3
+    return rank
 
 
 def _source(e: LedgerEntry) -> str:
@@ -253,10 +269,16 @@ class Ledger:
                     buckets[rank].extend(group)
                     for f in group:
                         origin.setdefault(f, _source(e))
+        # a call that names what a user stated (their account id, a path they gave) looked up their own
+        # things: its facts come before other outputs' (the profile read first outlasts later searches)
+        stated = [f for f in buckets[0] if len(f) >= 4]
+        tools = [e for e in reversed(everything) if e.kind != "request"]
+        if stated:
+            named = [e for e in tools if any(f in e.intention for f in stated)]
+            first = {id(e) for e in named}
+            tools = named + [e for e in tools if id(e) not in first]
         gathered = 0
-        for e in reversed(everything):
-            if e.kind == "request":
-                continue
+        for e in tools:
             ranked_facts, weight = self._ranked_facts(e)
             for rank, group in enumerate(ranked_facts):
                 buckets[rank].extend(group)
@@ -344,7 +366,7 @@ class Ledger:
             self._rank_memo.clear()
         groups: list[list[str]] = [[] for _ in range(_RANKS)]
         for f in e.facts:
-            groups[fact_rank(f)].append(f)
+            groups[_output_rank(f) if e.kind != "request" else fact_rank(f)].append(f)
         if e.kind != "request":  # text lifted from a tool output: identifiers, and lines that give no orders
             groups = [admitted(g) for g in groups]
         grouped = tuple(tuple(g) for g in groups)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Literal
 
+from .._json import BadJSON, has_lone_surrogate, loads
 from ..events import EventBus, SnapshotWritten
 from ..instructions import UserInstructions
 from ..keyinfo import is_error_line, key_lines, salient_facts
@@ -413,6 +414,7 @@ class RoundBook:
             found = self.key_lines(index)
             facts = found[:2] if m.is_error else [line for line in found if is_error_line(line)][:2]
             facts += salient_facts(m.text, limit=self.max_facts * 3, scan_chars=self.scan_chars)
+            facts += _name_facts(m.text)
             self._msg_facts[index] = facts
         return facts
 
@@ -533,3 +535,36 @@ class RoundBook:
         self.view_tokens = tokens
         self.dirty = False
         self.view_generation += 1
+
+
+_NAMED = 8
+"""Names a JSON output gives by its keys that its facts keep (labelled, see `_name_facts`)."""
+
+
+def _name_facts(text: str) -> list[str]:
+    """What a JSON output names by its keys (``"first_name": "Omar"``), labelled: ``first_name=Omar``.
+
+    A person's or a place's name is a plain word that ranks below any id; its key says that it
+    names someone, and the label keeps that (and ranks it with the ids) where the key data lists it.
+    """
+    stripped = text.lstrip()
+    if not stripped or stripped[0] not in "[{" or len(text) > 65536:
+        return []
+    try:
+        doc = loads(text)
+    except BadJSON:
+        return []
+    found: list[str] = []
+    stack: list[object] = [doc]
+    while stack and len(found) < _NAMED:
+        node = stack.pop(0)
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if isinstance(value, str) and (key == "name" or key.endswith("_name")) and 0 < len(value) <= 40:
+                    if " " not in value and not has_lone_surrogate(value):
+                        found.append(f"{key}={value}")
+                elif isinstance(value, dict | list):
+                    stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return list(dict.fromkeys(found))[:_NAMED]
