@@ -34,8 +34,8 @@ _RULE = CueSet(
         # after a short lead-in ("Quick note —", "Oh, and one thing:", "By the way,")
         r"^\W*(?:(?:[^\W\d_][\w']*[ ,]*){1,5}?[:—–]+\s*|(?:by the way|btw|also|and|oh|oh and|plus|one more thing|ps|"
         r"fyi)\s*,\s*)?"
-        r"(?:no \w+|don'?t|do not|use|run|ask|write|put|leave|limit|prefix|sign|tag|include|exclude|respond|"
-        r"reply|answer|speak|format|follow|wait for|confirm|double-check|name|cite|call|commit|push|stick|stay|"
+        r"(?:no \w+|don'?t|do not|make sure|ensure|use|run|ask|write|put|leave|limit|prefix|sign|tag|include|exclude|"
+        r"respond|reply|answer|speak|format|follow|wait for|confirm|double-check|name|cite|call|commit|push|stick|stay|"
         r"prefer|target|quote|address|refer)\b"
     ),
     words=(
@@ -58,8 +58,8 @@ _RULE = CueSet(
         # a label: "Rule 4:", "House rule:", "Constraint #2:", "Team convention:" (the rule follows it)
         "rule rules policy policies constraint constraints guideline guidelines convention conventions requirement "
         "requirements principle principles": [
-            r"\b(?:(?:house|team|project|standing|coding|style|repo|our|my)\s+)?(?:rule|polic(?:y|ies)|constraint|"
-            r"guideline|convention|requirement|principle)s?(?: \w+| #?\d+)?:"
+            r"\b(?:(?:house|team|project|standing|coding|style|repo|our|my)\s+)?(?:rules?|polic(?:y|ies)|constraints?|"
+            r"guidelines?|conventions?|requirements?|principles?)(?: \w+| #?\d+)?:"
         ],
         "please": [r"\bplease (?:don'?t|do not|never|always|avoid|stop|keep|make sure|remember)\b"],
         "ever": [r"\bdon'?t ever\b", r"\bdo not ever\b"],
@@ -116,6 +116,7 @@ _CORRECTION = CueSet(
         "rather": [r"\brather than\b"],
         "not": [r",\s*not\s+\S", r"\bnot\s+\S+\s*,\s*but\b", r"\bnot anymore\b"],
         "forget": [r"\bforget (?:about )?"],
+        "scratch": [r"\bscratch (?:that|this|\S+[;,])"],
         "ignore": [r"\bignore (?:what|my|the (?:earlier|previous|last|old))"],
         "longer": [r"\bno longer\b"],
         "make": [r"\bmake (?:that|it) \S"],
@@ -163,7 +164,7 @@ _VALUE_RE = re.compile(
 _LEAD_RE = re.compile(
     r"^(?:\W*(?:for (?:this|the) (?:task|project|session|job|run|trip|booking)|note(?: for [\w ]+)?|correction|"
     r"corrected|actually|also|one more thing|so|and|by the way|fyi|update|updated|sorry|oops|wait|ok(?:ay)?|"
-    r"sure|yes|no|hi|hello|please note|just so you know|remember|reminder)\b[,.:!;]?\s*)+",
+    r"sure|yes|no|hi|hello|please note|just so you know|remember|reminder)\b\s*[,.:!;—–-]?\s*)+",
     _I,
 )
 _NOT_VALUE_KEYS = frozenset(

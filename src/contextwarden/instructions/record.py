@@ -49,9 +49,10 @@ _BINDING: frozenset[str] = frozenset({"rule", "correction", "value"})
 _STRENGTH: Mapping[str, int] = {"correction": 5, "rule": 4, "value": 3, "decision": 2, "request": 1}
 # an observation sent back as a user message (agents without tool calling): a program's output
 _OBSERVATION_RE = re.compile(r"\s*(?:<returncode>|<output>|Observation:|OBSERVATION:|EXECUTION RESULT)")
-# the value a correction replaces: "…, not X", "instead of X", "rather than X", "forget (about) X"
+# the value a correction replaces: "…, not X", "instead of X", "rather than X", "forget (about) X", "scratch X"
 _STALE_RE = re.compile(
-    r"(?:,\s*not|\binstead of|\brather than|\bforget(?: about)?|\bstop using|\bno longer use|\breplace)\s+"
+    r"(?:,\s*not|\binstead of|\brather than|\bforget(?: about)?|\bscratch|\bstop using|\bno longer(?: use)?|"
+    r"\breplace)\s+"
     r"(?:the\s+|using\s+)?(?P<stale>[^\s,.;:!?]+(?:\.[^\s,.;:!?]+)*)",
     re.IGNORECASE,
 )
@@ -97,6 +98,12 @@ class Instruction:
     def text(self) -> str:
         """What the section shows of the message (pieces joined by an ellipsis when some are left out)."""
         return " … ".join(self.parts)
+
+
+def _leaving_order(item: Instruction) -> tuple[int, bool, int]:
+    """The order in which a full section leaves messages out: by `_priority`, then values and corrections
+    before rules (a value is stated again when it changes; a standing rule is said once), oldest first."""
+    return -_priority(item), item.kind == "rule", item.step
 
 
 def _priority(item: Instruction) -> int:
@@ -261,7 +268,7 @@ class UserInstructions:
         if total > max_tokens:
             binding = 0  # counted as they leave: the closing line's estimate must not walk the list each time
             shrinkable = [i for i in shown if i.core and _priority(i) == 0]
-            for item in sorted(shown, key=lambda i: (-_priority(i), i.step)):
+            for item in sorted(shown, key=_leaving_order):
                 if shrinkable and _priority(item) == 0:
                     # before any binding statement leaves, long ones show only their binding sentences
                     closing = _left_out_estimate(0) if left_out else 0
@@ -285,7 +292,7 @@ class UserInstructions:
             # estimates ran over: drop the least binding until their costs cover the excess (and the
             # closing line), then count again; one count per round, not one per message dropped
             excess = tokens - max_tokens + (0 if len(out) > len(shown) + 1 else _left_out_estimate(0))
-            order = sorted(shown, key=lambda i: (-_priority(i), i.step))
+            order = sorted(shown, key=_leaving_order)
             freed = 0
             for item in order:
                 if freed >= excess:
@@ -338,7 +345,7 @@ def _long(item: Instruction) -> bool:
     return sum(len(p) for p in item.parts) > LEAN_CHARS
 
 
-_STALE_WORDS = ("not", "instead", "rather", "forget", "stop using", "no longer", "replace")
+_STALE_WORDS = ("not", "instead", "rather", "forget", "scratch", "stop using", "no longer", "replace")
 """A word `_STALE_RE` needs (it runs without case folding's cost on the sentences that have one)."""
 
 
