@@ -22,11 +22,12 @@ Two checks run over the graph: no cycle between modules, and none between the un
 
 from __future__ import annotations
 
+import ast
 from collections import defaultdict
 
 import pytest
 
-from _import_graph import IMPORTS, MODULES
+from _import_graph import IMPORTS, MODULES, SRC
 
 ALLOWED_EDGES: dict[tuple[str, str], str] = {
     ("contextwarden.llm._http", "contextwarden.llm"): (
@@ -145,3 +146,34 @@ def test_no_module_imports_another_modules_private_names() -> None:
         if _private(name) and imp.target != imp.source
     ]
     assert not found, "make these names public in their module (or move the code):\n" + "\n".join(found)
+
+
+TESTS = SRC.parent / "tests"
+
+TEST_IMPORTS_LEFT: dict[str, str] = {
+    "service/test_responses.py": "test_proxy",
+    "service/test_anthropic.py": "test_proxy",
+    "service/test_request_encodings.py": "test_proxy",
+    "service/test_tenants_and_errors.py": "test_proxy",
+    "service/test_streaming.py": "test_proxy",
+    "service/test_refused_requests.py": "test_proxy",
+    "service/test_history_matching.py": "test_proxy",
+    "service/test_replicas.py": "test_serve",
+    "service/test_read_back_mixed.py": "test_read_back",
+    "memory/test_pgvector.py": "test_session_memory",
+}
+"""Test files that still import from another test module (their shared pieces move to a helpers module)."""
+
+
+def test_no_test_imports_another_test_module() -> None:
+    # A test module imported by another is collected twice when it defines tests under the imported
+    # names, and couples two files that read as independent: shared pieces live in `_helpers`-style modules.
+    found: dict[str, str] = {}
+    for path in sorted(TESTS.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1].startswith("test_"):
+                found[path.relative_to(TESTS).as_posix()] = (node.module or "").split(".")[-1]
+    assert found == TEST_IMPORTS_LEFT, (
+        f"new: {sorted(set(found) - set(TEST_IMPORTS_LEFT))}; fixed (drop from the list): "
+        f"{sorted(set(TEST_IMPORTS_LEFT) - set(found))}"
+    )

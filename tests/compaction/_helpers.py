@@ -334,3 +334,63 @@ def book_totals_ok(book: RoundBook) -> bool:
         and book.system_total == sum(r.view_tokens for r in rounds if r.kind == "system")
         and book.n_evicted == sum(r.state == "evicted" for r in rounds)
     )
+
+
+CLEAR_ONLY = CompactionConfig(
+    high_water=0.9,
+    low_water=0.2,
+    reactive_low_water=0.2,
+    min_low_water=0.1,
+    layers=("clear",),
+    keep_recent_rounds=1,
+    clear_after_rounds=2,
+    tool_result_min_tokens=10**6,  # age-based clearing alone (tool-result summarization: test_strategies.py)
+)
+"""The clear layer alone, by age: what the clearing and engine tests compact with."""
+
+
+# --- eviction scenarios (policies and regressions) -------------------------------------------
+def filler(seed: int, n_chars: int = 700) -> str:
+    """Made-up lower-case words: no identifiers (rounds share none by accident) and a vocabulary of its
+    own per seed (rounds are not near-duplicates by accident)."""
+    rng = random.Random(seed)
+    vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 8))) for _ in range(60)]
+    return " ".join(rng.choice(vocab) for _ in range(n_chars // 6))
+
+
+def fetch(i: int, *, record: str | None = None, **arguments: Any) -> list[Message]:
+    """A tool round whose output starts with its own record id (inside the scanned head)."""
+    rec = record or f"REC-{i:04d}"
+    return tool_round(f"c{i}", f"record {rec}: {filler(i)}", name="fetch", **arguments)
+
+
+def evicted(
+    policy: str, rounds: Sequence[list[Message]], *, want: tuple[int, int] = (2, 4), **overrides: Any
+) -> list[int]:
+    """Indices of the rounds that left the view in the first compaction that evicts ``want`` rounds."""
+    for low in (0.97, 0.94, 0.91, 0.88, 0.85, 0.82, 0.79, 0.76, 0.73, 0.7, 0.65, 0.6):
+        config = CompactionConfig(
+            eviction_policy=policy,  # type: ignore[arg-type]
+            layers=("evict",),
+            keep_recent_rounds=1,
+            low_water=low,
+            **overrides,
+        )
+        probe, _ = session(100_000, config=config)
+        probe.add([Message.system("You audit accounts."), Message.user("Please audit the accounts.")])
+        for r in rounds:
+            probe.add(r)
+        total = probe.prepare(format="internal").status.used
+        s, _ = session(total - 1, config=config)  # one token over: the next prepare compacts
+        s.add([Message.system("You audit accounts."), Message.user("Please audit the accounts.")])
+        for r in rounds:
+            s.add(r)
+        pv = s.prepare(format="internal")
+        assert pv.status.layer == "evict"
+        kept = {m.message_id for m in pv.view}
+        gone = [i for i, r in enumerate(rounds) if r[0].message_id not in kept]
+        for i, r in enumerate(rounds):  # a round leaves whole or stays whole
+            assert all((m.message_id in kept) == (i not in gone) for m in r)
+        if want[0] <= len(gone) <= want[1]:
+            return gone
+    raise AssertionError(f"no low-water mark evicted {want} rounds")

@@ -15,10 +15,9 @@ from contextwarden.compaction.config import CompactionConfig
 from contextwarden.messages import Message
 from contextwarden.session import Session
 
-from ._helpers import COUNTER, check_view, make_text, session, tool_round
-from .test_clearing import CLEAR_ONLY as CLEARING_ONLY
+from ._helpers import CLEAR_ONLY as CLEARING_ONLY, COUNTER, check_view, make_text, session, tool_round
 
-# clearing alone, by age (the same configuration as test_clearing's, without its size-and-use limit)
+# clearing alone, by age (the same configuration as the clearing tests', without its size-and-use limit)
 CLEAR_ONLY = replace(CLEARING_ONLY, tool_result_min_tokens=CompactionConfig().tool_result_min_tokens)
 
 # --- stand-ins: each fact once ----------------------------------------------------------------

@@ -8,8 +8,7 @@ be exactly the first few of the policy's order.
 from __future__ import annotations
 
 import dataclasses
-import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,53 +17,7 @@ from contextwarden.compaction.config import CompactionConfig, HybridWeights
 from contextwarden.compaction.policies import Candidate, order_for_eviction
 from contextwarden.messages import Message, ThinkingPart
 
-from ._helpers import call, session, tool_round
-
-
-def filler(seed: int, n_chars: int = 700) -> str:
-    """Made-up lower-case words: no identifiers (rounds share none by accident) and a vocabulary of its
-    own per seed (rounds are not near-duplicates by accident)."""
-    rng = random.Random(seed)
-    vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 8))) for _ in range(60)]
-    return " ".join(rng.choice(vocab) for _ in range(n_chars // 6))
-
-
-def fetch(i: int, *, record: str | None = None, **arguments: Any) -> list[Message]:
-    """A tool round whose output starts with its own record id (inside the scanned head)."""
-    rec = record or f"REC-{i:04d}"
-    return tool_round(f"c{i}", f"record {rec}: {filler(i)}", name="fetch", **arguments)
-
-
-def evicted(
-    policy: str, rounds: Sequence[list[Message]], *, want: tuple[int, int] = (2, 4), **overrides: Any
-) -> list[int]:
-    """Indices of the rounds that left the view in the first compaction that evicts ``want`` rounds."""
-    for low in (0.97, 0.94, 0.91, 0.88, 0.85, 0.82, 0.79, 0.76, 0.73, 0.7, 0.65, 0.6):
-        config = CompactionConfig(
-            eviction_policy=policy,  # type: ignore[arg-type]
-            layers=("evict",),
-            keep_recent_rounds=1,
-            low_water=low,
-            **overrides,
-        )
-        probe, _ = session(100_000, config=config)
-        probe.add([Message.system("You audit accounts."), Message.user("Please audit the accounts.")])
-        for r in rounds:
-            probe.add(r)
-        total = probe.prepare(format="internal").status.used
-        s, _ = session(total - 1, config=config)  # one token over: the next prepare compacts
-        s.add([Message.system("You audit accounts."), Message.user("Please audit the accounts.")])
-        for r in rounds:
-            s.add(r)
-        pv = s.prepare(format="internal")
-        assert pv.status.layer == "evict"
-        kept = {m.message_id for m in pv.view}
-        gone = [i for i, r in enumerate(rounds) if r[0].message_id not in kept]
-        for i, r in enumerate(rounds):  # a round leaves whole or stays whole
-            assert all((m.message_id in kept) == (i not in gone) for m in r)
-        if want[0] <= len(gone) <= want[1]:
-            return gone
-    raise AssertionError(f"no low-water mark evicted {want} rounds")
+from ._helpers import call, evicted, fetch, filler, tool_round
 
 
 def assert_first_of(gone: list[int], order: list[int]) -> None:

@@ -14,8 +14,7 @@ from contextwarden.messages import Message
 from contextwarden.snapshots import MemorySnapshotStore, safe_session_dir
 from contextwarden.summarize.base import SummaryRequest
 
-from ._helpers import is_context_block, make_text, session, tool_round
-from .test_policies import evicted, fetch, filler
+from ._helpers import evicted, fetch, filler, is_context_block, make_text, session, tool_round
 
 
 # 1 ---------------------------------------------------------------------------------------------
@@ -390,7 +389,7 @@ def test_last_resort_previews_fit_the_room_the_protected_round_has() -> None:
     developer notes in a 2,000-token budget (found by the property test): the head+tail previews
     were sized to a fixed share of the budget, so the view ended a few tokens over and prepare()
     raised BudgetExceeded although the protected set fits."""
-    from .test_properties import Developer, Prepare, Text, Tools, User, build_messages
+    from ._program import Developer, Prepare, Text, Tools, User, build_messages
 
     program = [
         User(Text("small", 7, False), False),

@@ -21,8 +21,8 @@ from contextwarden.adapters import Format, anthropic as anthropic_adapter, to_me
 from contextwarden.cli import app
 
 from ._harness import Failed, fuzz_settings, probe
+from ._messages import anthropic_message, openai_message, responses_item
 from ._strategies import hostile_json_text, lenient_dumps, mutated
-from .test_fuzz_add import anthropic_message, openai_message, responses_item
 
 messages = st.one_of(
     st.lists(openai_message, min_size=1, max_size=4),

@@ -14,8 +14,8 @@ from hypothesis import given, strategies as st
 from contextwarden.adapters import FORMATS, from_messages, to_messages
 
 from ._harness import Failed, fuzz_settings, probe
+from ._messages import anthropic_message, langchain_message, openai_message, responses_item
 from ._strategies import hostile_any, mutated
-from .test_fuzz_add import anthropic_message, langchain_message, openai_message, responses_item
 
 items = st.one_of(
     st.lists(st.one_of(openai_message, responses_item, anthropic_message, langchain_message()), min_size=1, max_size=4),

@@ -16,8 +16,8 @@ import pytest
 
 from _services import POSTGRES_URL, REDIS_URL, unavailable
 
-from .test_fuzz_add import fuzz_add
-from .test_fuzz_tenants import fuzz_tenants
+from ._messages import fuzz_add
+from ._tenants import fuzz_tenants
 
 
 def _unreachable(what: str, exc: BaseException) -> None:

@@ -28,21 +28,10 @@ from contextwarden.exceptions import (
 from contextwarden.messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
 from contextwarden.stores import MemoryStore, SessionInfo, StateWrite
 
+from ._helpers import NASTY_IDS
+
 Backend = Any
 FakeClock = Any
-
-NASTY_IDS = [
-    "../../etc/passwd",
-    "a/b\\c",
-    "quote'\"; DROP TABLE cw_sessions; --",
-    "{cw:x}:meta",
-    "x}",
-    "with space",
-    "%2F",
-    "/",
-    "会话-🙂",
-    "s" * 200,
-]
 
 
 def rounds(count: int, *, prefix: str = "m") -> list[Message]:

@@ -29,8 +29,8 @@ from contextwarden.stores import DEFAULT_LOCK_LEASE, open_store
 from contextwarden.stores.redis import AsyncRedisStore, RedisStore
 
 from . import _writer
+from ._helpers import MAX_ROUNDS, OPTIONS, make_round, opening, shape
 from .conftest import service_missing
-from .test_session_binding import MAX_ROUNDS, OPTIONS, make_round, opening, shape
 
 KILLS = 50
 ROUNDS = 40

@@ -23,8 +23,8 @@ from contextwarden.exceptions import (
 from contextwarden.messages import Message
 from contextwarden.stores import AsyncRedisStore, RedisStore, open_async_store, open_store
 
+from ._helpers import NASTY_IDS
 from .conftest import PortalStore
-from .test_contract import NASTY_IDS
 
 
 @pytest.fixture

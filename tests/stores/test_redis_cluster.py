@@ -22,8 +22,8 @@ from contextwarden.stores import AsyncRedisStore, RedisStore, open_async_store, 
 from contextwarden.stores.redis_url import parse_url
 
 from ._cluster import LocalCluster
+from ._helpers import NASTY_IDS
 from .conftest import FakeClock, cluster_client, drop_cluster_prefix, local_cluster
-from .test_contract import NASTY_IDS
 
 SESSIONS = [*NASTY_IDS, *(f"session-{i:02d}" for i in range(50))]
 

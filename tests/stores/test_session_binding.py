@@ -23,48 +23,23 @@ import anyio
 import pytest
 from anyio.from_thread import BlockingPortal
 
-from compaction._helpers import Recorder, make_text, tool_round
+from compaction._helpers import Recorder
 from contextwarden import toolpairs
 from contextwarden.adapters import from_messages
-from contextwarden.compaction.config import CompactionConfig
 from contextwarden.exceptions import SchemaError, SessionLost, SessionNotFound, SnapshotError
 from contextwarden.messages import Message
 from contextwarden.session import AsyncSession, PreparedView, Session
 from contextwarden.snapshots import MemorySnapshotStore
 
+from ._helpers import MAX_ROUNDS, OPTIONS, make_round, opening, shape
 from .conftest import BACKENDS, Backend, FakeClock
 
 SID = "ses_binding"
 UNKNOWN_SNAPSHOT = "snap_" + "0" * 24
-OUTPUT_CHARS = 2500
-CONFIG = CompactionConfig(keep_recent_rounds=1, clear_after_rounds=2)
-"""Clears outputs older than two rounds first (stand-ins with snapshots), then evicts rounds."""
-OPTIONS: dict[str, Any] = {
-    "window": 3000,
-    "reserved_output": 0,
-    "counter": "tiktoken:cl100k_base",
-    "config": CONFIG,
-}
-MAX_ROUNDS = 30
-"""A scenario that has not compacted as often as it needs by then is broken, not slow."""
-
-
-def opening() -> list[Message]:
-    return [Message.system("You are a test agent."), Message.user("Reconcile the nightly batch.")]
-
-
-def make_round(tag: str, i: int) -> list[Message]:
-    """One tool call and its large output (about 600 tokens: a 3000-token window holds four)."""
-    return tool_round(f"{tag}{i}", make_text(OUTPUT_CHARS, seed=1000 * sum(map(ord, tag)) + i), q=f"{tag}-{i}")
 
 
 def ids(messages: Sequence[Message]) -> list[str]:
     return [m.message_id for m in messages]
-
-
-def shape(view: Sequence[Message]) -> list[tuple[str, str, str, str | None]]:
-    """What the model would see of a view, and where each stand-in's original is kept."""
-    return [(m.message_id, m.role, m.text, m.snapshot_id) for m in view]
 
 
 def stand_ins(pv: PreparedView) -> list[Message]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 from contextwarden.messages import Message, ToolCall
 from contextwarden.summarize.base import SummaryRequest
@@ -113,3 +114,18 @@ def coding_session(steps: int, *, seed: int = 7) -> tuple[list[Message], dict[st
         msgs.append(Message.tool_result(cid, out, name=tool, is_error=err, message_id=f"t{step}"))
     msgs.append(Message.assistant("All tests pass now. I will open the pull request next.", message_id="done"))
     return msgs, facts
+
+
+def faithful(prompt: str) -> str:
+    """What a careful model writes: our headings, with every identifier and constraint the prompt
+    says to keep verbatim, plus the key data of the summaries it is given to merge."""
+    ids: list[str] = []
+    for line in re.findall(r"(?:Identifiers that must appear verbatim|Key data): (.*)", prompt):
+        ids += [i.strip() for i in line.split(" · ") if i.strip() and i.strip() not in ids]
+    constraints = re.search(r"User constraints to quote verbatim:\n((?:- .*\n?)+)", prompt)
+    lines = ["Task: handle the user's request", "Completed steps:", "- looked up the records"]
+    lines.append("Key data: " + (" · ".join(ids) if ids else "none"))
+    if constraints:
+        lines += ["User constraints:", constraints.group(1).strip()]
+    lines.append("Next step: continue")
+    return "\n".join(lines)

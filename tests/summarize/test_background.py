@@ -20,8 +20,7 @@ from contextwarden.summarize import (
 )
 from contextwarden.tokens import get_counter
 
-from ._histories import coding_session, request, support_history
-from .test_llm import faithful
+from ._histories import coding_session, faithful, request, support_history
 
 CL100K = get_counter("tiktoken:cl100k_base")
 EXTRACTIVE = ExtractiveSummarizer(counter=CL100K)

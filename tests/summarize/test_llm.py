@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -26,26 +25,11 @@ from contextwarden.summarize.base import SummaryRequest
 from contextwarden.testing import ScriptedError, ScriptedOpenAIServer, ScriptedReply
 from contextwarden.tokens import get_counter
 
-from ._histories import coding_session, request, support_history
+from ._histories import coding_session, faithful, request, support_history
 
 pytestmark = pytest.mark.anyio
 Mode = Literal["sync", "async"]
 CL100K = get_counter("tiktoken:cl100k_base")
-
-
-def faithful(prompt: str) -> str:
-    """What a careful model writes: our headings, with every identifier and constraint the prompt
-    says to keep verbatim, plus the key data of the summaries it is given to merge."""
-    ids: list[str] = []
-    for line in re.findall(r"(?:Identifiers that must appear verbatim|Key data): (.*)", prompt):
-        ids += [i.strip() for i in line.split(" · ") if i.strip() and i.strip() not in ids]
-    constraints = re.search(r"User constraints to quote verbatim:\n((?:- .*\n?)+)", prompt)
-    lines = ["Task: handle the user's request", "Completed steps:", "- looked up the records"]
-    lines.append("Key data: " + (" · ".join(ids) if ids else "none"))
-    if constraints:
-        lines += ["User constraints:", constraints.group(1).strip()]
-    lines.append("Next step: continue")
-    return "\n".join(lines)
 
 
 def _last_user(messages: Sequence[Message]) -> str:
