@@ -32,7 +32,8 @@ _I = re.IGNORECASE
 _RULE = CueSet(
     opening=(
         # after a short lead-in ("Quick note —", "Oh, and one thing:", "By the way,")
-        r"^\W*(?:(?:[^\W\d_][\w']*[ ,]*){1,5}?[:—–]+\s*|(?:by the way|btw|also|and|oh|oh and|plus|one more thing|ps|"
+        # (a bounded run of word characters, spaces and commas: nested repeats would backtrack exponentially)
+        r"^\W*(?:[^\W\d_][\w' ,]{0,32}?[:—–]+\s*|(?:by the way|btw|also|and|oh|oh and|plus|one more thing|ps|"
         r"fyi)\s*,\s*)?"
         r"(?:no \w+|don'?t|do not|make sure|ensure|use|run|ask|write|put|leave|limit|prefix|sign|tag|include|exclude|"
         r"respond|reply|answer|speak|format|follow|wait for|confirm|double-check|name|cite|call|commit|push|stick|stay|"
@@ -44,9 +45,12 @@ _RULE = CueSet(
         "nunca siempre jamás jamais toujours désormais dorénavant niemals immer nie sempre mai"
     ),
     phrases={
-        "now": [r"\bfrom now on\b"],
+        "now here point": [r"\bfrom (?:now|here|this point) on\b"],
         "forward": [r"\bgoing forward\b"],
         "rest": [r"\bfor the rest of\b"],
+        # "I want every migration to be reversible", "I expect you to always …"
+        "want need expect": [r"\b(?:i|we) (?:want|need|expect) (?:every|all|each|you to (?:always|never))\b"],
+        "exceptions": [r"\bno exceptions\b"],
         "future": [r"\bfor all future\b"],
         "time": [r"\b(?:every|each) time\b"],
         "times": [r"\bat all times\b"],
@@ -63,11 +67,8 @@ _RULE = CueSet(
         ],
         "please": [r"\bplease (?:don'?t|do not|never|always|avoid|stop|keep|make sure|remember)\b"],
         "ever": [r"\bdon'?t ever\b", r"\bdo not ever\b"],
-        "before": [
-            r"\bbefore (?:you|any|each|every|running|committing|pushing|merging|making|editing|touching|changing|"
-            r"adding|deploying|sending|booking|charging|cancell?ing)\b"
-        ],
-        "stop": [r"\bstop \w+ing\b"],
+        "before": [r"\bbefore (?:you|any|each|every|\w+ing)\b"],
+        "stop": [r"\bstop \w+ing\b", r"\bfull stop\b"],
         "longer": [r"\bno longer\b"],
         "only": [r"\bonly (?:ever )?(?:use|run|edit|touch|change|book|offer|charge)\b"],
         "remember": [r"\bremember to\b"],
@@ -108,8 +109,8 @@ _WEAK_RULE = CueSet(
 _CORRECTION = CueSet(
     opening=(
         r"^\W*(?:correction|corrected|actually|scratch that|my (?:bad|mistake)|i meant|let me correct|to correct|"
-        r"change of plans?|on second thought|to clarify|erratum|update:|en fait|corrección|corrige|korrektur|"
-        r"eigentlich|correzione|in realtà|更正|纠正|其实|訂正|実は)(?!\w)"
+        r"change of plans?|on second thought|to clarify|erratum|update:|not \S+\s*[—–;-]|en fait|corrección|corrige|"
+        r"korrektur|eigentlich|correzione|in realtà|更正|纠正|其实|訂正|実は)(?!\w)"
     ),
     words="instead disregard statt",
     phrases={
@@ -160,11 +161,21 @@ _VALUE_RE = re.compile(
     r"(?:\b(?:is|are|was|will be|should be)\b|=|:|＝|：)\s*(?:now\s+)?(?P<value>\S.*)$",
     _I,
 )
+# "set the cache TTL to 30s", "switch the region to eu-west-1", "use K-7 for the deploy window",
+# "new value for the cron schedule: 0 5 * * *"
+_VALUE_VERB_RE = re.compile(
+    r"^(?:(?:set|switch|change|move|update|point)\s+(?:the\s+|our\s+|my\s+)?(?P<key>[^\W\d][\w\-/ ]{1,48}?)\s+to\s+"
+    r"(?P<value>\S.*)|(?:use|i meant|take)\s+(?P<value2>\S+)\s+(?:for|as)\s+(?:the\s+|our\s+|my\s+)?"
+    r"(?P<key2>[^\W\d][\w\-/ ]{1,48}?)\W*|new value for\s+(?:the\s+)?(?P<key3>[^\W\d][\w\-/ ]{1,48}?)\s*[:=]\s*"
+    r"(?P<value3>\S.*))$",
+    _I,
+)
 # what comes before the name in "Correction: the ticket is …", "For this task, the branch is …"
 _LEAD_RE = re.compile(
     r"^(?:\W*(?:for (?:this|the) (?:task|project|session|job|run|trip|booking)|note(?: for [\w ]+)?|correction|"
     r"corrected|actually|also|one more thing|so|and|by the way|fyi|update|updated|sorry|oops|wait|ok(?:ay)?|"
-    r"sure|yes|no|hi|hello|please note|just so you know|remember|reminder)\b\s*[,.:!;—–-]?\s*)+",
+    r"sure|yes|no|hi|hello|please note|just so you know|remember|reminder|let'?s|please|not \S+(?=\s*[—–;-]))\b"
+    r"\s*[,.:!;—–-]?\s*)+",
     _I,
 )
 _NOT_VALUE_KEYS = frozenset(
@@ -289,18 +300,22 @@ def value_key(sentence: str) -> tuple[str, str] | None:
     """``(name, value)`` when the sentence gives a named thing a value; None otherwise."""
     if _VALUE_HINT.search(sentence.rstrip(_VALUE_END)) is None:
         return None
-    m = _VALUE_RE.match(_LEAD_RE.sub("", sentence.strip(), count=1))
-    if m is None:
-        return None
-    key = " ".join(m.group("key").lower().split()).strip(" -/")
-    words = key.split()
-    if not words or len(words) > 4 or words[0] in _NOT_VALUE_KEYS:
-        return None
-    value = m.group("value").split()[0].rstrip(_VALUE_END)
-    # a value is something one can name exactly: an id, a code, a number, a path, a version
-    if not _VALUE_LIKE.search(value):
-        return None
-    return key, value
+    bare = _LEAD_RE.sub("", sentence.strip(), count=1)
+    for m in (_VALUE_RE.match(bare), _VALUE_VERB_RE.match(bare)):
+        if m is None:
+            continue
+        groups = m.groupdict()
+        raw_key = groups.get("key") or groups.get("key2") or groups.get("key3") or ""
+        raw_value = groups.get("value") or groups.get("value2") or groups.get("value3") or ""
+        key = " ".join(raw_key.lower().split()).strip(" -/")
+        words = key.split()
+        if not words or len(words) > 4 or words[0] in _NOT_VALUE_KEYS or not raw_value.split():
+            continue
+        value = raw_value.split()[0].rstrip(_VALUE_END)
+        # a value is something one can name exactly: an id, a code, a number, a path, a version
+        if _VALUE_LIKE.search(value):
+            return key, value
+    return None
 
 
 _FAMILIES = (_CORRECTION, _RULE, _WEAK_CORRECTION, _WEAK_RULE, _DECISION)

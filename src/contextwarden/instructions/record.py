@@ -51,8 +51,8 @@ _STRENGTH: Mapping[str, int] = {"correction": 5, "rule": 4, "value": 3, "decisio
 _OBSERVATION_RE = re.compile(r"\s*(?:<returncode>|<output>|Observation:|OBSERVATION:|EXECUTION RESULT)")
 # the value a correction replaces: "…, not X", "instead of X", "rather than X", "forget (about) X", "scratch X"
 _STALE_RE = re.compile(
-    r"(?:,\s*not|\binstead of|\brather than|\bforget(?: about)?|\bscratch|\bstop using|\bno longer(?: use)?|"
-    r"\breplace)\s+"
+    r"(?:,\s*not|^\W*not|\(was|\binstead of|\brather than|\bforget(?: about)?|\bscratch|\bstop using|"
+    r"\bno longer(?: use)?|\breplace)\s+"
     r"(?:the\s+|using\s+)?(?P<stale>[^\s,.;:!?]+(?:\.[^\s,.;:!?]+)*)",
     re.IGNORECASE,
 )
@@ -107,10 +107,14 @@ def _leaving_order(item: Instruction) -> tuple[int, bool, int]:
 
 
 def _priority(item: Instruction) -> int:
-    """0 binding, 1 task, decisions and weaker rule forms, 2 requests (a full section drops the highest first)."""
-    if item.binding or item.replaces:
+    """0 binding, 1 task, decisions, weaker rule forms and long messages, 2 requests (the highest leave first).
+
+    A long message (an issue pasted as the task) is shown by its opening and its instruction
+    sentences: however binding they read, it leaves before the user's short statements do.
+    """
+    if (item.binding or item.replaces) and item.complete:
         return 0
-    return 1 if item.kind in ("task", "decision") or item.weak_binding else 2
+    return 1 if item.kind in ("task", "decision") or item.weak_binding or item.binding else 2
 
 
 class UserInstructions:
@@ -345,7 +349,7 @@ def _long(item: Instruction) -> bool:
     return sum(len(p) for p in item.parts) > LEAN_CHARS
 
 
-_STALE_WORDS = ("not", "instead", "rather", "forget", "scratch", "stop using", "no longer", "replace")
+_STALE_WORDS = ("not", "(was", "instead", "rather", "forget", "scratch", "stop using", "no longer", "replace")
 """A word `_STALE_RE` needs (it runs without case folding's cost on the sentences that have one)."""
 
 
