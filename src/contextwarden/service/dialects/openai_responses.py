@@ -3,9 +3,12 @@
 ``instructions`` is the system prompt (kept in the request as the client sent it); ``input`` (a
 string or items) is the conversation. Messages, function calls and their outputs, and reasoning
 items go through the adapter (`contextwarden.adapters.openai_responses`), which keeps a reasoning
-item's ``encrypted_content`` and every field it has no use for unchanged. Items of other kinds
-(custom tool calls and their outputs, hosted tool calls such as ``web_search_call``, shell calls)
-are kept whole: the session counts them as their JSON and renders them back exactly as received.
+item's ``encrypted_content`` and every field it has no use for unchanged. A model turn that holds
+items of other kinds (custom tool calls, hosted tool calls such as ``web_search_call`` and
+``computer_call``, shell calls) is one assistant message whose calls the client answers are tool
+calls, paired with the outputs that answer them (`contextwarden.service.dialects.responses_items`):
+compaction never splits a call from its output or a turn from its reasoning, and the items go back
+exactly as received. Any other item is kept whole.
 
 ``previous_response_id`` asks the upstream to prepend a conversation the proxy never saw, so the
 proxy cannot manage it: such a request is refused with a 400 that says to send the whole input
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 from starlette.responses import Response
@@ -37,6 +41,14 @@ from .base import (
     require_tool_list,
 )
 from .openai_chat import invalid_message
+from .responses_items import (
+    calls_of,
+    model_side as _model_side,
+    output_message,
+    render_output,
+    render_turn,
+    turn_message,
+)
 
 __all__ = ["OpenAIResponses", "to_messages", "usage_of"]
 
@@ -72,58 +84,74 @@ def _adapted(item: Any) -> bool:
 
 
 def _kept(item: Mapping[str, Any]) -> Message:
-    """An item the adapter does not read, as a message that renders back to the item itself."""
-    kind = str(item.get("type", ""))
+    """An item the adapter does not read and the proxy does not pair, as a message that renders back to it."""
     # what the model produced sits on the assistant's side; what answers it (outputs) on the user's
-    role: Literal["user", "assistant"] = "user" if kind.endswith("_output") else "assistant"
+    role: Literal["user", "assistant"] = "assistant" if _model_side(item) else "user"
     text = json.dumps(item, ensure_ascii=False, separators=(",", ":"))
     return Message(role=role, parts=(TextPart(text=text),), extra={_ITEM: dict(item)})
 
 
+def _adapt(items: Sequence[Any], offset: int = 0) -> list[Message]:
+    try:
+        return adapter.to_messages(items)
+    except MessageError as exc:
+        exc.index = offset + (exc.index or 0)
+        raise
+
+
 def to_messages(items: Sequence[Any]) -> list[Message]:
-    """Input or output items as messages: adapted runs, and each other item kept whole.
+    """Input or output items as messages: adapted runs, model turns holding other items, outputs paired
+    with their calls, and each other item kept whole.
 
     Raises:
         MessageError: an item the adapter cannot read (its index is the item's in ``items``).
     """
     out: list[Message] = []
-    start = 0
-    for index, item in enumerate([*items, None]):
-        if item is not None and _adapted(item):
+    names: dict[str, str] = {}
+    start = index = 0
+    while index < len(items):
+        item = items[index]
+        if isinstance(item, Mapping) and _model_side(item):
+            end = index
+            while end < len(items) and isinstance(items[end], Mapping) and _model_side(items[end]):
+                end += 1
+            if not all(_adapted(i) for i in items[index:end]):
+                out.extend(_adapt(items[start:index], start) if start < index else ())
+                turn = turn_message(items[index:end], partial(_adapt, offset=index))
+                names.update((call.call_id, call.name) for call in turn.tool_calls)
+                out.append(turn)
+                start = end
+            index = end
             continue
-        if start < index:
-            try:
-                out.extend(adapter.to_messages(items[start:index]))
-            except MessageError as exc:
-                exc.index = start + (exc.index or 0)
-                raise
-        if item is not None:
-            out.append(_kept(item))
-        start = index + 1
+        if not _adapted(item):
+            out.extend(_adapt(items[start:index], start) if start < index else ())
+            out.append(output_message(item, names) or _kept(item))
+            start = index + 1
+        index += 1
+    out.extend(_adapt(items[start:], start) if start < len(items) else ())
     return out
 
 
 def _render(messages: Sequence[Message]) -> list[Any]:
     out: list[Any] = []
     run: list[Message] = []
+    calls = {call_id: kind for m in messages if m.role == "assistant" for call_id, kind in calls_of(m).items()}
     for message in messages:
         item = message.extra.get(_ITEM)
-        if isinstance(item, Mapping):
-            out.extend(adapter.from_messages(run))
-            run = []
-            out.append(dict(item))
-        else:
+        own = render_turn(message, lambda m: adapter.from_messages([m])) if message.role == "assistant" else None
+        if own is None and message.role == "tool":
+            output = render_output(message, calls)
+            own = None if output is None else [output]
+        if own is None and isinstance(item, Mapping):
+            own = [dict(item)]
+        if own is None:
             run.append(message)
+            continue
+        out.extend(adapter.from_messages(run))
+        run = []
+        out.extend(own)
     out.extend(adapter.from_messages(run))
     return out
-
-
-def _model_side(item: Mapping[str, Any]) -> bool:
-    """An item the model produced (a run of them becomes one assistant message)."""
-    kind = item.get("type")
-    if kind is None or kind == "message":
-        return item.get("role") == "assistant"
-    return not str(kind).endswith("_output")
 
 
 @dataclass(frozen=True, kw_only=True)
