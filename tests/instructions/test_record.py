@@ -136,3 +136,20 @@ def test_the_same_words_sent_again_are_shown_once_at_the_newest_step() -> None:
     again = record.observe(Message.user("Run the benchmarks against the competition, please."), 9)
     assert again is not None and again.replaces == ()  # it replaces nothing: the words stand as they stood
     assert [i.step for i in record.current()] == [3, 9]
+
+
+def test_a_full_section_counts_only_the_lines_it_could_show() -> None:
+    counted: list[str] = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return COUNTER.count_text(text)
+
+    record = UserInstructions()
+    for i in range(2000):
+        record.observe(Message.user(f"Now look at module {i} and tell me what it does, thanks."), i)
+    record.observe(Message.user("Never commit directly to the main branch."), 2000)
+    text, tokens = record.render(max_tokens=300, count=count)
+    assert tokens <= 300 and "Never commit directly to the main branch." in text
+    assert "other messages (#1..#" in text
+    assert len(counted) < 100  # a few dozen lines, not two thousand

@@ -264,13 +264,14 @@ class UserInstructions:
         shown = [i for i in self.current() if i.step not in in_view]
         if not shown or max_tokens <= 0:
             return "", 0
+        header = self._tokens(HEADER, count)
+        shown, left_out = self._candidates(shown, max_tokens, header, count)
         lines = {i.step: _line(i) for i in shown}
         cost = {step: self._tokens(line, count) + 1 for step, line in lines.items()}
-        header = self._tokens(HEADER, count)
         total = header + sum(cost.values())
-        left_out: list[Instruction] = []
-        if total > max_tokens:
-            binding = 0  # counted as they leave: the closing line's estimate must not walk the list each time
+        if total + (_left_out_estimate(len(left_out)) if left_out else 0) > max_tokens:
+            # counted as they leave: the closing line's estimate must not walk the list each time
+            binding = sum(_priority(i) == 0 for i in left_out)
             shrinkable = [i for i in shown if i.core and _priority(i) == 0]
             for item in sorted(shown, key=_leaving_order):
                 if shrinkable and _priority(item) == 0:
@@ -310,6 +311,30 @@ class UserInstructions:
         if tokens > max_tokens:
             return "", 0
         return text, tokens
+
+    def _candidates(
+        self, shown: list[Instruction], max_tokens: int, header: int, count: Callable[[str], int]
+    ) -> tuple[list[Instruction], list[Instruction]]:
+        """The items a section of ``max_tokens`` could show, and those it cannot, both in step order.
+
+        The most kept (last in `_leaving_order`) are taken until their lines pass twice the room
+        (a long message may yet shrink to its binding sentences); the rest leave unread, so a
+        session with thousands of messages counts a few dozen lines, not all of them.
+        """
+        classes: dict[tuple[int, bool], list[Instruction]] = {}
+        for item in shown:
+            classes.setdefault(_leaving_order(item)[:2], []).append(item)
+        taken: set[int] = set()
+        used = header
+        for key in sorted(classes, reverse=True):
+            for item in reversed(classes[key]):
+                if used > 2 * max_tokens:
+                    break
+                used += self._tokens(_line(item), count) + 1
+                taken.add(item.step)
+        if len(taken) == len(shown):
+            return shown, []
+        return [i for i in shown if i.step in taken], [i for i in shown if i.step not in taken]
 
     def _shrink(
         self,
