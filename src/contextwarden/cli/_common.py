@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shlex
@@ -47,6 +48,7 @@ __all__ = [
     "out",
     "plain",
     "print_json",
+    "quiet_pool_log",
     "render_transcript",
     "settings_from_flags",
     "token_counting",
@@ -151,6 +153,18 @@ def get_settings(ctx: typer.Context, **flags: Any) -> Settings:
     if st.settings is None or given:
         st.settings = settings_from_flags(st.config, **given)
     return st.settings
+
+
+@contextlib.contextmanager
+def quiet_pool_log() -> Iterator[None]:
+    """Silence the Postgres pool's log line per failed connection attempt: the command's one error line says it."""
+    pool_log = logging.getLogger("psycopg.pool")
+    level = pool_log.level
+    pool_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        pool_log.setLevel(level)
 
 
 def print_json(data: Any) -> None:

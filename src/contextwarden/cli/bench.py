@@ -10,7 +10,6 @@ repository's built-in workload. ``locomo`` and ``memory`` measure long-term memo
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from .._store_url import check_store_url
 from ..benchmarks.probes import load_traces, run_probes
 from ..benchmarks.samples import sample_path
 from ..exceptions import ConfigError
-from ._common import CLIError, err, out, plain, progress_bar
+from ._common import CLIError, err, out, plain, progress_bar, quiet_pool_log
 
 __all__ = ["bench_app", "fidelity_table", "probes_table", "repo_root"]
 
@@ -282,16 +281,10 @@ def stores(
             check_store_url(url, check_path=False)
         except ConfigError as exc:
             raise CLIError(f"{flag}: {exc}", exit_code=2) from None
-    pool_log = logging.getLogger("psycopg.pool")  # one row says a server is down; not a log line per attempt
-    level = pool_log.level
-    pool_log.setLevel(logging.ERROR)
-    try:
-        with err.status("benchmarking the stores…"):
-            result = run_stores_bench(
-                None, names, redis_url=redis_url, postgres_url=postgres_url, messages=messages, report=report
-            )
-    finally:
-        pool_log.setLevel(level)
+    with quiet_pool_log(), err.status("benchmarking the stores…"):  # a row says a server is down
+        result = run_stores_bench(
+            None, names, redis_url=redis_url, postgres_url=postgres_url, messages=messages, report=report
+        )
     out.print(table)
     _write_json(json_out, result)
     if failed:

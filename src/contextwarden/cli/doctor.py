@@ -20,7 +20,7 @@ from ..llm.served_window import ServedWindow, probe
 from ..models import lookup_model
 from ..settings import Settings
 from ..stores import open_store
-from ._common import print_json, settings_from_flags, state
+from ._common import print_json, quiet_pool_log, settings_from_flags, state
 
 __all__ = ["Check", "doctor_command", "run_checks"]
 
@@ -122,11 +122,12 @@ def _store(settings: Settings) -> Check:
     try:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///").split("?", 1)[0]).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        store = open_store(url)
-        try:
-            store.list_sessions()
-        finally:
-            store.close()
+        with quiet_pool_log():
+            store = open_store(url)
+            try:
+                store.list_sessions()
+            finally:
+                store.close()
     except Exception as exc:  # any driver's failure is the answer to this check
         return Check(
             name="store",

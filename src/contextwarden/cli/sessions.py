@@ -9,7 +9,6 @@ itself for the sessions of an open service.
 from __future__ import annotations
 
 import contextlib
-import logging
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from ..settings import Settings
 from ..stores import SessionInfo, SessionStore, open_store
 from ..stores.tenancy import client_session_id, locate
 from ..timeline import STATUS_SLOT
-from ._common import CLIError, atomic_write, build_session, err, get_settings, out, plain, print_json
+from ._common import CLIError, atomic_write, build_session, err, get_settings, out, plain, print_json, quiet_pool_log
 
 __all__ = ["DEMO_SLOT", "STATUS_SLOT", "inspect_command", "open_cli_store", "sessions_app"]
 
@@ -55,29 +54,26 @@ def open_cli_store(settings: Settings) -> Iterator[SessionStore]:
 
     Raises:
         ConfigError: the URL is invalid (checked before anything is created or connected).
+        CLIError: the store's server cannot be reached (the message names `--store`).
     """
     url = settings.store_url
     check_store_url(url)
     database = sqlite_file(url)
     if database is not None:  # the directory of the database file (the user dir by default)
         database.parent.mkdir(parents=True, exist_ok=True)
-    # the Postgres pool logs each failed connection attempt: the one error line below says it all
-    pool_log = logging.getLogger("psycopg.pool")
-    level = pool_log.level
-    pool_log.setLevel(logging.ERROR)
-    store = open_store(url)
-    try:
-        yield store
-    except StoreUnavailable as exc:
-        # the store's own words end with advice for library callers; the CLI user changes --store
-        reason = str(exc).split("; the operation was not confirmed", 1)[0]
-        raise CLIError(
-            f"the session store cannot be reached: {reason}; start it, or pass another `--store` "
-            "(or set `[store] url` in the config file)."
-        ) from exc
-    finally:
-        store.close()
-        pool_log.setLevel(level)
+    with quiet_pool_log():
+        store = open_store(url)
+        try:
+            yield store
+        except StoreUnavailable as exc:
+            # the store's own words end with advice for library callers; the CLI user changes --store
+            reason = str(exc).split("; the operation was not confirmed", 1)[0]
+            raise CLIError(
+                f"the session store cannot be reached: {reason}; start it, or pass another `--store` "
+                "(or set `[store] url` in the config file)."
+            ) from exc
+        finally:
+            store.close()
 
 
 def _settings(ctx: typer.Context, store: str | None) -> Settings:
