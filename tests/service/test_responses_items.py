@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, strategies as st
 
+from contextwarden.messages import TextPart
 from contextwarden.rounds import group_rounds
 from contextwarden.service.dialects.openai_responses import OpenAIResponses, _render, to_messages
 from contextwarden.settings import Settings
@@ -164,12 +166,7 @@ def test_an_output_shortened_by_compaction_goes_back_with_the_shortened_text() -
     call, output = _call("custom")
     assert output is not None
     messages = to_messages([call, output])
-    shortened = messages[1].__class__(role="tool", tool_call_id=output["call_id"], parts=(), extra=messages[1].extra)
-    from contextwarden.messages import TextPart
-
-    shortened = shortened.__class__(
-        role="tool", tool_call_id=output["call_id"], parts=(TextPart(text="[cleared]"),), extra=messages[1].extra
-    )
+    shortened = replace(messages[1], parts=(TextPart(text="[cleared]"),))
     assert _render([messages[0], shortened]) == [call, {**output, "output": "[cleared]"}]
 
 
@@ -226,3 +223,21 @@ def test_a_compacted_view_keeps_custom_and_hosted_calls_paired(
     assert not [m for m in transcript if m.role == "user" and "patched_" in m.text]
     assert sum(m.role == "tool" and m.name == "apply_patch" for m in transcript) == 10
     assert OpenAIResponses().reply({}, {"output": [text_item("ok")]}).messages
+
+
+def test_a_stand_in_for_a_structured_output_keeps_the_items_shape() -> None:
+    from contextwarden.messages import Message
+
+    (shell, shell_out), (computer, shot) = _call("shell"), _call("computer")
+    assert shell_out is not None and shot is not None
+    history = [shell, computer, shell_out, shot]
+    turn, *outputs = to_messages(history)
+    # compaction's stand-ins keep the call id and the name, not what the adapter left on the message
+    stand_ins = [
+        Message(role="tool", tool_call_id=m.tool_call_id, name=m.name, parts=(TextPart(text="[cleared]"),))
+        for m in outputs
+    ]
+    rendered = _render([turn, *stand_ins], history)
+    assert rendered[:2] == [shell, computer]
+    assert rendered[2] == {**shell_out, "output": [{**shell_out["output"][0], "stdout": "[cleared]", "stderr": ""}]}
+    assert rendered[3] == shot  # a screenshot has no text form

@@ -45,6 +45,7 @@ from .responses_items import (
     calls_of,
     model_side as _model_side,
     output_message,
+    outputs_by_call,
     render_output,
     render_turn,
     turn_message,
@@ -132,15 +133,17 @@ def to_messages(items: Sequence[Any]) -> list[Message]:
     return out
 
 
-def _render(messages: Sequence[Message]) -> list[Any]:
+def _render(messages: Sequence[Message], sent: Sequence[Any] = ()) -> list[Any]:
+    """The view as input items (``sent``: the request's own input, whose outputs stand-ins are shaped after)."""
     out: list[Any] = []
     run: list[Message] = []
     calls = {call_id: kind for m in messages if m.role == "assistant" for call_id, kind in calls_of(m).items()}
+    originals = outputs_by_call(sent) if calls else {}
     for message in messages:
         item = message.extra.get(_ITEM)
         own = render_turn(message, lambda m: adapter.from_messages([m])) if message.role == "assistant" else None
         if own is None and message.role == "tool":
-            output = render_output(message, calls)
+            output = render_output(message, calls, originals)
             own = None if output is None else [output]
         if own is None and isinstance(item, Mapping):
             own = [dict(item)]
@@ -283,7 +286,9 @@ class OpenAIResponses(Dialect):
     ) -> dict[str, Any]:
         out = dict(body)
         # `instructions` stays the client's own field; its message in the view is not sent twice
-        out["input"] = as_sent(_render([m for m in view if not m.extra.get(_INSTRUCTIONS)]), body.get("input"))
+        sent = body.get("input")
+        items = _render([m for m in view if not m.extra.get(_INSTRUCTIONS)], sent if isinstance(sent, list) else ())
+        out["input"] = as_sent(items, sent)
         if extra_tools:
             out["tools"] = [*(body.get("tools") or ()), *extra_tools]
         return out

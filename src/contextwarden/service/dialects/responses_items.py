@@ -11,9 +11,10 @@ item is never sent without the item it produced. A call the client answers with 
 is one round, kept, cleared or dropped together. A hosted call that carries its own result
 (``web_search_call``, ``mcp_call``) is text of the turn.
 
-The items go back upstream exactly as the client sent them while the message is unchanged; an
-output whose text compaction shortened goes back with the shortened text in its ``output`` (when
-that is a string).
+The items go back upstream exactly as the client sent them while the message is unchanged. An
+output compaction shortened keeps its item's shape (taken from the request's own item, since a
+stand-in carries only the call id): the stand-in text in place of its ``output`` string, or of a
+shell call's ``stdout``; a screenshot, which has no text form, goes as it came.
 """
 
 from __future__ import annotations
@@ -26,7 +27,16 @@ from typing import Any
 
 from ...messages import Message, Part, TextPart, ThinkingPart, ToolCall
 
-__all__ = ["OUTPUT_OF", "calls_of", "model_side", "output_message", "render_output", "render_turn", "turn_message"]
+__all__ = [
+    "OUTPUT_OF",
+    "calls_of",
+    "model_side",
+    "output_message",
+    "outputs_by_call",
+    "render_output",
+    "render_turn",
+    "turn_message",
+]
 
 OUTPUT_OF: Mapping[str, str] = {
     "custom_tool_call": "custom_tool_call_output",
@@ -127,6 +137,11 @@ def _output_text(output: Any) -> str:
     return _canonical(output)
 
 
+def _output_of(item: Mapping[str, Any]) -> str:
+    """The text of an output item (the item's fields when it has no ``output``, as an approval)."""
+    return _output_text(item.get("output", {k: v for k, v in item.items() if k not in _IGNORED}))
+
+
 def output_message(item: Mapping[str, Any], names: Mapping[str, str]) -> Message | None:
     """An output item answering a call (None: not an output the proxy pairs), as a tool result named
     after the call (``names``: the tool name of each call id met so far)."""
@@ -135,12 +150,11 @@ def output_message(item: Mapping[str, Any], names: Mapping[str, str]) -> Message
     answered = _answered(item)
     if answered is None:
         return None
-    value = item.get("output", {k: v for k, v in item.items() if k not in _IGNORED})
     message = Message(
         role="tool",
         tool_call_id=answered,
         name=names.get(answered, str(item["type"])),
-        parts=(TextPart(text=_output_text(value)),),
+        parts=(TextPart(text=_output_of(item)),),
         extra={OUTPUT: dict(item)},
     )
     source = item.get("id")
@@ -170,16 +184,49 @@ def calls_of(message: Message) -> dict[str, str]:
     return {call_id: str(i["type"]) for i in items if (call_id := _call_id(i)) is not None}
 
 
-def render_output(message: Message, calls: Mapping[str, str]) -> dict[str, Any] | None:
-    """The output item of a tool result made by `output_message`, or of a stand-in compaction put in its
-    place (``calls``: the call item type of each call id in the view); None: neither."""
+def outputs_by_call(items: Sequence[Any]) -> dict[str, Mapping[str, Any]]:
+    """The output items of a request's input that the proxy pairs, by the call they answer."""
+    found: dict[str, Mapping[str, Any]] = {}
+    for item in items:
+        if isinstance(item, Mapping) and item.get("type") in _OUTPUTS and (answered := _answered(item)) is not None:
+            found[answered] = item
+    return found
+
+
+def _shortened(item: Mapping[str, Any], text: str) -> dict[str, Any]:
+    """``item`` with the stand-in ``text`` in place of its output, where its output has a text form."""
+    output = item.get("output")
+    if isinstance(output, str):
+        return {**item, "output": text}
+    if (
+        item.get("type") == "shell_call_output"
+        and isinstance(output, list)
+        and output
+        and isinstance(output[0], Mapping)
+    ):
+        return {**item, "output": [{**output[0], "stdout": text, "stderr": ""}]}  # its outcome stays the real one
+    return dict(item)  # a screenshot has no text form: it goes as it came
+
+
+def render_output(
+    message: Message, calls: Mapping[str, str], sent: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The output item of a tool result made by `output_message`, or of the stand-in compaction put in its
+    place (``calls``: the call item type of each call id in the view; ``sent``: the request's own output
+    items by call id, `outputs_by_call`); None: neither."""
     item = message.extra.get(OUTPUT)
+    call_id = message.tool_call_id
     if not isinstance(item, Mapping):
-        short = _SHORT_FORMS.get(calls.get(message.tool_call_id or "", ""))
-        return None if short is None or message.tool_call_id is None else short(message.tool_call_id, message.text)
-    if "output" in item and isinstance(item["output"], str) and message.text != item["output"]:
-        return {**item, "output": message.text}  # shortened by compaction: the model sees the shortened text
-    return dict(item)  # an output that is not text (a screenshot) goes as it came
+        if call_id is None or call_id not in calls:
+            return None
+        original = sent.get(call_id)
+        if original is not None:
+            return _shortened(original, message.text)
+        short = _SHORT_FORMS.get(calls[call_id])
+        return None if short is None else short(call_id, message.text)
+    if message.text != _output_of(item):
+        return _shortened(item, message.text)  # shortened by compaction: the model sees the shortened text
+    return dict(item)
 
 
 def render_turn(message: Message, render: Callable[[Message], list[dict[str, Any]]]) -> list[dict[str, Any]] | None:
