@@ -16,7 +16,9 @@ the dialect's own "prompt is too long" error.
 The reply is written to the store before the client sees the end of it (the non-streaming body,
 or a stream's end event), so a client that sends its next request at once, to any replica, finds
 it there. A client that goes away mid-stream cancels the upstream call and nothing of the partial
-reply is kept.
+reply is kept. A stream the upstream cuts (its connection drops, or its body ends before the
+dialect's end marker and without a finish reason) ends with the dialect's error event, never its end
+marker, and nothing of the reply is kept: the client's retry is the request whose reply is stored.
 """
 
 from __future__ import annotations
@@ -843,27 +845,44 @@ class _Relay(StreamingResponse):
             if rest is not None and rest[1] is not None:
                 assembler.feed(rest[1])
             if assembler.complete:
+                # a reply with its finish reason is whole without the end marker (as `Session.stream()` takes it)
                 await self._finish()
-            elif turn.lease is not None and not self.finished:
-                turn.lease.failed = True
-            if rest is not None:
-                yield rest[0]
+                if rest is not None:
+                    yield rest[0]
+            elif assembler.error is not None:  # the upstream's own error event ended the stream
+                if turn.lease is not None and not self.finished:
+                    turn.lease.failed = True
+                if rest is not None:
+                    yield turn.redacted(rest[0])
+            else:
+                # cut: the client is told, and an unfinished last event is not relayed (SSE drops it too)
+                yield self._cut("ended the stream")
             self.ended = True
-        except (ServiceError, UpstreamBroken) as exc:  # the upstream timed out (a 504) or broke the stream
+        except ServiceError as exc:  # the upstream timed out (a 504), or a bound was passed
             if turn.lease is not None and not self.finished:
                 turn.lease.failed = True
-            error = (
-                exc
-                if isinstance(exc, ServiceError)
-                else ServiceError(
-                    502,
-                    f"The upstream at {turn.svc.upstream.shown_url} broke the stream.",
-                    code="upstream_disconnected",
-                )
-            )
-            turn.status = error.status
-            yield turn.dialect.error_event(error.status, error.message, code=error.code)
+            turn.status = exc.status
+            yield turn.dialect.error_event(exc.status, exc.message, code=exc.code, after=assembler)
             self.ended = True
+        except UpstreamBroken:
+            yield self._cut("broke the connection")
+            self.ended = True
+
+    def _cut(self, how: str) -> bytes:
+        """The error event that ends a stream the upstream cut before its reply was whole.
+
+        Nothing of the reply is stored, as `Session.stream()` appends nothing of a cut stream: the
+        client retries with the same history, and that request is the one whose reply is stored.
+        """
+        turn = self.turn
+        if turn.lease is not None and not self.finished:
+            turn.lease.failed = True
+        turn.status = 502
+        message = (
+            f"The upstream at {turn.svc.upstream.shown_url} {how} before the end of the reply; nothing of the "
+            "reply was stored. Retry the request."
+        )
+        return turn.dialect.error_event(502, message, code="upstream_stream_cut", after=self.assembler)
 
     async def _finish(self) -> None:
         if self.finished:

@@ -260,7 +260,9 @@ class AnthropicMessages(Dialect):
         kind = _ERROR_TYPES.get(status, "api_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
 
-    def error_event(self, status: int, message: str, *, code: str | None) -> bytes:
+    def error_event(
+        self, status: int, message: str, *, code: str | None, after: StreamAssembler | None = None
+    ) -> bytes:
         body = self.error_body(status, message, code=code, param=None)
         return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
 

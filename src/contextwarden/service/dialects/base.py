@@ -246,8 +246,10 @@ class Dialect(ABC):
             self.error_body(status, message, code=code, param=param), status_code=status, headers=dict(headers or {})
         )
 
-    def error_event(self, status: int, message: str, *, code: str | None) -> bytes:
-        """An error sent inside a stream that already started."""
+    def error_event(
+        self, status: int, message: str, *, code: str | None, after: StreamAssembler | None = None
+    ) -> bytes:
+        """An error sent inside a stream that already started (``after``: the events relayed before it)."""
         body = self.error_body(status, message, code=code, param=None)
         return f"data: {json.dumps(body)}\n\n".encode()
 

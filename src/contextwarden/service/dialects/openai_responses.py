@@ -209,9 +209,14 @@ class _ResponsesAssembler(StreamAssembler):
         self.items: list[Any] = []
         self.final: Mapping[str, Any] | None = None
         self._done = False
+        self.sequence: int | None = None
+        """The ``sequence_number`` of the last event that carried one."""
 
     def take(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
+        number = event.get("sequence_number")
+        if isinstance(number, int) and not isinstance(number, bool):
+            self.sequence = number
         self._done = kind in _END_EVENTS
         if kind == "error" or kind == "response.failed":
             self.error = event
@@ -307,8 +312,13 @@ class OpenAIResponses(Dialect):
     def error_body(self, status: int, message: str, *, code: str | None, param: str | None) -> dict[str, Any]:
         return error_body(status, message, code=code, param=param)
 
-    def error_event(self, status: int, message: str, *, code: str | None) -> bytes:
-        body = {"type": "error", "code": code, "message": message, "param": None}
+    def error_event(
+        self, status: int, message: str, *, code: str | None, after: StreamAssembler | None = None
+    ) -> bytes:
+        # every Responses event carries a sequence number, one past the event before it
+        last = after.sequence if isinstance(after, _ResponsesAssembler) else None
+        sequence = 0 if last is None else last + 1
+        body = {"type": "error", "code": code, "message": message, "param": None, "sequence_number": sequence}
         return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
 
     def too_long(self, message: str) -> Response:
