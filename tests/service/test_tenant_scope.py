@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
@@ -179,6 +180,60 @@ def test_every_route_answers_another_tenants_id_like_an_unused_one(scoped: tuple
     # acme's session: untouched by all of it
     assert _acme_state(client, store_url, "shared") == before
     assert [s["session_id"] for s in client.get("/v1/sessions", headers=_headers("acme")).json()["data"]] == ["shared"]
+
+
+def _responses_reply(body: Any) -> dict[str, Any]:
+    """A Responses API reply of the scripted upstream (ids of its own each time, as a provider's)."""
+    text = {"type": "output_text", "text": "ok", "annotations": []}
+    item = {"type": "message", "id": f"msg_{uuid.uuid4().hex}", "role": "assistant", "status": "completed"}
+    usage = {"input_tokens": 20, "output_tokens": 1, "total_tokens": 21, "input_tokens_details": {"cached_tokens": 0}}
+    return {
+        "id": f"resp_{uuid.uuid4().hex}",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": "completed",
+        "model": body.get("model"),
+        "output": [{**item, "content": [text]}],
+        "usage": usage,
+    }
+
+
+def test_the_responses_route_answers_another_tenants_id_like_an_unused_one(
+    scoped: tuple[Running, str], upstream: ScriptedOpenAIServer
+) -> None:
+    service, store_url = scoped
+    client = service.client
+    upstream.routes["POST /v1/responses"] = _responses_reply
+
+    def respond(tenant: str, sid: str, items: list[dict[str, Any]]) -> httpx.Response:
+        body = {"model": MODEL, "input": items, "store": False}
+        return client.post("/v1/responses", json=body, headers=_headers(tenant, sid))
+
+    history = [user("my account number is 4417-1234")]
+    assert respond("acme", "shared", history).status_code == 200
+    history += [{"role": "assistant", "content": "ok"}, user("and the PIN is 0000")]
+    assert respond("acme", "shared", history).status_code == 200
+    before = _acme_state(client, store_url, "shared")
+    assert before[0] == 4
+
+    # globex writes under acme's id and under an unused one: the same answer, a new session of its own each
+    taken, unused = respond("globex", "shared", [user("hello")]), respond("globex", "nobody", [user("hello")])
+    assert taken.status_code == 200, taken.text
+    assert answer(taken, "shared") == answer(unused, "nobody")
+    assert taken.headers["x-session-id"] == "shared"
+    assert "4417" not in taken.text
+    # continuing it carries globex's own history, never acme's
+    again = [user("hello"), {"role": "assistant", "content": "ok"}, user("what did I say first?")]
+    taken, unused = respond("globex", "shared", again), respond("globex", "nobody", again)
+    assert taken.status_code == 200 and answer(taken, "shared") == answer(unused, "nobody")
+    sent = [r.body for r in upstream.requests if r.path == "/v1/responses"][-2:]
+    assert all("4417" not in json.dumps(b) for b in sent)
+    described = [client.get(f"/v1/sessions/{s}", headers=_headers("globex")) for s in ("shared", "nobody")]
+    assert answer(described[0], "shared") == answer(described[1], "nobody")
+    assert described[0].json()["session"]["message_count"] == 4
+
+    # acme's session: untouched by all of it
+    assert _acme_state(client, store_url, "shared") == before
 
 
 def test_an_open_service_keeps_ids_as_given(service: Running) -> None:
