@@ -85,8 +85,10 @@ def test_a_request_on_a_known_session_is_one_round_trip(redis_service: Running, 
     session = _session_commands(seen, prefix)
     assert len(session) == 5, session
     assert all(c.upper().startswith("EVALSHA") for c in session)
-    # the status events go out from the event publisher, off the request's path, at most one per request
-    assert len(seen) - len(session) <= 5
+    # everything else is the event publisher's: it sends the status events off the request's path, in
+    # its own time (events of the turns before the measured ones may land among them)
+    others = [c for c in seen if c not in session]
+    assert all(f"{prefix}:ev:" in c for c in others), others
     with open_store(redis_store_url) as store:
         texts = [m.text for m in store.load_messages("rt", tenant="default")]
     assert texts[-2:] == ["more 3", "ok"] and texts.count("ok") == 7

@@ -19,7 +19,7 @@ def test_trim_paired_steps_both_peers_on_every_turn_and_reports_their_ratio(tmp_
         assert p["turns"] > 90  # about four messages a round
         assert p["incorrect_turns"] == 0  # a 6,000-token window forces compactions: views stay correct
         # the ratio of the unrounded medians, against the ratio of the rounded ones in the report
-        assert p["p50_ratio"] == pytest.approx(p["contextwarden_p50_ms"] / p["floor_p50_ms"], abs=0.005)
+        assert p["p50_ratio"] == pytest.approx(p["contextwarden_p50_ms"] / p["floor_p50_ms"], rel=0.005)
         assert 0 < p["floor_p50_ms"] <= p["floor_p99_ms"]
         # the harness's growth fit over the turns past twice the window, for both peers
         assert isinstance(p["floor_growth_exponent"], float)
