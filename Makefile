@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test test-llama llama-server lint typecheck unit docs docs-ref readme-chart fuzz bench-trim bench-probes bench clean
+.PHONY: demo test test-llama llama-server lint typecheck unit unit-fast docs docs-ref readme-chart fuzz bench-trim bench-probes bench clean
 
 $(PY):
 	@echo "==> creating the virtual environment $(VENV)"
@@ -31,6 +31,10 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(PY) -m pytest -q
+
+# The fast tier: no property, fuzz, real-server, benchmark or docs tests (`make unit` runs them all).
+unit-fast: $(STAMP)
+	$(PY) -m pytest -q -m 'not slow'
 
 # The documentation site (mkdocs.yml, docs/) into site/; warnings fail the build.
 docs: $(STAMP)

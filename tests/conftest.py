@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, is_hypothesis_test, settings
 
 import contextwarden.llm
 
@@ -32,6 +32,61 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 # No test may reach a paid API; local test servers stay reachable.
 contextwarden.llm.ALLOW_MODEL_REQUESTS = False
+
+
+# The fast tier (`pytest -m "not slow"`, `make unit-fast`) leaves out what takes seconds per test:
+# property tests (hypothesis) and fuzz, real Redis/Postgres servers, browsers and agent CLIs, the
+# frameworks' own loops, benchmark runs, the docs build and the docs' code blocks. The full suite
+# runs all of them.
+SLOW_MARKERS = frozenset({"services", "clients", "browser", "llama_server"})
+SLOW_DIRS = frozenset({"fuzz", "realserver", "clients", "integrations", "bench_runs"})
+SLOW_FILES = frozenset(
+    {
+        "test_docs_blocks.py",  # runs every code block of the docs
+        "test_docs_site.py",  # builds the site with mkdocs
+        "test_trim_paired.py",  # runs the trim benchmark
+        "test_faults.py",  # kills writer processes mid-append
+        "test_wheel.py",  # builds and installs the wheel
+        "test_demo_cli.py",  # runs the demo
+    }
+)
+SLOW_TESTS = frozenset(
+    {
+        # load the packaged sentence-transformers model
+        "test_backends_and_the_packaged_embedder",
+        "test_packaged_minilm_embeds_offline_and_ranks_by_meaning",
+    }
+)
+SERVER_FIXTURES = frozenset(
+    {"redis_url", "redis_cluster_url", "postgres_url", "redis_store_url", "postgres_store_url", "pgvector_url"}
+)
+SERVER_BACKENDS = frozenset({"redis", "redis-cluster", "postgres"})
+
+
+def _on_a_server(item: pytest.Function) -> bool:
+    if SERVER_FIXTURES & set(item.fixturenames):
+        return True
+    params = item.callspec.params.values() if hasattr(item, "callspec") else ()
+    names = {p for value in params for p in (value if isinstance(value, tuple) else (value,)) if isinstance(p, str)}
+    return bool(SERVER_BACKENDS & names)
+
+
+def _slow(item: pytest.Item) -> bool:
+    if isinstance(item, pytest.Function) and (is_hypothesis_test(item.obj) or _on_a_server(item)):
+        return True
+    if isinstance(item, pytest.Function) and item.originalname in SLOW_TESTS:
+        return True
+    if any(item.get_closest_marker(name) is not None for name in SLOW_MARKERS):
+        return True
+    parts = item.path.relative_to(Path(__file__).parent).parts
+    return parts[0] in SLOW_DIRS or item.path.name in SLOW_FILES or "bench" in item.path.stem
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") is None and _slow(item):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture
