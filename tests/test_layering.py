@@ -151,13 +151,6 @@ def test_no_module_imports_another_modules_private_names() -> None:
 TESTS = SRC.parent / "tests"
 
 TEST_IMPORTS_LEFT: dict[str, str] = {
-    "service/test_responses.py": "test_proxy",
-    "service/test_anthropic.py": "test_proxy",
-    "service/test_request_encodings.py": "test_proxy",
-    "service/test_tenants_and_errors.py": "test_proxy",
-    "service/test_streaming.py": "test_proxy",
-    "service/test_refused_requests.py": "test_proxy",
-    "service/test_history_matching.py": "test_proxy",
     "service/test_replicas.py": "test_serve",
     "service/test_read_back_mixed.py": "test_read_back",
     "memory/test_pgvector.py": "test_session_memory",

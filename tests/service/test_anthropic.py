@@ -8,8 +8,8 @@ from typing import Any
 from contextwarden.messages import ToolCall
 from contextwarden.testing import ScriptedOpenAIServer, ScriptedReply
 
+from ._stored import stored
 from .conftest import MODEL, Running
-from .test_proxy import stored
 
 SYSTEM_BLOCKS = [
     {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}},

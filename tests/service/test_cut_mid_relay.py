@@ -25,8 +25,8 @@ from contextwarden.settings import Settings
 
 from ._cut_upstream import MODEL, REPLY, WIRES, CutUpstream, How, Wire
 from ._raw_upstream import RawAnswer, RawUpstream
+from ._stored import stored
 from .conftest import Running, make_settings, user
-from .test_proxy import stored
 
 QUESTION = "How does the checker work?"
 FIRST = [user("What does the parser build?"), {"role": "assistant", "content": REPLY}]

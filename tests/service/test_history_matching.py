@@ -6,8 +6,8 @@ import pytest
 
 from contextwarden.testing import ScriptedOpenAIServer, ScriptedReply
 
+from ._stored import stored
 from .conftest import SYSTEM, Running, assistant, chat, user
-from .test_proxy import stored
 
 
 def _unmanaged(service: Running) -> str:

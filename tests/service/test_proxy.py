@@ -9,13 +9,8 @@ from contextwarden.settings import Settings
 from contextwarden.stores import open_store
 from contextwarden.testing import ScriptedOpenAIServer, ScriptedReply
 
+from ._stored import stored
 from .conftest import SYSTEM, Running, assistant, chat, make_settings, user
-
-
-def stored(service: Running, session_id: str) -> list[tuple[str, str]]:
-    url = service.app.state.service.settings.store_url
-    with open_store(url) as store:
-        return [(m.role, m.text) for m in store.load_messages(session_id, tenant="default")]
 
 
 def test_a_reply_passes_through_and_both_sides_land_in_the_transcript(

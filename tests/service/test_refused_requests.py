@@ -19,8 +19,8 @@ import pytest
 from contextwarden.settings import Settings
 
 from ._raw_upstream import RawAnswer, RawUpstream
+from ._stored import stored
 from .conftest import MODEL, Running, make_settings
-from .test_proxy import stored
 
 _SSE = {"content-type": "text/event-stream"}
 

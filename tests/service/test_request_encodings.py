@@ -17,8 +17,8 @@ from contextwarden.service.errors import ServiceError
 from contextwarden.settings import Settings
 from contextwarden.testing import ScriptedOpenAIServer
 
+from ._stored import stored
 from .conftest import MODEL, SYSTEM, Running, chat, make_settings, user
-from .test_proxy import stored
 
 LIMIT = 200_000
 """The test service's `max_body_bytes`."""

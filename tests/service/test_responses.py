@@ -11,8 +11,8 @@ import pytest
 from contextwarden.settings import Settings
 
 from ._responses_upstream import ResponsesUpstream, call_item, text_item
+from ._stored import stored
 from .conftest import MODEL, Running, make_settings
-from .test_proxy import stored
 
 INSTRUCTIONS = "You are Codex, a coding agent."
 REASONING = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAB-opaque+/=="}

@@ -10,8 +10,8 @@ import openai
 
 from contextwarden.testing import ScriptedError, ScriptedOpenAIServer, ScriptedReply
 
+from ._stored import stored
 from .conftest import SYSTEM, Running, chat, user
-from .test_proxy import stored
 
 
 def _events(lines: list[str]) -> list[dict]:  # type: ignore[type-arg]

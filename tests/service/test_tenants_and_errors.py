@@ -13,8 +13,8 @@ from contextwarden.service import hash_key
 from contextwarden.settings import Settings
 from contextwarden.testing import ScriptedDisconnect, ScriptedError, ScriptedOpenAIServer, ScriptedReply
 
+from ._stored import stored
 from .conftest import Running, chat, make_settings, user
-from .test_proxy import stored
 
 SECRET = "sk-upstream-secret-do-not-leak"
 
