@@ -84,8 +84,8 @@ def test_report_is_self_contained_with_the_four_charts(demo_run: dict[str, Any])
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html), "nothing is fetched"
     assert "<script" not in html
     charts = dict(re.findall(r'<svg class="chart" id="chart-[a-z]+" data-chart="([a-z]+)" data-points="(\d+)"', html))
-    assert set(charts) == {"utilization", "components", "compactions", "cache", "facts"}
-    assert charts["utilization"] == charts["components"] == charts["cache"] == "120"
+    assert set(charts) == {"utilization", "components", "compactions", "cache", "facts", "memory"}
+    assert charts["utilization"] == charts["components"] == charts["cache"] == charts["memory"] == "120"
     assert int(charts["compactions"]) == sum(demo_run["compactions_by_layer"].values())
     # the marks the state uses: the default band's low water and the budget, not fixed thresholds
     assert 'data-threshold="low water"' in html and 'data-threshold="budget"' in html
@@ -101,6 +101,27 @@ def test_report_is_self_contained_with_the_four_charts(demo_run: dict[str, Any])
         assert fact["value"].replace("'", "&#x27;") in html
     assert f"{demo_run['prefix_reuse']:.1%}" in html
     assert "tokens seen" in html and f"{demo_run['tokens_seen']:,}" in html
+
+
+def test_report_shows_each_recall_with_what_it_brought_back(demo_run: dict[str, Any]) -> None:
+    recalls = demo_run["recalls"]
+    assert recalls and all(r["memories"] and r["tokens"] > 0 and r["query"] for r in recalls)
+    assert [r["turn"] for r in recalls] == sorted(r["turn"] for r in recalls)
+    for memory in (m for r in recalls for m in r["memories"]):
+        # provenance: the source, the ledger step or message id, time and score, and the message ids
+        assert memory["label"].startswith("[") and " · score " in memory["label"] and memory["message_ids"]
+    final = recalls[-1]
+    assert final["turn"] == demo_run["turns"], "the closing question recalls"
+    kept = [f["value"] for f in demo_run["facts"] if f["found"]]
+    brought = [v for v in kept if any(v in m["text"] for m in final["memories"])]
+    assert brought, "the last recall brings back planted facts"
+    html = Path(demo_run["_report"]).read_text(encoding="utf-8")
+    assert html.count("<tr data-turn=") == len(recalls)
+    assert (
+        'data-series="recalled"' in html
+        and f'data-series="recalls" data-count="{len({r["turn"] for r in recalls})}"' in html
+    )
+    assert html.count("<li><code>[") == sum(len(r["memories"]) for r in recalls)
 
 
 def test_live_view_renders_gauge_layer_and_events() -> None:

@@ -66,7 +66,7 @@ def test_report_renders_charts_in_chromium(demo_run: dict[str, Any], tmp_path: P
                 })""",
             )
             by_name = {c["name"]: c for c in charts}
-            assert set(by_name) == {"utilization", "components", "compactions", "cache", "facts"}
+            assert set(by_name) == {"utilization", "components", "compactions", "cache", "facts", "memory"}
             for chart in charts:
                 assert chart["width"] > 500 and chart["height"] > 100, chart
                 assert chart["points"] > 0 and chart["shapes"] > 0, chart

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from .generator import DemoSession, PlantedFact, generate_session
-from .replay import CompactionRecord, DemoResult, TurnStats, replay, view_text
+from .replay import CompactionRecord, DemoResult, RecalledMemory, RecallRecord, TurnStats, replay, view_text
 from .report import render_report, write_report
 
 __all__ = [
@@ -16,6 +16,8 @@ __all__ = [
     "DemoResult",
     "DemoSession",
     "PlantedFact",
+    "RecallRecord",
+    "RecalledMemory",
     "TurnStats",
     "generate_session",
     "render_report",

@@ -9,6 +9,7 @@ view the model would receive.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,6 +72,30 @@ class TurnStats:
     facts_planted: int
     facts_in_view: int
     prepare_ms: float
+    recalled: int = 0
+    """Memories the view shows in recalled blocks."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecalledMemory:
+    """One memory a recall brought into the view, with its provenance."""
+
+    label: str
+    """How the view labels it: source, ``#<step>``, time and score."""
+    text: str
+    role: str
+    message_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecallRecord:
+    """One recall: a block of memories put into the view before a request."""
+
+    turn: int
+    query: str
+    """The request's words the recall searched with (as the block's ``recall`` call names them)."""
+    tokens: int
+    memories: tuple[RecalledMemory, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +134,7 @@ class DemoResult:
     """What long-term memory did (None: the session had none)."""
     turns: list[TurnStats] = field(default_factory=list)
     compactions: list[CompactionRecord] = field(default_factory=list)
+    recalls: list[RecallRecord] = field(default_factory=list)
     alerts: list[dict[str, Any]] = field(default_factory=list)
     facts: list[PlantedFact] = field(default_factory=list)
     found: list[str] = field(default_factory=list)
@@ -200,6 +226,18 @@ class DemoResult:
             "facts": [
                 {"kind": f.kind, "value": f.value, "turn": f.turn, "found": f.value in self.found} for f in self.facts
             ],
+            "recalls": [
+                {
+                    "turn": r.turn,
+                    "query": r.query,
+                    "tokens": r.tokens,
+                    "memories": [
+                        {"label": m.label, "role": m.role, "message_ids": list(m.message_ids), "text": m.text}
+                        for m in r.memories
+                    ],
+                }
+                for r in self.recalls
+            ],
             "alerts": self.alerts,
             "compute_s": round(self.compute_s, 3),
             "wall_s": round(self.wall_s, 3),
@@ -260,6 +298,7 @@ def replay(
         compute += time.perf_counter() - t0
         result.messages = len(system)
         prev_keys: list[tuple[str, str]] = []
+        recorded: set[str] = set()
         planted_by_turn = [sum(1 for f in demo.facts if f.turn <= i) for i in range(len(demo.turns) + 1)]
         for index, raw in enumerate(demo.turns, 1):
             turn_no = index
@@ -277,6 +316,7 @@ def replay(
             prepared = session.prepare(format="internal")
             prepare_ms = (time.perf_counter() - p0) * 1000
             view = prepared.view
+            in_blocks = _new_recalls(session, result, index, recorded) if session.memory is not None else 0
             keys = [(m.message_id, m.content_hash) for m in view]
             counts = [acc.count_message(m) for m in view]
             reused = 0
@@ -305,6 +345,7 @@ def replay(
                 facts_planted=planted,
                 facts_in_view=in_view,
                 prepare_ms=round(prepare_ms, 3),
+                recalled=in_blocks,
             )
             result.turns.append(stats)
             result.messages += len(msgs)
@@ -328,3 +369,25 @@ def replay(
     result.compute_s = compute
     result.wall_s = time.perf_counter() - started
     return result
+
+
+_EXCERPT_CHARS = 240
+"""Characters of a recalled memory the result keeps (the report shows what came back, not all of it)."""
+
+
+def _new_recalls(session: Session, result: DemoResult, turn: int, recorded: set[str]) -> int:
+    """Record in ``result`` the recalled blocks the view shows for the first time; returns the memories it shows."""
+    assert session.memory is not None
+    shown = session.memory.shown
+    for block in shown:
+        if block.result.message_id in recorded:
+            continue
+        recorded.add(block.result.message_id)
+        call = block.call.tool_calls[0]
+        query = json.loads(call.arguments).get("query", "")
+        memories = tuple(
+            RecalledMemory(label=i.label, text=i.text[:_EXCERPT_CHARS], role=i.role, message_ids=i.message_ids)
+            for i in block.items
+        )
+        result.recalls.append(RecallRecord(turn=turn, query=str(query), tokens=block.tokens, memories=memories))
+    return sum(len(b.items) for b in shown)

@@ -1,7 +1,8 @@
 """The demo's HTML report: one self-contained file (inline CSS and SVG, no script, nothing fetched).
 
 Charts: utilization per turn with the threshold lines, tokens by component, compaction events,
-prompt-cache reuse, and the planted facts still in view. Every chart is an ``<svg>`` with
+prompt-cache reuse, the planted facts still in view, and what long-term memory recalled (per turn,
+and each recall with its memories and their provenance). Every chart is an ``<svg>`` with
 ``data-chart`` and ``data-points`` attributes, and every drawn series carries ``data-series``,
 so tests (and people) can check what was drawn.
 """
@@ -204,6 +205,52 @@ def _facts(r: DemoResult) -> str:
     )
 
 
+def _recalled(r: DemoResult) -> str:
+    n = len(r.turns)
+    p = _Plot(x_min=1, x_max=n, y_max=max((t.recalled for t in r.turns), default=1) * 1.1)
+    top = int(p.y_max)
+    body = [p.axes(y_ticks=list(range(0, top + 1, max(1, top // 5))), y_label="memories in view")]
+    points = " ".join(f"{p.x(t.turn)},{p.y(t.recalled)}" for t in r.turns)
+    body.append(
+        f'<polyline data-series="recalled" data-count="{n}" class="series" points="{points}" stroke="#756bb1"/>'
+    )
+    turns = sorted({rec.turn for rec in r.recalls})
+    dots = "".join(f'<circle cx="{p.x(t)}" cy="{p.y(0)}" r="3" fill="#756bb1"/>' for t in turns)
+    body.append(f'<g data-series="recalls" data-count="{len(turns)}">{dots}</g>')
+    return _svg("memory", n, "Recalled memories in the view", "".join(body)) + _legend(
+        [("memories the view shows in recalled blocks (dots: a recall)", "#756bb1")]
+    )
+
+
+def _memory_section(r: DemoResult) -> str:
+    """What long-term memory did: the recalls per turn, each with what it brought back and its provenance."""
+    if r.memory is None:
+        return "<h2>Long-term memory</h2><p>Off (<code>--no-memory</code>).</p>"
+    facts = [f.value for f in r.facts]
+    rows = []
+    for rec in r.recalls:
+        brought = sorted({f for f in facts for m in rec.memories if f in m.text})
+        items = "".join(
+            f"<li><code>{_e(m.label)}</code> {_e(m.text)}{'…' if len(m.text) >= 240 else ''}</li>" for m in rec.memories
+        )
+        rows.append(
+            f'<tr data-turn="{rec.turn}"><td class=n>{rec.turn}</td><td>{_e(rec.query)}</td>'
+            f"<td class=n>{len(rec.memories)}</td><td class=n>{rec.tokens:,}</td>"
+            f"<td>{', '.join(f'<code>{_e(f)}</code>' for f in brought) or '-'}</td>"
+            f"<td><details><summary>{len(rec.memories)} memories</summary><ul>{items}</ul></details></td></tr>"
+        )
+    return f"""<h2>Long-term memory</h2>
+<p>{_e(r.memory)}. Before a request, memory is searched with the request's words; what it brings back is
+shown right before the request as the answer of a <code>recall</code> call, each memory labelled with its
+source, ledger step (<code>read_context("#step")</code> shows the step in full), time and score. A
+compaction recalls again.</p>
+{_recalled(r)}
+<table id="recalls"><tr><th>turn</th><th>request</th><th>memories</th><th>tokens</th><th>planted facts</th>
+<th>what came back</th></tr>
+{"".join(rows)}</table>
+"""
+
+
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#fafafa;color:#222}
 main{max-width:1000px;margin:0 auto;padding:24px}
@@ -310,6 +357,7 @@ prompt cache can serve) and the new tokens. Overall reuse {r.prefix_reuse:.1%}.<
 or lost.</p>
 {_facts(r)}
 <table id="facts"><tr><th>kind</th><th>value</th><th>planted in turn</th><th>final view</th></tr>{fact_rows}</table>
+{_memory_section(r)}
 {alerts}
 </main></body></html>
 """
