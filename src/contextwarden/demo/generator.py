@@ -22,6 +22,24 @@ import string
 from dataclasses import dataclass, field
 from typing import Any
 
+from .outputs import (
+    MODULES,
+    NOUNS,
+    PACKAGES,
+    WORDS,
+    docs_zh,
+    file_path,
+    git_log,
+    grep_output,
+    hex_digits,
+    ident,
+    pip_freeze,
+    pytest_log,
+    python_file,
+    sentence,
+    traceback_lines,
+)
+
 __all__ = ["DemoSession", "PlantedFact", "generate_session"]
 
 
@@ -48,256 +66,6 @@ class DemoSession:
 
 
 # --- vocabulary -----------------------------------------------------------------------------------
-
-_PACKAGES = ("ledger", "billing", "payouts", "refunds", "invoices", "settlement", "fx", "accounts", "risk", "notify")
-_MODULES = (
-    "reconcile",
-    "batch_writer",
-    "models",
-    "service",
-    "handlers",
-    "schemas",
-    "repository",
-    "rounding",
-    "scheduler",
-    "exporter",
-    "client",
-    "validators",
-)
-_VERBS = ("apply", "compute", "load", "validate", "merge", "emit", "flush", "resolve", "split", "normalize", "post")
-_NOUNS = (
-    "refund",
-    "batch",
-    "entry",
-    "payout",
-    "invoice",
-    "balance",
-    "currency",
-    "window",
-    "ledger_line",
-    "adjustment",
-    "fee",
-    "settlement",
-)
-_TYPES = ("Decimal", "int", "str", "datetime", "list[Entry]", "dict[str, Decimal]", "Batch | None", "bool")
-_WORDS = (
-    "the",
-    "batch",
-    "refund",
-    "entry",
-    "is",
-    "posted",
-    "before",
-    "after",
-    "rounding",
-    "currency",
-    "amount",
-    "when",
-    "ledger",
-    "we",
-    "must",
-    "keep",
-    "idempotent",
-    "retry",
-    "window",
-    "partial",
-    "settled",
-    "value",
-    "check",
-    "line",
-    "total",
-    "debit",
-    "credit",
-    "per",
-    "account",
-    "order",
-)
-_ZH = (
-    "这个批次在对账时出现了不平衡，需要先确认借方和贷方的舍入规则。",
-    "测试环境的数据库昨天做过迁移，部分索引可能还没有重建。",
-    "退款流程分为三步：冻结、冲正、入账，每一步都要写审计日志。",
-    "请在修改之前先跑一遍完整的测试，特别是对账相关的用例。",
-    "日志里显示重试了三次，但幂等键没有变化，说明客户端没有问题。",
-    "汇率服务偶尔超时，我们在调度器里加了指数退避。",
-    "这个接口的响应时间在高峰期超过两秒，需要看一下慢查询。",
-    "文档需要同步更新，尤其是部分退款的示例。",
-)
-
-
-def _ident(rng: random.Random) -> str:
-    return f"{rng.choice(_VERBS)}_{rng.choice(_NOUNS)}"
-
-
-def _path(rng: random.Random) -> str:
-    return f"src/{rng.choice(_PACKAGES)}/{rng.choice(_MODULES)}.py"
-
-
-def _sentence(rng: random.Random, n: int) -> str:
-    words = [rng.choice(_WORDS) for _ in range(n)]
-    return " ".join(words).capitalize() + "."
-
-
-def _hex(rng: random.Random, n: int) -> str:
-    return "".join(rng.choice("0123456789abcdef") for _ in range(n))
-
-
-# --- tool outputs -----------------------------------------------------------------------------------
-
-
-def _python_file(rng: random.Random, path: str, *, functions: int, plant: str | None = None) -> str:
-    """Plausible Python source: imports, a dataclass, functions with docstrings and bodies."""
-    module = path.rsplit("/", 1)[-1].removesuffix(".py")
-    lines = [
-        f'"""{module.replace("_", " ").capitalize()}: {_sentence(rng, 8)}"""',
-        "",
-        "from __future__ import annotations",
-        "",
-        "import logging",
-        "from dataclasses import dataclass",
-        "from decimal import ROUND_HALF_EVEN, Decimal",
-        "",
-        f"from ..{rng.choice(_PACKAGES)}.{rng.choice(_MODULES)} import {rng.choice(_NOUNS).title().replace('_', '')}",
-        "",
-        "logger = logging.getLogger(__name__)",
-        "",
-        "",
-        "@dataclass(frozen=True)",
-        f"class {rng.choice(_NOUNS).title().replace('_', '')}Record:",
-    ]
-    for _ in range(rng.randint(3, 7)):
-        lines.append(f"    {rng.choice(_NOUNS)}: {rng.choice(_TYPES)}")
-    names = [_ident(rng) for _ in range(functions)]
-    if plant is not None:
-        names[rng.randrange(len(names))] = plant
-    for name in names:
-        args = ", ".join(f"{rng.choice(_NOUNS)}: {rng.choice(_TYPES)}" for _ in range(rng.randint(1, 3)))
-        lines += [
-            "",
-            "",
-            f"def {name}({args}) -> {rng.choice(_TYPES)}:",
-            f'    """{_sentence(rng, rng.randint(6, 14))}"""',
-        ]
-        for _ in range(rng.randint(4, 14)):
-            kind = rng.random()
-            var = rng.choice(_NOUNS)
-            if kind < 0.3:
-                lines.append(f"    {var} = {rng.choice(_NOUNS)}.quantize(Decimal('0.01'), rounding=ROUND_HALF_EVEN)")
-            elif kind < 0.5:
-                lines.append(f"    if {var} is None or {var} < 0:")
-                lines.append(f"        raise ValueError(f'invalid {var}: {{{var}!r}}')")
-            elif kind < 0.7:
-                lines.append(f"    logger.debug('{_ident(rng)} %s', {var})")
-            elif kind < 0.85:
-                lines.append(f"    for item in {var}s:")
-                lines.append(f"        total += item.{rng.choice(_NOUNS)}")
-            else:
-                lines.append(f"    # {_sentence(rng, rng.randint(5, 12))}")
-        lines.append(f"    return {rng.choice(_NOUNS)}")
-    return "\n".join(f"{i + 1:>4}  {line}" for i, line in enumerate(lines))
-
-
-def _grep(rng: random.Random, pattern: str, *, hits: int, plant: str | None = None) -> str:
-    rows = []
-    for _ in range(hits):
-        rows.append(f"{_path(rng)}:{rng.randint(3, 480)}:    {_ident(rng)}({rng.choice(_NOUNS)}, {pattern})")
-    if plant is not None:
-        rows.insert(rng.randrange(len(rows) + 1), plant)
-    return "\n".join(rows)
-
-
-def _traceback(rng: random.Random, error: str, *, frames: int) -> list[str]:
-    lines = ["Traceback (most recent call last):"]
-    for _ in range(frames):
-        lines.append(f'  File "/app/{_path(rng)}", line {rng.randint(10, 600)}, in {_ident(rng)}')
-        lines.append(f"    {rng.choice(_NOUNS)} = {_ident(rng)}({rng.choice(_NOUNS)})")
-    lines.append(error)
-    return lines
-
-
-def _pytest_log(
-    rng: random.Random, *, tests: int, failures: list[tuple[str, str]], seconds: float, chinese: bool = False
-) -> str:
-    """pytest output with progress lines, a failures section with tracebacks and a summary."""
-    files = sorted(
-        {f"tests/{rng.choice(_PACKAGES)}/test_{rng.choice(_MODULES)}.py" for _ in range(max(3, tests // 25))}
-    )
-    lines = [
-        "============================= test session starts ==============================",
-        "platform linux -- Python 3.11.7, pytest-8.3.4, pluggy-1.5.0",
-        "rootdir: /app",
-        "configfile: pyproject.toml",
-        "plugins: anyio-4.6.2, hypothesis-6.118.0",
-        f"collected {tests} items",
-        "",
-    ]
-    per = max(1, tests // len(files))
-    done = 0
-    for f in files:
-        marks = "".join(rng.choice("....................F.s") if failures else "." for _ in range(per))
-        done += per
-        lines.append(f"{f} {marks}{' ' * max(1, 60 - len(f) - len(marks))}[{min(100, done * 100 // tests):>3}%]")
-    if failures:
-        lines += ["", "=================================== FAILURES ==================================="]
-        for test_id, error in failures:
-            name = test_id.rsplit("::", 1)[-1]
-            lines.append(f"________________________________ {name} ________________________________")
-            lines.append("")
-            lines += _traceback(rng, error, frames=rng.randint(3, 7))
-            lines.append(f"E       {error}")
-            if chinese:
-                lines.append("-" * 30 + " Captured log call " + "-" * 31 + "\n" + rng.choice(_ZH))
-            lines.append("")
-        lines.append("=========================== short test summary info ============================")
-        for test_id, error in failures:
-            lines.append(f"FAILED {test_id} - {error[:70]}")
-    passed = tests - len(failures)
-    tail = f"{len(failures)} failed, {passed} passed" if failures else f"{passed} passed"
-    lines.append(f"======================== {tail} in {seconds:.2f}s ========================")
-    return "\n".join(lines)
-
-
-def _git_log(rng: random.Random, n: int, plant: str | None = None) -> str:
-    rows = []
-    for _ in range(n):
-        rows.append(
-            f"{_hex(rng, 8)} {rng.choice(('fix', 'feat', 'chore', 'refactor', 'test'))}({rng.choice(_PACKAGES)}): "
-            f"{_sentence(rng, rng.randint(4, 9)).rstrip('.').lower()}"
-        )
-    if plant is not None:
-        rows.insert(rng.randrange(1, len(rows)), plant)
-    return "\n".join(rows)
-
-
-def _pip_freeze(rng: random.Random) -> str:
-    pkgs = (
-        "alembic",
-        "anyio",
-        "asyncpg",
-        "attrs",
-        "boto3",
-        "celery",
-        "fastapi",
-        "httpx",
-        "pydantic",
-        "pytest",
-        "redis",
-        "sqlalchemy",
-        "structlog",
-        "tenacity",
-        "uvicorn",
-        "orjson",
-        "prometheus-client",
-        "babel",
-    )
-    return "\n".join(f"{p}=={rng.randint(0, 4)}.{rng.randint(0, 30)}.{rng.randint(0, 9)}" for p in pkgs)
-
-
-def _docs_zh(rng: random.Random) -> str:
-    paras = [rng.choice(_ZH) + rng.choice(_ZH) for _ in range(rng.randint(6, 14))]
-    return "# 部分退款（Partial refunds）\n\n" + "\n\n".join(paras)
-
-
-# --- the session --------------------------------------------------------------------------------------
 
 
 class _Builder:
@@ -382,14 +150,14 @@ def generate_session(*, seed: int = 7, turns: int = 300) -> DemoSession:
     turns = max(30, turns)
     b = _Builder(seed)
     rng = b.rng
-    pkg = rng.choice(_PACKAGES)
+    pkg = rng.choice(PACKAGES)
     bug_path = f"src/{pkg}/reconcile/{rng.choice(('batch_writer', 'posting', 'rounding_rules'))}.py"
     bug_fn = f"_{rng.choice(('apply', 'post', 'split'))}_partial_{rng.choice(('refund', 'reversal', 'credit'))}"
     amount = rng.randint(1000, 9999)
     batch = f"RB-{rng.randint(1000, 9999)}"
     error = f"LedgerImbalanceError: debit {amount}.50 != credit {amount}.00 in batch {batch}"
     ticket = f"PAY-{rng.randint(1000, 9999)}"
-    commit = _hex(rng, 10)
+    commit = hex_digits(rng, 10)
     config = f"REFUND_GRACE_WINDOW_S={rng.choice((300, 600, 900, 1800))}"
     customer = "cus_" + "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(10))
     test_id = f"tests/{pkg}/test_reconcile.py::test_partial_refund_rounding_{rng.choice(('eur', 'jpy', 'usd'))}"
@@ -403,7 +171,7 @@ def generate_session(*, seed: int = 7, turns: int = 300) -> DemoSession:
     # --- phase 1: the bug (turns 1-24), where the facts are planted ---------------------------------
     plant("ticket", ticket)
     b.turn(
-        [("bash", {"command": "git status && git log --oneline -12"}, _git_log(rng, 12))],
+        [("bash", {"command": "git status && git log --oneline -12"}, git_log(rng, 12))],
         user=(
             f"Ticket {ticket}: refunds in the nightly reconciliation job fail for some batches. "
             "Please find the cause and fix it. Start by looking at the recent history."
@@ -419,10 +187,10 @@ def generate_session(*, seed: int = 7, turns: int = 300) -> DemoSession:
                 "\n".join(
                     [
                         f"2025-03-0{rng.randint(1, 9)}T02:{rng.randint(10, 59)}:{rng.randint(10, 59)}Z INFO "
-                        f"{_ident(rng)} {_sentence(rng, 6)}"
+                        f"{ident(rng)} {sentence(rng, 6)}"
                         for _ in range(30)
                     ]
-                    + _traceback(rng, error, frames=5)
+                    + traceback_lines(rng, error, frames=5)
                     + [f"2025-03-04T02:41:{rng.randint(10, 59)}Z ERROR job failed after 3 retries"]
                 ),
             )
@@ -435,7 +203,7 @@ def generate_session(*, seed: int = 7, turns: int = 300) -> DemoSession:
             (
                 "grep",
                 {"pattern": "LedgerImbalanceError", "path": "src"},
-                _grep(
+                grep_output(
                     rng,
                     "LedgerImbalanceError",
                     hits=14,
@@ -447,7 +215,7 @@ def generate_session(*, seed: int = 7, turns: int = 300) -> DemoSession:
     )
     plant("function", bug_fn)
     b.turn(
-        [("read_file", {"path": bug_path}, _python_file(rng, bug_path, functions=14, plant=bug_fn))],
+        [("read_file", {"path": bug_path}, python_file(rng, bug_path, functions=14, plant=bug_fn))],
         thought=f"Reading {bug_path.rsplit('/', 1)[-1]}, where the error is raised.",
     )
     plant("commit", commit)
@@ -456,7 +224,7 @@ def generate_session(*, seed: int = 7, turns: int = 300) -> DemoSession:
             (
                 "bash",
                 {"command": f"git log -5 --format='%h %an %s' -- {bug_path}"},
-                _git_log(
+                git_log(
                     rng, 5, plant=f"{commit} Mei Chen: switch refund rounding to banker's rounding ({ticket[:4]}-prep)"
                 ),
             )
@@ -465,7 +233,7 @@ def generate_session(*, seed: int = 7, turns: int = 300) -> DemoSession:
     )
     plant("constraint", table)
     b.turn(
-        [("read_file", {"path": "docs/zh/refunds.md"}, _docs_zh(rng))],
+        [("read_file", {"path": "docs/zh/refunds.md"}, docs_zh(rng))],
         user=(f"补充一下：修复时不要修改 {table} 表的结构，DBA 说这周冻结变更。另外请用中文写 PR 描述的第一段。"),
         thought="Noted: no schema change on that table. Reading the Chinese refund docs for the rounding rules.",
     )
@@ -475,7 +243,7 @@ def generate_session(*, seed: int = 7, turns: int = 300) -> DemoSession:
             (
                 "run_tests",
                 {"args": f"tests/{pkg} -x -q"},
-                _pytest_log(rng, tests=142, failures=[(test_id, error)], seconds=rng.uniform(8, 20), chinese=True),
+                pytest_log(rng, tests=142, failures=[(test_id, error)], seconds=rng.uniform(8, 20), chinese=True),
             )
         ],
         thought="Running the package's tests to reproduce.",
@@ -487,7 +255,7 @@ def generate_session(*, seed: int = 7, turns: int = 300) -> DemoSession:
                 "bash",
                 {"command": "cat deploy/staging/reconcile.env"},
                 "\n".join(
-                    [f"{w.upper()}_{rng.choice(_NOUNS).upper()}={rng.randint(1, 500)}" for w in rng.sample(_WORDS, 12)]
+                    [f"{w.upper()}_{rng.choice(NOUNS).upper()}={rng.randint(1, 500)}" for w in rng.sample(WORDS, 12)]
                     + [config, "LOG_LEVEL=info"]
                 ),
             )
@@ -506,7 +274,7 @@ def generate_session(*, seed: int = 7, turns: int = 300) -> DemoSession:
                         "------+--------------+---------+----------+--------",
                     ]
                     + [
-                        f" {rng.randint(10000, 99999)} | cus_{_hex(rng, 10)} | "
+                        f" {rng.randint(10000, 99999)} | cus_{hex_digits(rng, 10)} | "
                         f"{rng.randint(1, 900)}.{rng.randint(10, 99)} | EUR | settled"
                         for _ in range(10)
                     ]
@@ -523,16 +291,16 @@ def generate_session(*, seed: int = 7, turns: int = 300) -> DemoSession:
             (
                 "bash",
                 {"command": "cat deploy/staging/README"},
-                f"Staging reconcile service. Health check: {url}\n" + "\n".join(_sentence(rng, 12) for _ in range(8)),
+                f"Staging reconcile service. Health check: {url}\n" + "\n".join(sentence(rng, 12) for _ in range(8)),
             )
         ],
         thought="How is the staging service checked?",
     )
     # a few more steps on the bug, then the fix and a green run
     for _ in range(8):
-        path = _path(rng)
+        path = file_path(rng)
         b.turn(
-            [("read_file", {"path": path}, _python_file(rng, path, functions=rng.randint(4, 12)))],
+            [("read_file", {"path": path}, python_file(rng, path, functions=rng.randint(4, 12)))],
             thought=f"Reading {path} to see how the amounts are split.",
         )
     b.turn(
@@ -554,7 +322,7 @@ def generate_session(*, seed: int = 7, turns: int = 300) -> DemoSession:
             (
                 "run_tests",
                 {"args": f"tests/{pkg} -q"},
-                _pytest_log(rng, tests=142, failures=[], seconds=rng.uniform(8, 20)),
+                pytest_log(rng, tests=142, failures=[], seconds=rng.uniform(8, 20)),
             )
         ],
         thought="Re-running the tests.",
@@ -579,21 +347,21 @@ def generate_session(*, seed: int = 7, turns: int = 300) -> DemoSession:
             user = None
         roll = rng.random()
         if roll < 0.34:
-            path = _path(rng)
+            path = file_path(rng)
             tool: tuple[str, dict[str, Any], str] = (
                 "read_file",
                 {"path": path},
-                _python_file(rng, path, functions=rng.randint(3, 16)),
+                python_file(rng, path, functions=rng.randint(3, 16)),
             )
             thought = f"Reading {path}."
         elif roll < 0.52:
-            pattern = _ident(rng)
-            tool = ("grep", {"pattern": pattern}, _grep(rng, pattern, hits=rng.randint(3, 40)))
+            pattern = ident(rng)
+            tool = ("grep", {"pattern": pattern}, grep_output(rng, pattern, hits=rng.randint(3, 40)))
             thought = f"Where is {pattern} used?"
         elif roll < 0.70:
             fails = [
                 (
-                    f"tests/{rng.choice(_PACKAGES)}/test_{rng.choice(_MODULES)}.py::test_{_ident(rng)}",
+                    f"tests/{rng.choice(PACKAGES)}/test_{rng.choice(MODULES)}.py::test_{ident(rng)}",
                     rng.choice(
                         (
                             "AssertionError: assert Decimal('10.00') == Decimal('10.01')",
@@ -607,8 +375,8 @@ def generate_session(*, seed: int = 7, turns: int = 300) -> DemoSession:
             ]
             tool = (
                 "run_tests",
-                {"args": f"tests/{rng.choice(_PACKAGES)} -q"},
-                _pytest_log(
+                {"args": f"tests/{rng.choice(PACKAGES)} -q"},
+                pytest_log(
                     rng,
                     tests=rng.randint(40, 320),
                     failures=fails,
@@ -620,13 +388,13 @@ def generate_session(*, seed: int = 7, turns: int = 300) -> DemoSession:
         elif roll < 0.82:
             cmd = rng.choice(("git log --oneline -20", "pip freeze", "git diff --stat", "ls -R src | head -80"))
             output = (
-                _git_log(rng, 20)
+                git_log(rng, 20)
                 if cmd.startswith("git log")
-                else _pip_freeze(rng)
+                else pip_freeze(rng)
                 if cmd == "pip freeze"
                 else (
                     "\n".join(
-                        f" {_path(rng)} | {rng.randint(1, 80)} {'+' * rng.randint(1, 20)}{'-' * rng.randint(0, 9)}"
+                        f" {file_path(rng)} | {rng.randint(1, 80)} {'+' * rng.randint(1, 20)}{'-' * rng.randint(0, 9)}"
                         for _ in range(rng.randint(5, 40))
                     )
                 )
@@ -634,15 +402,15 @@ def generate_session(*, seed: int = 7, turns: int = 300) -> DemoSession:
             tool = ("bash", {"command": cmd}, output)
             thought = f"Running `{cmd}`."
         elif roll < 0.92:
-            path = _path(rng)
+            path = file_path(rng)
             tool = (
                 "edit_file",
-                {"path": path, "patch": f"@@ {_ident(rng)} @@\n-    {_sentence(rng, 6)}\n+    {_sentence(rng, 7)}"},
+                {"path": path, "patch": f"@@ {ident(rng)} @@\n-    {sentence(rng, 6)}\n+    {sentence(rng, 7)}"},
                 f"Applied patch to {path} (+{rng.randint(1, 30)} -{rng.randint(0, 20)}).",
             )
             thought = "Making the change."
         else:
-            tool = ("read_file", {"path": f"docs/zh/{rng.choice(_PACKAGES)}.md"}, _docs_zh(rng))
+            tool = ("read_file", {"path": f"docs/zh/{rng.choice(PACKAGES)}.md"}, docs_zh(rng))
             thought = "Checking the Chinese docs for this part."
         b.turn([tool], user=user, thought=thought)
 
