@@ -131,6 +131,8 @@ class UserInstructions:
         self.version = 0
         """Bumped whenever the record changes (renders are memoized on it)."""
         self._memo: dict[tuple[int, int, frozenset[int]], tuple[str, int]] = {}
+        self._by_key: dict[str, list[int]] = {}
+        """Indices of the items that give each name a value."""
         self._by_parts: dict[tuple[str, ...], int] = {}
         """Index of the newest item showing these exact words."""
         self._line_tokens: dict[str, int] = {}
@@ -191,6 +193,8 @@ class UserInstructions:
             stale=stale,
         )
         item = self._supersede(item)
+        for key, _ in item.keys:
+            self._by_key.setdefault(key, []).append(len(self.items))
         self.items.append(item)
         self.version += 1
         return item
@@ -207,7 +211,12 @@ class UserInstructions:
         if not names and not new.stale:  # most messages name no value: nothing to look up
             return new
         replaced: list[int] = []
-        for i, old in enumerate(self.items):
+        # by name, every statement of the name (indexed); by value, the recent messages (a long
+        # session has thousands: reading them all on every correction would grow with the session)
+        candidates = {i for key in names for i in self._by_key.get(key, ())}
+        candidates.update(range(max(0, len(self.items) - VALUE_LOOKBACK), len(self.items)))
+        for i in sorted(candidates):
+            old = self.items[i]
             if old.superseded_by is not None:
                 continue
             by_name = names and any(key in names for key, _ in old.keys)
@@ -396,6 +405,8 @@ def _mentions(text: str, value: str) -> bool:
     return False
 
 
+VALUE_LOOKBACK = 400
+"""Messages back a correction that names the value it replaces ("…, not X") is looked for (by name: all)."""
 CORE_CHARS = 400
 """Most characters of a message's binding sentences kept as its `Instruction.core`."""
 
