@@ -137,13 +137,57 @@ class AsyncSession(BaseSession):
         return await asyncio.to_thread(self.recall, query)
 
     @classmethod
-    async def open(cls, session_id: str, *, store: AsyncSessionStore, **options: Any) -> AsyncSession:
+    async def open(
+        cls,
+        session_id: str,
+        *,
+        store: AsyncSessionStore,
+        model: str | None = None,
+        window: int | None = None,
+        reserved_output: int | None = None,
+        tools: Sequence[Mapping[str, Any]] = (),
+        counter: TokenCounter | str | None = None,
+        framing: Framing = OPENAI_FRAMING,
+        config: CompactionConfig | Mapping[str, Any] | None = None,
+        snapshots: SnapshotStore | None = None,
+        format: Format = "openai",
+        include_read_tool: bool = False,
+        tenant: str = "default",
+        data_dir: str | os.PathLike[str] | None = None,
+        thresholds: Thresholds | None = None,
+        max_tokens: int | Literal["reserved"] | None = "reserved",
+        memory: SessionMemory | LongTermMemory | HybridMemory | bool | None = None,
+        served_window: int | ServedWindow | Literal["probe"] | None = None,
+        base_url: str | None = None,
+        summarizer: AsyncSummarizer | None = None,
+    ) -> AsyncSession:
         """A session bound to an async store: created there if new, resumed (transcript and view state) if not.
 
         Raises:
             SessionNotFound: the id belongs to another tenant's session.
         """
-        session = cls(session_id, store=store, **options)
+        session = cls(
+            session_id,
+            store=store,
+            model=model,
+            window=window,
+            reserved_output=reserved_output,
+            tools=tools,
+            counter=counter,
+            framing=framing,
+            config=config,
+            snapshots=snapshots,
+            format=format,
+            include_read_tool=include_read_tool,
+            tenant=tenant,
+            data_dir=data_dir,
+            thresholds=thresholds,
+            max_tokens=max_tokens,
+            memory=memory,
+            served_window=served_window,
+            base_url=base_url,
+            summarizer=summarizer,
+        )
         await session.load()
         return session
 
