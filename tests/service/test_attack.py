@@ -16,7 +16,9 @@ from contextwarden.exceptions import ConfigError
 from contextwarden.settings import Settings, validate_config_file
 from contextwarden.testing import ScriptedError, ScriptedOpenAIServer, ScriptedStream
 
+from ._cut_upstream import REPLY, responses_events
 from ._raw_upstream import RawAnswer, RawUpstream
+from ._stored import stored
 from .conftest import MODEL, Running, chat, make_settings, user
 
 UPSTREAM_KEY = "sk-live-UPSTREAMSECRET0123456789"
@@ -235,6 +237,36 @@ def test_a_streamed_reply_with_cut_off_arguments_is_kept_and_ends_with_done(
         )
         assert answer.status_code == 200 and data_events(answer.text)[-1] == "[DONE]"
         assert [m["role"] for m in _stored(service, "streamed")] == ["user", "assistant"]
+
+
+def test_replies_that_reuse_the_upstreams_earlier_item_ids_are_each_stored(
+    service_factory: Callable[[Settings], Running], sqlite_url: str
+) -> None:
+    # a server that numbers its output items per reply: every reply's message is ``msg_cut0``
+    # (a reply with an earlier one's id and text too: not a copy to skip, a new answer to the new question)
+    texts = iter(["same answer", "same answer", "other answer"])
+
+    def answer(path: str, body: bytes) -> RawAnswer:
+        if json.loads(body).get("stream"):  # the same stream, ids and text, every time
+            return 200, {"content-type": "text/event-stream"}, responses_events(0)
+        item = {"type": "message", "id": "msg_cut0", "role": "assistant", "status": "completed",
+                "content": [{"type": "output_text", "text": next(texts), "annotations": []}]}  # fmt: skip
+        reply = {"id": "resp_1", "object": "response", "status": "completed", "model": MODEL, "output": [item]}
+        return 200, {"content-type": "application/json"}, [json.dumps(reply).encode()]
+
+    with RawUpstream(answer) as upstream:
+        service = service_factory(make_settings(sqlite_url, upstream.base_url))
+        history: list[dict[str, Any]] = [user("one")]
+        expected: list[tuple[str, str]] = []
+        plain = [(False, "same answer"), (False, "same answer"), (False, "other answer")]
+        replies = [*plain, (True, REPLY), (True, REPLY)]
+        for turn, (stream, reply) in enumerate(replies):
+            body = {"model": MODEL, "input": history, "store": False, "stream": stream}
+            answered = service.client.post("/v1/responses", json=body, headers={"x-session-id": "ids"})
+            assert answered.status_code == 200 and reply in answered.text, answered.text[:300]
+            expected += [("user", history[-1]["content"]), ("assistant", reply)]
+            assert stored(service, "ids") == expected, turn
+            history += [{"role": "assistant", "content": reply}, user(f"next {turn}")]
 
 
 @pytest.mark.parametrize("name", ["東京の会議", "اجتماع", "zero\u200bwidth"])

@@ -10,6 +10,7 @@ errors for the client.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -21,7 +22,7 @@ from starlette.responses import Response
 
 from ..adapters import from_messages
 from ..exceptions import ContextOverflowError, MessageError
-from ..messages import Message, TextPart
+from ..messages import Message, TextPart, new_message_id
 from ..snapshots import READ_CONTEXT_TOOL
 from . import jsonio
 from .auth import presented_key
@@ -232,29 +233,41 @@ class Turn:
         if lease is None or self.unmanaged:
             return  # an unmanaged request has no session
         recorded: list[Message] = []
+        as_sent = False
         if not self.drop:  # a retry's reply is stored already
             session = lease.session
             if not self.svc.settings.service.shadow:  # in shadow mode the usage is the whole request's
                 session.on_turn_end(usage)
             if reply.messages is not None:  # several choices: the client's pick comes with its next request
                 lease.sync_keys()
-                recorded = self._add_reply(reply.messages)
-                if reply.keyed is not None and recorded is reply.messages:
+                recorded, as_sent = self._add_reply(reply.messages)
+                if reply.keyed is not None and as_sent:
                     lease.keyed(reply.keyed, before=len(session.engine.transcript) - len(recorded))
-        await self.write(recorded, reply.keyed if recorded is reply.messages else None)
+        await self.write(recorded, reply.keyed if as_sent else None)
         lease.sync_keys()
 
-    def _add_reply(self, messages: list[Message]) -> list[Message]:
-        """Add the reply's messages; the ones added (a reply the validator refuses is kept as `Session.complete`
-        keeps it: it was paid for)."""
+    def _add_reply(self, messages: list[Message]) -> tuple[list[Message], bool]:
+        """Add the reply's messages: the ones added, and whether they are the reply as sent (ids aside).
+
+        A reply the validator refuses is kept as `Session.complete` keeps it: it was paid for. A reply
+        whose ids the upstream already gave earlier messages (a server that numbers its output items
+        per reply) gets ids of its own: under a stored id it would be refused, or skipped as a copy.
+        """
         assert self.lease is not None
+        session = self.lease.session
         try:
-            self.lease.session.add(messages)
-            return messages
+            if len(session.engine.check(messages)) < len(messages):
+                messages = _own_ids(messages)
+        except MessageError as exc:
+            if exc.field == "message_id":
+                messages = _own_ids(messages)
+        try:
+            session.add(messages)
+            return messages, True
         except MessageError:
             kept = kept_messages(messages)
-            self.lease.session.add(kept)
-            return kept
+            session.add(kept)
+            return kept, False
 
     async def write(self, reply: list[Message], reply_keyed: list[dict[str, Any]] | None) -> None:
         """Write what the request added (its new messages and the reply) to the store, in one append.
@@ -420,6 +433,11 @@ class Turn:
 
 
 _FIELDS = {"messages": "messages", "responses": "input"}
+
+
+def _own_ids(messages: list[Message]) -> list[Message]:
+    """``messages`` under fresh ids (the ids a reply came with are the upstream's, not the transcript's)."""
+    return [dataclasses.replace(m, message_id=new_message_id()) for m in messages]
 
 
 def _round_end(messages: list[Message], begin: int) -> int:
