@@ -118,6 +118,26 @@ def test_locomo_bad_arguments(runner: CliRunner, tmp_path: Path) -> None:
     data = _locomo_file(tmp_path)
     bad = runner.invoke(app, ["bench", "locomo", "--data", str(data), "--embedder", "bert"])
     assert bad.exit_code == 2 and "minilm or none" in bad.stderr
+    unknown = runner.invoke(
+        app, ["bench", "locomo", "--data", str(data), "--embedder", "none", "--conversations", "conv-9"]
+    )
+    assert unknown.exit_code == 2 and "conv-9" in unknown.stderr and "conv-test" in unknown.stderr
+
+
+def test_locomo_runs_the_named_conversations(runner: CliRunner, tmp_path: Path) -> None:
+    data = _locomo_file(tmp_path)
+    samples = json.loads(data.read_text())
+    other = json.loads(json.dumps(samples[0]))
+    other["sample_id"] = "conv-other"
+    other["qa"] = other["qa"][:1]
+    data.write_text(json.dumps([samples[0], other]))
+    out = tmp_path / "held-out.json"
+    args = ["bench", "locomo", "--data", str(data), "--embedder", "none", "--budgets", "400"]
+    result = runner.invoke(app, [*args, "--conversations", "conv-other", "--json", str(out)])
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(out.read_text())
+    assert report["conversations"] == ["conv-other"] and set(report["by_conversation"]["400"]) == {"conv-other"}
+    assert report["budgets"]["400"]["questions"] == 1
 
 
 def test_memory_bench_small(runner: CliRunner, tmp_path: Path) -> None:

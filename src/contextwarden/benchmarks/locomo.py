@@ -37,7 +37,7 @@ from ..memory.render import pack_hits, render_hits
 from ..memory.scoring import ScoreWeights
 from ..tokens.base import TokenCounter
 
-__all__ = ["ABLATIONS", "CATEGORIES", "CachedEmbedder", "Variant", "repair_evidence", "run_locomo"]
+__all__ = ["ABLATIONS", "CATEGORIES", "CachedEmbedder", "Variant", "repair_evidence", "run_locomo", "select_samples"]
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 
@@ -212,6 +212,23 @@ def load_samples(path: Path) -> list[dict[str, Any]]:
     return samples
 
 
+def select_samples(samples: list[dict[str, Any]], ids: Sequence[str] | None) -> list[dict[str, Any]]:
+    """The samples whose ``sample_id`` is in ``ids``, in the file's order (all of them when ``ids`` is None).
+
+    Raises:
+        ConfigError: an id names no sample of the file (the error lists the ids it has).
+    """
+    if ids is None:
+        return samples
+    have = [str(s.get("sample_id", "")) for s in samples]
+    unknown = [i for i in ids if i not in have]
+    if unknown or not ids:
+        raise ConfigError(
+            f"conversations {', '.join(unknown) or '(none)'}: not in the file; give some of {', '.join(have)}."
+        )
+    return [s for s, name in zip(samples, have, strict=True) if name in ids]
+
+
 def run_locomo(
     data: Path,
     budgets: Sequence[int],
@@ -220,24 +237,26 @@ def run_locomo(
     embedder: Embedder | None,
     variants: Sequence[Variant] = ABLATIONS,
     progress: Callable[[int, int], None] | None = None,
+    conversations: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Run every variant over the conversations of ``data``; the last variant's figures head the result."""
-    samples = load_samples(data)
+    """Run every variant over the conversations of ``data`` (those named in ``conversations``, else all);
+    the last variant's figures head the result."""
+    samples = select_samples(load_samples(data), conversations)
     counter = _CachedCounter(counter)
     cached = CachedEmbedder(embedder) if embedder is not None else None
     usable = [v for v in variants if not v.dense or cached is not None]
     total = sum(len(s["qa"]) for s in samples) * len(usable)
     done = 0
     results: dict[str, dict[int, dict[int | str, dict[str, float]]]] = {}
-    conversations: dict[int, dict[str, dict[str, float]]] = {}
+    per_conversation: dict[int, dict[str, dict[str, float]]] = {}
     started = time.perf_counter()
     for variant in usable:
         per_budget: dict[int, dict[int | str, dict[str, float]]] = {b: {"all": _empty()} for b in budgets}
         # each conversation's own figures (of the last variant): a change that lifts the total but
         # lowers half the conversations does not generalize
-        conversations = {b: {} for b in budgets}
+        per_conversation = {b: {} for b in budgets}
         for sample in samples:
-            name = str(sample.get("sample_id", f"conversation {len(conversations[budgets[0]]) + 1}"))
+            name = str(sample.get("sample_id", f"conversation {len(per_conversation[budgets[0]]) + 1}"))
             records = conversation_records(sample)
             memory = LongTermMemory(
                 embedder=cached if variant.dense else None,
@@ -256,7 +275,7 @@ def run_locomo(
                 for budget in budgets:
                     context = render_hits(pack_hits(hits, budget_tokens=budget, counter=counter))
                     _score(per_budget[budget], qa.get("category"), context, evidence, texts, answer)
-                    own = conversations[budget].setdefault(name, _empty())
+                    own = per_conversation[budget].setdefault(name, _empty())
                     _score({"all": own}, None, context, evidence, texts, answer, categories=False)
                 done += 1
                 if progress is not None:
@@ -265,13 +284,16 @@ def run_locomo(
     final = results[usable[-1].name]
     return {
         "dataset": str(data),
+        "conversations": [str(s.get("sample_id", "")) for s in samples],
         "counter": "tiktoken:cl100k_base",
         "embedder": embedder.name if embedder is not None else None,
         "variant": usable[-1].name,
         "budgets": {str(b): _budget_result(final[b]) for b in budgets},
-        "by_conversation": {str(b): {name: _summary(acc) for name, acc in conversations[b].items()} for b in budgets},
+        "by_conversation": {
+            str(b): {name: _summary(acc) for name, acc in per_conversation[b].items()} for b in budgets
+        },
         "spread": {
-            str(b): _spread([_summary(acc)["evidence_recall"] for acc in conversations[b].values()]) for b in budgets
+            str(b): _spread([_summary(acc)["evidence_recall"] for acc in per_conversation[b].values()]) for b in budgets
         },
         "ablation": {name: {str(b): _summary(per[b]["all"]) for b in budgets} for name, per in results.items()},
         "seconds": round(time.perf_counter() - started, 2),

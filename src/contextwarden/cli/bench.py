@@ -413,6 +413,10 @@ def locomo(
         str, typer.Option(help="minilm: the packaged all-MiniLM-L6-v2 (extra `embeddings`); none: keyword only.")
     ] = "minilm",
     ablation: Annotated[bool, typer.Option(help="Also run keyword only, + dense, + neighbours.")] = True,
+    conversations: Annotated[
+        str | None,
+        typer.Option(help="Comma list of sample ids to run (e.g. a held-out split: conv-41,conv-42); default all."),
+    ] = None,
     json_out: JsonPath = None,
 ) -> None:
     """Evidence recall of long-term memory on LoCoMo conversations (no LLM; the question alone recalls).
@@ -431,7 +435,7 @@ def locomo(
         raise typer.BadParameter(f"{data}: no such file", param_hint="--data")
     if embedder not in ("minilm", "none"):
         raise typer.BadParameter(f"{embedder!r}: use minilm or none", param_hint="--embedder")
-    from ..benchmarks.locomo import ABLATIONS, Variant, load_samples, run_locomo
+    from ..benchmarks.locomo import ABLATIONS, Variant, load_samples, run_locomo, select_samples
     from ..tokens import get_counter
 
     values = _budgets(budgets)
@@ -447,8 +451,9 @@ def locomo(
     variants: tuple[Variant, ...] = ABLATIONS if ablation else ABLATIONS[-1:]
     if model is None:
         variants = tuple(v for v in variants if not v.dense) or ABLATIONS[:1]
+    chosen = [c.strip() for c in conversations.split(",") if c.strip()] if conversations is not None else None
     try:
-        samples = load_samples(data)
+        samples = select_samples(load_samples(data), chosen)
     except ConfigError as exc:
         raise CLIError(str(exc), exit_code=2) from None
     total = sum(len(s["qa"]) for s in samples) * len(variants)
@@ -466,6 +471,7 @@ def locomo(
             embedder=model,
             variants=variants,
             progress=progress,
+            conversations=chosen,
         )
     out.print(locomo_table(result, title=f"locomo: {plain(data.name)} (variant {result['variant']})"))
     _write_json(json_out, result)
