@@ -176,8 +176,9 @@ def test_upstream_failures_keep_their_status_and_leave_the_session_whole(
 def test_a_streamed_timeout_mid_stream_ends_with_an_error_event(
     service_factory: Callable[[Settings], Running], upstream: ScriptedOpenAIServer, sqlite_url: str
 ) -> None:
-    service = service_factory(make_settings(sqlite_url, upstream.base_url, upstream_timeout=0.3))
-    upstream.push(ScriptedReply(text="a b c d e f", chunk_delay=1.0))
+    # the first chunk comes at once and the second after the timeout, with room for a loaded machine
+    service = service_factory(make_settings(sqlite_url, upstream.base_url, upstream_timeout=1.5))
+    upstream.push(ScriptedReply(text="a b c d e f", chunk_delay=4.0))
     with service.client.stream(
         "POST", "/v1/chat/completions", json=chat(user("s"), stream=True), headers={"X-Session-Id": "t"}
     ) as response:
