@@ -36,16 +36,17 @@ contextwarden.llm.ALLOW_MODEL_REQUESTS = False
 
 # The fast tier (`pytest -m "not slow"`, `make unit-fast`) leaves out what takes seconds per test:
 # property tests (hypothesis) and fuzz, real Redis/Postgres servers, browsers and agent CLIs, the
-# frameworks' own loops, benchmark runs, the docs build and the docs' code blocks. The full suite
-# runs all of them.
+# frameworks' own loops, the proxy over real HTTP and the command line's runs (service/, cli/),
+# benchmark runs, the docs build and the docs' code blocks. The full suite runs all of them.
 SLOW_MARKERS = frozenset({"services", "clients", "browser", "llama_server"})
-SLOW_DIRS = frozenset({"fuzz", "realserver", "clients", "integrations", "bench_runs"})
+SLOW_DIRS = frozenset({"fuzz", "realserver", "clients", "integrations", "bench_runs", "service", "cli"})
 SLOW_FILES = frozenset(
     {
         "test_docs_blocks.py",  # runs every code block of the docs
         "test_docs_site.py",  # builds the site with mkdocs
         "test_trim_paired.py",  # runs the trim benchmark
         "test_faults.py",  # kills writer processes mid-append
+        "test_redis_cluster.py",  # starts a Redis cluster
         "test_wheel.py",  # builds and installs the wheel
         "test_demo_cli.py",  # runs the demo
     }
