@@ -9,43 +9,35 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import uuid
 import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 from ._binding import StoreLink
-from ._brief import brief
-from ._json import tool_arguments, whole_number
-from ._replies import overflow_unresolved, repair_reply
+from ._replies import repair_reply
+from ._session_delegation import DelegableTask, SessionDelegation
 from .adapters import Format, from_messages, to_messages
 from .budget import Budget, PressureMonitor, Thresholds
 from .compaction.config import CompactionConfig
 from .compaction.engine import ContextEngine
 from .compaction.viewstatus import StatusReading, ViewStatus
-from .delegation import DelegationResult, session_options
-from .events import Alert, DelegationFinished, Event, EventBus
+from .events import Alert, Event, EventBus
 from .exceptions import (
-    BudgetExceeded,
     ConfigError,
-    ContextOverflowError,
-    OverflowUnresolved,
-    SnapshotError,
-    UsageError,
 )
 from .figures import measure
 from .instructions import UserInstructions
 from .ledger import Ledger, StepStatus
 from .llm.served_window import ServedWindow
-from .messages import Message, ToolCall
+from .messages import Message
 from .models import lookup_model
-from .notes import NOTES_TOOL, Notes
+from .notes import Notes
 from .served import default_reply_reserve, registry_knows, resolve_served_window, unknown_model_margin
-from .snapshots import READ_CONTEXT_TOOL, FileSnapshotStore, MemorySnapshotStore, SnapshotStore, read_context
+from .snapshots import READ_CONTEXT_TOOL, FileSnapshotStore, MemorySnapshotStore, SnapshotStore
 from .stores.protocols import AsyncSessionStore, SessionStore, StateWrite
 from .summarize.base import AsyncSummarizer, Summarizer, SummaryReply, SummaryRequest
 from .timeline import STATUS_SLOT, Timeline
@@ -101,10 +93,6 @@ def _resolved(status: ViewStatus | StatusReading) -> ViewStatus:
     return status.status() if isinstance(status, StatusReading) else status
 
 
-_MAX_REF_CHARS = 512
-"""Longest `read_context` reference (a span of two message ids fits many times over)."""
-
-
 def _weak_budget(method: Callable[[], Budget]) -> Callable[[], Budget]:
     """The session's budget method, held weakly: the engine must not keep its session alive.
 
@@ -151,40 +139,10 @@ STATUS_LIST_LIMIT = 12
 """Rows of a list (the user's instructions) the saved status record carries, newest first."""
 
 
-class _Rebuilding:
-    """Snapshot reads that fall back to the transcript when the store does not have the snapshot."""
+class BaseSession(SessionDelegation):
+    """Everything `Session` and `AsyncSession` share but the I/O: the transcript, the view, status and
+    hooks here; the budget, the session's own tools and delegation in the bases."""
 
-    def __init__(self, snapshots: SnapshotStore, engine: ContextEngine) -> None:
-        self._snapshots, self._engine = snapshots, engine
-
-    def put_snapshot(self, session_id: str, snapshot_id: str, data: bytes) -> None:
-        self._snapshots.put_snapshot(session_id, snapshot_id, data)
-
-    def get_snapshot(self, session_id: str, snapshot_id: str) -> bytes:
-        try:
-            return self._snapshots.get_snapshot(session_id, snapshot_id)
-        except SnapshotError:
-            rebuilt = self._engine.rebuild_snapshot(snapshot_id)
-            if rebuilt is None:
-                raise
-            return rebuilt
-
-    def list_snapshots(self, session_id: str) -> list[str]:
-        return self._snapshots.list_snapshots(session_id)
-
-
-@dataclass(frozen=True, kw_only=True)
-class DelegableTask:
-    """A sub-task the caller marked delegable (`Session.mark_delegable`)."""
-
-    task_id: str
-    task: str
-    context: str | tuple[Message, ...] | None
-    max_result_tokens: int
-    max_turns: int
-
-
-class BaseSession:
     _recalled_async = False
     """True for the async twin: it recalls off the event loop before `_finish` (see `AsyncSession._arecalled`)."""
 
@@ -333,246 +291,6 @@ class BaseSession:
         self._converted = None
         self._engine_built = True
 
-    def _pipeline_budget(self) -> Budget:
-        """The budget the compaction pipeline works to: the session's, less the room recalled memories take."""
-        budget = self._current_budget()
-        assert self.memory is not None
-        # while an engine is being built there is no view yet: memory holds only its own room
-        reserve = self.memory.reserve(self.engine if self._engine_built else None, budget.effective)
-        cached = self._pipeline_cache
-        if cached is not None and cached[0] is budget and cached[1] == reserve:
-            return cached[2]
-        try:
-            narrowed = replace(budget, tool_schemas=budget.tool_schemas + reserve)
-        except ConfigError:  # a budget too small to share: memory gets no room of its own
-            narrowed = budget
-        self._pipeline_cache = (budget, reserve, narrowed)
-        return narrowed
-
-    # --- budget: calibration and the served window -------------------------------------------
-    @property
-    def budget(self) -> Budget:
-        """The budget the view is held to: the configured one, with the calibration factor applied
-        (once ``min_samples`` usage reports agree on it) and the server's window when a
-        context-length error reported a smaller one. Its counts are the counter's (`Budget.scale`)."""
-        return self._current_budget()
-
-    def _current_budget(self) -> Budget:
-        calibration = self.accountant.calibration
-        key = (calibration.applied, calibration.served_window)
-        if key != self._budget_key:
-            try:
-                self._budget = self.configured_budget.adapted(scale=key[0], served_window=key[1])
-            except ConfigError:
-                # a factor or window that leaves no room (tools changed since it was learned): the
-                # window alone, then neither, rather than a budget that cannot hold a message
-                try:
-                    self._budget = self.configured_budget.adapted(served_window=key[1])
-                except ConfigError:
-                    self._budget = self.configured_budget
-            self._budget_key = key
-        return self._budget
-
-    def use_tools(self, tools: Sequence[Mapping[str, Any]]) -> None:
-        """Hold the view to a budget that leaves room for ``tools``, the schemas the next requests carry.
-
-        A proxy calls this with each request's own tools: the tools follow the request, not the
-        request that opened the session.
-
-        Raises:
-            BudgetExceeded: the tool schemas leave no room for messages in the window.
-        """
-        tools = list(tools)
-        if tools == self.tools:
-            return
-        counted = self.accountant.count_tools(tools) if tools else 0
-        try:
-            configured = replace(self.configured_budget, tool_schemas=counted + self._instruction_tokens)
-        except ConfigError as exc:
-            raise BudgetExceeded(
-                f"session {self.session_id!r}: the request's tool schemas take {counted} tokens, which leaves no room "
-                f"for messages in a window of {self.configured_budget.window} tokens ({exc}); send fewer tools or "
-                "use a model with a larger window.",
-                budget=self.configured_budget.window,
-                used=counted,
-            ) from None
-        self.tools = tools
-        self.configured_budget = configured
-        self._budget_key = (-1.0, None)  # recomputed from the new configured budget on next read
-        self._pipeline_cache = None
-
-    def count_instructions(self, text: str | None) -> int:
-        """Count a framework's own system prompt in the budget, like tool schemas: sent with every request.
-
-        Frameworks (LangChain's ``system_prompt``, an Agents SDK agent's ``instructions``,
-        pydantic-ai's ``instructions``) send their instructions beside the history the session
-        manages; the integrations hand them here, so the view is held to what is left. Only the
-        latest text counts (calling again with other instructions replaces them).
-
-        Returns:
-            The tokens the instructions take (0 for none).
-        """
-        tokens = self.accountant.count_message(Message.system(text)) if text and text.strip() else 0
-        if tokens != self._instruction_tokens:
-            tools = self.configured_budget.tool_schemas - self._instruction_tokens
-            try:
-                self.configured_budget = replace(self.configured_budget, tool_schemas=tools + tokens)
-            except ConfigError:  # instructions larger than the window: counting them would leave no budget
-                logger.warning("session %s: instructions of %d tokens leave no room", self.session_id, tokens)
-                return 0
-            self._instruction_tokens = tokens
-            self._budget_key = (math.nan, None)  # the next `budget` is built from the new configured one
-        return tokens
-
-    def _reply_limit(self, max_tokens: int | None) -> int | None:
-        """The ``max_tokens`` to send: the call's own, else the session's setting."""
-        if max_tokens is not None:
-            return max_tokens
-        if self.max_tokens == "reserved":
-            return self.budget.reserved_output or None
-        return self.max_tokens
-
-    def _adopt_served_window(self, error: ContextOverflowError) -> None:
-        """A context-length error named a window smaller than the budget's: adopt it and say so.
-
-        Raises:
-            OverflowUnresolved: the served window cannot hold the tool schemas and a reply.
-        """
-        limit = error.limit
-        current = self.budget
-        if limit is None or limit >= current.window:
-            return
-        try:
-            adopted = self.configured_budget.adapted(scale=current.scale, served_window=limit)
-        except ConfigError as exc:
-            raise OverflowUnresolved(
-                f"session {self.session_id!r}: {error.url or 'the model server'} serves a context window of {limit} "
-                f"tokens, too small for this session's tool schemas ({current.tool_schemas} tokens) and a reply "
-                f"({exc}); send fewer tools, or raise the server's window (llama.cpp `--ctx-size`, Ollama "
-                "`num_ctx`, vLLM `--max-model-len`).",
-                url=error.url,
-                status_code=error.status_code,
-                limit=limit,
-                requested=error.requested,
-                view_tokens=self.engine.status().used,
-            ) from None
-        self.accountant.calibration.adopt_window(limit)
-        detail = (
-            f"{error.url or 'the model server'} serves a context window of {limit} tokens, not the configured "
-            f"{self.configured_budget.window}: the budget now uses {limit} (reserved output "
-            f"{adopted.reserved_output}, effective {adopted.calibrated_effective})"
-        )
-        logger.warning("session %s: %s", self.session_id, detail)
-        self.events.emit(Alert(session_id=self.session_id, alert="served-window", detail=detail))
-
-    def _check_progress(
-        self, error: ContextOverflowError, sent_tokens: int, sent_limit: int | None, limit: int | None
-    ) -> None:
-        """Refuse to resend a request emergency compaction did not make smaller.
-
-        Raises:
-            OverflowUnresolved: the view has as many counted tokens as the one the server refused,
-                and the reply limit did not shrink either.
-        """
-        status = self.engine.status()
-        smaller_reply = limit is not None and (sent_limit is None or limit < sent_limit)
-        if status.used_raw >= sent_tokens and not smaller_reply:
-            raise overflow_unresolved(self.session_id, error, status.used)
-
-    def _may_be_overflow(self) -> bool:
-        """An empty or cut stream before the first event may be a prompt too long for the server.
-
-        Some servers (llama-cpp-python's) answer a streamed request that does not fit their
-        window with HTTP 200 and no events. Likely when the view is larger than any view a model
-        answered in this session, or near the budget.
-        """
-        status = self.engine.status()
-        return status.used_raw > self._largest_answered or status.ratio >= 0.9
-
-    # --- delegation (the cascade's last strategy) -------------------------------------------
-    def mark_delegable(
-        self,
-        task: str,
-        context: str | Sequence[Message] | None = None,
-        *,
-        max_result_tokens: int = 1500,
-        max_turns: int = 6,
-    ) -> DelegableTask:
-        """Mark a sub-task the agent may hand to a sub-agent instead of doing it in this context.
-
-        When the view reaches the cascade's ``delegation`` utilization (0.95 by default), the next
-        `complete()`/`stream()` first runs every marked sub-task in an isolated session with its own
-        budget (`contextwarden.delegation.run`) and adds only its result here: a ``delegate``
-        tool call and its result, so the step shows in the ledger like any other. Below that
-        utilization the marks wait (`pending_delegations`); `delegate_pending()` runs them now.
-        """
-        if not isinstance(task, str) or not task.strip():
-            raise ConfigError(f"mark_delegable needs the sub-task as a non-empty text, got {task!r:.60}.", key="task")
-        if max_result_tokens < 16 or max_turns < 1:
-            raise ConfigError(
-                f"mark_delegable: max_result_tokens={max_result_tokens} (at least 16) and max_turns={max_turns} "
-                "(at least 1).",
-                key="max_result_tokens",
-            )
-        marked = DelegableTask(
-            task_id="dlg_" + uuid.uuid4().hex[:16],
-            task=task,
-            context=context if context is None or isinstance(context, str) else tuple(context),
-            max_result_tokens=max_result_tokens,
-            max_turns=max_turns,
-        )
-        self._delegable.append(marked)
-        return marked
-
-    @property
-    def pending_delegations(self) -> tuple[DelegableTask, ...]:
-        """Sub-tasks marked delegable that have not run yet, oldest first."""
-        return tuple(self._delegable)
-
-    def delegation_due(self) -> bool:
-        """True when marked sub-tasks wait, the view is at the ``delegation`` utilization and no call is open."""
-        if not self._delegable or self.engine.has_open_calls():
-            return False
-        return self.engine.status().ratio >= self.config.threshold("delegation")
-
-    def _record_delegation(self, marked: DelegableTask, result: DelegationResult) -> None:
-        """Add the sub-task's result as a ``delegate`` call and its output; report it."""
-        ratio = self.engine.status().ratio
-        call = ToolCall(
-            call_id="call_" + marked.task_id,
-            name="delegate",
-            arguments=json.dumps({"task": marked.task}, ensure_ascii=False),
-        )
-        note = "" if result.finished else "\n[the sub-agent ran out of turns; this is what it wrote]"
-        self.add(
-            [
-                Message.assistant("", tool_calls=[call]),
-                Message.tool_result(call.call_id, result.result + note, name="delegate", is_error=not result.finished),
-            ]
-        )
-        self._delegable.remove(marked)
-        self.usage = self.usage + result.usage  # the sub-task was paid for by this session
-        self.events.emit(
-            DelegationFinished(
-                session_id=self.session_id,
-                task_id=marked.task_id,
-                task=marked.task,
-                utilization=ratio,
-                result_tokens=result.result_tokens,
-                turns=result.turns,
-                finished=result.finished,
-                condensed=result.condensed,
-                sub_session_id=result.session_id,
-            )
-        )
-
-    def _sub_session_kwargs(self, marked: DelegableTask) -> dict[str, Any]:
-        """Keyword arguments of the sub-session a marked sub-task runs in (a window as large as this one's)."""
-        options = session_options(
-            self.budget.window, None, None, marked.max_result_tokens, self.accountant.counter, None
-        )
-        return {"session_id": "sub_" + marked.task_id, **options}
-
     # --- transcript -----------------------------------------------------------------------
     def add(self, items: Sequence[Any] | Any, *, format: Format | None = None) -> int:
         """Append messages in any supported format; returns how many were new.
@@ -643,101 +361,6 @@ class BaseSession:
     def pin(self, message_id: str) -> None:
         """Never evict or shorten this message (and its round)."""
         self.engine.pinned_copy(message_id)
-
-    def read_context(self, ref: str, *, page: int = 1) -> str:
-        """Handle the `read_context` tool: a page of a snapshot, a ledger step (``#12``) or a span.
-
-        Raises:
-            SnapshotError: the reference is malformed, unknown or outside this session, or the
-                page is not a positive integer.
-        """
-        if not isinstance(ref, str):
-            raise SnapshotError(f"read_context needs the reference as a string, got {type(ref).__name__}.")
-        if not isinstance(page, int) or isinstance(page, bool) or page < 1:
-            raise SnapshotError(f"page must be a positive integer, got {brief(page)}.")
-        ref = ref.strip()
-        if ref.startswith("#"):
-            ref = self._step_ref(ref)
-        return read_context(
-            ref,
-            session_id=self.session_id,
-            snapshots=_Rebuilding(self.snapshots, self.engine),
-            transcript=lambda: self.engine.transcript,
-            page=page,
-        ).render()
-
-    def _step_ref(self, ref: str) -> str:
-        """``#<step>`` → the step's transcript span (steps are numbered by round)."""
-        number = ref[1:].strip()
-        if number.isascii() and number.isdigit() and len(number) <= 12 and int(number) < len(self.engine.rounds):
-            r = self.engine.rounds[int(number)]
-            first = self.engine.transcript[r.indices[0]].message_id
-            last = self.engine.transcript[r.indices[-1]].message_id
-            return f"{first}..{last}"
-        raise SnapshotError(
-            f"unknown step reference {brief(ref)}; steps are '#<number>' as listed in the progress ledger "
-            f"(0..{len(self.engine.rounds) - 1})."
-        )
-
-    def handle_tool_call(self, name: str, arguments: str | Mapping[str, Any]) -> str | None:
-        """Answer contextwarden's own tools (``read_context``, ``notes``); None for other tools.
-
-        The answer is always a text for the model: arguments it got wrong (not JSON, too large or
-        too deep, a page that is not a whole number from 1, an unknown reference) give
-        ``error: ...`` with what to send instead.
-        """
-        if name == NOTES_TOOL["function"]["name"]:
-            return self.engine.notes.handle_tool_call(arguments, turn=self.engine.turn)
-        if name == "recall" and self.memory is not None:
-            return self._answer_recall(arguments)
-        if name != READ_CONTEXT_TOOL["function"]["name"]:
-            return None
-        example = '{"ref": "#12" | "snap_…" | "msg_a..msg_b", "page": 1}'
-        args = tool_arguments(arguments, example=example)
-        if isinstance(args, str):
-            return args
-        ref, page = args.get("ref"), args.get("page", 1)
-        if not isinstance(ref, str) or not ref.strip() or len(ref) > _MAX_REF_CHARS:
-            return (
-                f"error: ref must be a reference of up to {_MAX_REF_CHARS} characters, got {brief(ref)}; "
-                f"send {example}."
-            )
-        number = whole_number(page)
-        if number is None:
-            return f"error: page must be a whole number from 1, got {brief(page)}; send {example}."
-        try:
-            return self.read_context(ref, page=number)
-        except SnapshotError as exc:
-            return f"error: {exc}"
-
-    def recall(self, query: str) -> str:
-        """Handle the `recall` tool: the memories best matching ``query`` that the view does not show.
-
-        Raises:
-            UsageError: the session has no memory (create it with ``memory=``).
-            MemoryQueryError: the query is empty or not text.
-        """
-        if self.memory is None:
-            raise UsageError(f"session {self.session_id!r} has no long-term memory; create it with `memory=`.")
-        from .exceptions import MemoryQueryError
-        from .memory.longterm import MAX_QUERY_CHARS
-
-        if not isinstance(query, str) or not query.strip():
-            raise MemoryQueryError(f"recall needs the query as a non-empty text, got {brief(query)}.", field="query")
-        room = self.memory.room(self.budget.effective)
-        return self.memory.answer(
-            query[-MAX_QUERY_CHARS:], view=self.engine.book.view, max_tokens=room, count=self.accountant.count_message
-        )
-
-    def _answer_recall(self, arguments: str | Mapping[str, Any]) -> str:
-        example = '{"query": "the failing test and its error"}'
-        args = tool_arguments(arguments, example=example)
-        if isinstance(args, str):
-            return args
-        query = args.get("query")
-        if not isinstance(query, str) or not query.strip():
-            return f"error: query must be a non-empty text, got {brief(query)}; send {example}."
-        return self.recall(query)
 
     # --- hooks for agent loops --------------------------------------------------------------
     def on_turn_start(self) -> ViewStatus:
