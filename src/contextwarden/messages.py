@@ -203,6 +203,20 @@ class Message:
             object.__setattr__(self, "_content_hash", cached)
         return cached
 
+    def remembered_count(self, key: object) -> int | None:
+        """The token count `remember_count` kept on this message under ``key``, else None."""
+        memo: tuple[object, int] | None = self.__dict__["_ck_count"]
+        return memo[1] if memo is not None and memo[0] == key else None
+
+    def remember_count(self, key: object, count: int) -> None:
+        """Keep one token count on the message under ``key`` (a token accountant's counter and framing).
+
+        Like the tool calls and the content hash, a value computed from the message and kept with
+        it: equality, ``repr`` and serialization ignore it, and a later count under another key
+        replaces it.
+        """
+        object.__setattr__(self, "_ck_count", (key, count))
+
     def with_text(self, text: str, **changes: Any) -> Message:
         """A copy whose text parts are replaced by one text part (tool calls and images kept)."""
         kept = tuple(p for p in self.parts if not isinstance(p, TextPart | ThinkingPart))

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from pydantic import TypeAdapter
 
 from contextwarden.exceptions import ConfigError, MessageError
 from contextwarden.messages import ImagePart, Message, TextPart, ThinkingPart, ToolCall
@@ -437,6 +438,17 @@ def test_counting_the_same_object_again_reads_its_memo_not_the_cache(cl100k: Tok
         # an accountant sharing the cache, with the same counter and framing, reads it too
         assert TokenAccountant(cl100k, cache=cache).count_message(m) == n
     assert cache.stats().hits == cache.stats().misses == len(cache) == 0
+
+
+def test_a_remembered_count_leaves_the_message_value_alone(cl100k: TokenCounter) -> None:
+    adapter: TypeAdapter[Message] = TypeAdapter(Message)
+    for m in _fresh_samples():
+        before = (repr(m), adapter.dump_json(m), hash(m.content_hash))
+        acc = TokenAccountant(cl100k)
+        n = acc.count_message(m, shared=False)
+        assert m.remembered_count((cl100k.name, "openai")) == n
+        assert (repr(m), adapter.dump_json(m), hash(m.content_hash)) == before
+        assert m == replace(m)  # equality ignores the memo
 
 
 def test_an_equal_new_object_goes_through_the_shared_cache(cl100k: TokenCounter) -> None:

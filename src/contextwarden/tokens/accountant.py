@@ -242,9 +242,6 @@ class CountCache:
 # --- accountant ------------------------------------------------------------------------------------
 
 
-_NO_DICT: dict[str, Any] = {}
-
-
 class TokenAccountant:
     """Counts what a provider bills for messages and tool schemas, with a per-message cache."""
 
@@ -298,12 +295,15 @@ class TokenAccountant:
         Raises:
             MessageError: a part whose text is not a string, or an unknown part type.
         """
-        memo = getattr(message, "__dict__", _NO_DICT).get("_ck_count")
-        if memo is not None and memo[0] == self._memo_key:
-            return int(memo[1])
+        try:
+            remembered = message.remembered_count(self._memo_key)
+        except AttributeError:  # not a `Message`: `_count_shared` names what it is
+            remembered = None
+        if remembered is not None:
+            return remembered
         if not shared and isinstance(message, Message):
             n = self._count_uncached(message, self._count)
-            object.__setattr__(message, "_ck_count", (self._memo_key, n))
+            message.remember_count(self._memo_key, n)
             return n
         return self._count_shared(message, self._count)
 
