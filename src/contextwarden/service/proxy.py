@@ -399,6 +399,8 @@ class _Relay(StreamingResponse):
         """The reply was recorded."""
         self.ended = False
         """The relay ran to its end (not cut short by the client going away)."""
+        self.discarded = False
+        """A session this request created was deleted (the stream ends without a reply)."""
         headers = {"cache-control": "no-cache", "x-accel-buffering": "no", **_session_headers(turn)}
         super().__init__(self._scrubbed(), media_type="text/event-stream", headers=headers)
 
@@ -416,6 +418,7 @@ class _Relay(StreamingResponse):
                     raw = turn.redacted(raw)
                 if assembler.done:
                     await self._finish()
+                    await self._discard_unless_recorded()
             yield raw
         if self.finished:
             self.ended = True
@@ -429,6 +432,7 @@ class _Relay(StreamingResponse):
                             raw = turn.redacted(raw)
                         if assembler.done:  # every dialect's end event is its stream's last
                             await self._finish()
+                            await self._discard_unless_recorded()
                             yield raw
                             self.ended = True
                             return
@@ -439,24 +443,29 @@ class _Relay(StreamingResponse):
             if assembler.complete:
                 # a reply with its finish reason is whole without the end marker (as `Session.stream()` takes it)
                 await self._finish()
+                await self._discard_unless_recorded()
                 if rest is not None:
                     yield rest[0]
             elif assembler.error is not None:  # the upstream's own error event ended the stream
                 if turn.lease is not None and not self.finished:
                     turn.lease.failed = True
+                await self._discard_unless_recorded()
                 if rest is not None:
                     yield turn.redacted(rest[0])
             else:
                 # cut: the client is told, and an unfinished last event is not relayed (SSE drops it too)
+                await self._discard_unless_recorded()
                 yield self._cut("ended the stream")
             self.ended = True
         except ServiceError as exc:  # the upstream timed out (a 504), or a bound was passed
             if turn.lease is not None and not self.finished:
                 turn.lease.failed = True
             turn.status = exc.status
+            await self._discard_unless_recorded()
             yield turn.dialect.error_event(exc.status, exc.message, code=exc.code, after=assembler)
             self.ended = True
         except UpstreamBroken:
+            await self._discard_unless_recorded()
             yield self._cut("broke the connection")
             self.ended = True
 
@@ -475,6 +484,18 @@ class _Relay(StreamingResponse):
             "reply was stored. Retry the request."
         )
         return turn.dialect.error_event(502, message, code="upstream_stream_cut", after=self.assembler)
+
+    async def _discard_unless_recorded(self) -> None:
+        """Before the stream's last event: a session this request created goes when no reply was recorded.
+
+        Done before the client reads the end of the stream, so a client that looks right after it
+        finds no session the refused request made.
+        """
+        lease = self.turn.lease
+        if self.recorded or self.discarded or lease is None:
+            return
+        self.discarded = True
+        await self.turn.svc.pool.discard(lease)
 
     async def _finish(self) -> None:
         if self.finished:
@@ -514,7 +535,7 @@ class _Relay(StreamingResponse):
             await self.upstream.aclose()
             svc.metrics.in_flight.dec()
             if turn.lease is not None:
-                if self.ended and not self.recorded:  # refused: a session made for this request is not kept
+                if self.ended and not self.recorded and not self.discarded:  # refused: its session is not kept
                     await svc.pool.discard(turn.lease)
                 svc.pool.release(turn.lease)
             svc.limits.give(turn.tenant)
