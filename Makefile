@@ -65,8 +65,9 @@ fuzz: $(STAMP)
 llama-server:
 	PYTHON=$(PYTHON) bash scripts/llama-server.sh build
 
-# The scenarios against a real llama-cpp-python server (SmolLM2-135M, n_ctx 2048): sessions, the
-# four integrations, the proxy. Counts land in bench-out/realserver.json.
+# The scenarios against a real llama-cpp-python server (SmolLM2-135M, n_ctx 2048) at full size:
+# sessions, the four integrations, the proxy (`make unit` runs a CI-sized subset when the build is
+# cached). Counts land in bench-out/realserver.json.
 test-llama: $(STAMP) llama-server
 	CONTEXTWARDEN_LLAMA_SERVER=1 $(PY) -m pytest tests/realserver -q
 

