@@ -110,6 +110,7 @@ def test_agents_sdk_model_wrapper(llama_server: str, window: int) -> None:
 
 @pytest.mark.parametrize("window", FULL_SIZE_WINDOWS)
 def test_pydantic_ai_model_wrapper_and_history_processor(llama_server: str, window: int) -> None:
+    from openai import AsyncOpenAI
     from pydantic_ai import Agent
     from pydantic_ai.capabilities import ProcessHistory
     from pydantic_ai.models.openai import OpenAIChatModel as PydanticOpenAI
@@ -120,33 +121,39 @@ def test_pydantic_ai_model_wrapper_and_history_processor(llama_server: str, wind
 
     started = time.monotonic()
     session = Session(window=window, counter="tiktoken:cl100k_base")
-    inner = PydanticOpenAI("smollm2", provider=OpenAIProvider(base_url=llama_server, api_key="none"))
-    agent = Agent(
-        ContextWardenModel(inner, session),
-        instructions=SYSTEM,
-        capabilities=[ProcessHistory(history_processor(session))],
-        model_settings=ModelSettings(max_tokens=REPLY_TOKENS),
-    )
-    ok, failures, messages = 0, [], []
-    for turn in range(TURNS):
-        try:
-            result = agent.run_sync(note(turn), message_history=messages)
-            messages = result.all_messages()
-            ok += 1
-        except Exception as exc:
-            failures.append(f"turn {turn}: {type(exc).__name__}: {exc}"[:300])
+
+    # one event loop for the run, and the client closed on it (run_sync keeps a loop whose connections outlive it)
+    async def run() -> tuple[int, list[str]]:
+        client = AsyncOpenAI(base_url=llama_server, api_key="none", max_retries=0)
+        inner = PydanticOpenAI("smollm2", provider=OpenAIProvider(openai_client=client))
+        agent = Agent(
+            ContextWardenModel(inner, session),
+            instructions=SYSTEM,
+            capabilities=[ProcessHistory(history_processor(session))],
+            model_settings=ModelSettings(max_tokens=REPLY_TOKENS),
+        )
+        ok, failures, messages = 0, [], []
+        async with client:
+            for turn in range(TURNS):
+                try:
+                    result = await agent.run(note(turn), message_history=messages)
+                    messages = result.all_messages()
+                    ok += 1
+                except Exception as exc:
+                    failures.append(f"turn {turn}: {type(exc).__name__}: {exc}"[:300])
+        return ok, failures
+
+    ok, failures = asyncio.run(run())
     _finish("pydantic-ai", window, ok, failures, session, started)
 
 
-def _llamaindex_llm(base_url: str) -> Any:
+def _llamaindex_llm(client: OpenAIChatModel) -> Any:
     """A LlamaIndex chat LLM over the library's OpenAI-compatible client (errors and usage as the library reports)."""
     from llama_index.core.base.llms.types import ChatMessage, ChatResponse, CompletionResponse, LLMMetadata
     from llama_index.core.llms.callbacks import llm_chat_callback
     from llama_index.core.llms.custom import CustomLLM
 
     from contextwarden.integrations.llamaindex import to_messages as from_llamaindex
-
-    client = OpenAIChatModel("smollm2", base_url=base_url, timeout=300, max_retries=0)
 
     class LibraryLLM(CustomLLM):
         @property
@@ -177,18 +184,19 @@ def test_llamaindex_memory(llama_server: str, window: int) -> None:
 
     started = time.monotonic()
     memory = ContextWardenMemory(window=window, counter="tiktoken:cl100k_base", instructions=SYSTEM)
-    engine = SimpleChatEngine.from_defaults(
-        llm=_llamaindex_llm(llama_server), memory=memory, prefix_messages=[ChatMessage(role="system", content=SYSTEM)]
-    )
     ok, failures = 0, []
-    for turn in range(TURNS):
-        try:
+    with OpenAIChatModel("smollm2", base_url=llama_server, timeout=300, max_retries=0) as client:
+        engine = SimpleChatEngine.from_defaults(
+            llm=_llamaindex_llm(client), memory=memory, prefix_messages=[ChatMessage(role="system", content=SYSTEM)]
+        )
+        for turn in range(TURNS):
             try:
-                engine.chat(note(turn))
-            except Exception as exc:  # a LlamaIndex engine cannot retry from its memory: the guide's wrapper
-                memory.on_context_overflow(exc)
-                engine.chat(note(turn))
-            ok += 1
-        except Exception as exc:
-            failures.append(f"turn {turn}: {type(exc).__name__}: {exc}"[:300])
+                try:
+                    engine.chat(note(turn))
+                except Exception as exc:  # a LlamaIndex engine cannot retry from its memory: the guide's wrapper
+                    memory.on_context_overflow(exc)
+                    engine.chat(note(turn))
+                ok += 1
+            except Exception as exc:
+                failures.append(f"turn {turn}: {type(exc).__name__}: {exc}"[:300])
     _finish("llamaindex", window, ok, failures, memory.session, started)
