@@ -534,9 +534,7 @@ class _Relay(StreamingResponse):
                 turn.status = max(turn.status, 502)  # the stream ended without a reply: an error event, a cut
             await self.upstream.aclose()
             svc.metrics.in_flight.dec()
-            if turn.lease is not None:
-                if self.ended and not self.recorded and not self.discarded:  # refused: its session is not kept
-                    await svc.pool.discard(turn.lease)
+            if turn.lease is not None:  # a refused stream's session was discarded before its last event
                 svc.pool.release(turn.lease)
             svc.limits.give(turn.tenant)
             turn.log()
