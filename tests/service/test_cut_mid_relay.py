@@ -94,10 +94,16 @@ def _assert_cut(dialect: str, frames: list[Frame], after: int) -> None:
         assert name == "error" and event["type"] == "error" and event["error"]["type"] == "api_error"
         message = event["error"]["message"]
     else:
-        assert name == "error" and event["type"] == "error" and event["code"] == "upstream_stream_cut"
+        # OpenAI's failed response: the response the stream announced, now failed, with the error
+        assert name == "response.failed" and event["type"] == "response.failed"
         assert event["sequence_number"] == after  # one past the last event relayed (numbered from 0)
-        assert event["param"] is None
-        message = event["message"]
+        response = event["response"]
+        announced = json.loads(frames[0][1])["response"]
+        assert response["id"] == announced["id"] and response["object"] == "response"
+        assert response["status"] == "failed" and response["error"]["code"] == "upstream_stream_cut"
+        assert event["error"]["code"] == "upstream_stream_cut"  # what the SDKs raise on
+        message = response["error"]["message"]
+        assert event["error"]["message"] == message
     assert "before the end of the reply" in message and "Retry the request" in message, message
 
 
@@ -250,9 +256,10 @@ def test_the_anthropic_sdk_raises_on_a_cut_stream_and_its_retry_completes(
         assert stored(service, "sdk") == [("user", QUESTION), ("assistant", REPLY)]
 
 
+@pytest.mark.parametrize("reader", ["create", "stream"])
 @pytest.mark.parametrize("how", ["ends", "drops"])
-def test_the_openai_sdk_reports_a_cut_responses_stream_and_its_retry_completes(
-    service_factory: Callable[[Settings], Running], sqlite_url: str, how: How
+def test_the_openai_sdk_raises_on_a_cut_responses_stream_and_its_retry_completes(
+    service_factory: Callable[[Settings], Running], sqlite_url: str, how: How, reader: str
 ) -> None:
     with CutUpstream(WIRES["responses"]) as upstream:
         service = _service(service_factory, sqlite_url, upstream)
@@ -262,14 +269,18 @@ def test_the_openai_sdk_reports_a_cut_responses_stream_and_its_retry_completes(
         items: Any = [user(QUESTION)]
         with client:
             upstream.cut(5, how)
-            with client.responses.stream(model=MODEL, input=items, store=False) as stream:
-                events = list(stream)
-                last = events[-1]
-                assert last.type == "error" and last.code == "upstream_stream_cut"
-                assert last.sequence_number == 5 and "Retry the request" in last.message
-                assert not any(e.type == "response.completed" for e in events)
-                with pytest.raises(RuntimeError, match=r"response\.completed"):
-                    stream.get_final_response()  # no truncated response is returned as complete
+            seen: list[str] = []
+            with pytest.raises(openai.APIError, match="Retry the request") as raised:
+                if reader == "create":
+                    for event in client.responses.create(model=MODEL, input=items, store=False, stream=True):
+                        seen.append(event.type)
+                else:
+                    with client.responses.stream(model=MODEL, input=items, store=False) as stream:
+                        for event in stream:
+                            seen.append(event.type)
+            assert raised.value.code == "upstream_stream_cut"
+            assert seen[0] == "response.created" and "response.completed" not in seen
+            assert len(seen) == 5  # the events relayed before the cut, then the raise
             assert service.client.get("/v1/sessions/sdk").status_code == 404  # nothing stored
 
             with client.responses.stream(model=MODEL, input=items, store=False) as stream:

@@ -18,6 +18,8 @@ proxy cannot manage it: such a request is refused with a 400 that says to send t
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -60,6 +62,7 @@ _ITEM = "responses_item"
 _INSTRUCTIONS = "responses_instructions"
 """``Message.extra`` key marking the system message made of ``instructions``."""
 _END_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete"})
+_LIFECYCLE_EVENTS = frozenset({"response.created", "response.queued", "response.in_progress"})
 
 
 def _int(value: Any) -> int:
@@ -211,6 +214,8 @@ class _ResponsesAssembler(StreamAssembler):
         self._done = False
         self.sequence: int | None = None
         """The ``sequence_number`` of the last event that carried one."""
+        self.response: Mapping[str, Any] | None = None
+        """The response object of the last lifecycle event relayed (``response.created``, ``.in_progress``)."""
 
     def take(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
@@ -224,6 +229,8 @@ class _ResponsesAssembler(StreamAssembler):
             self.items.append(event["item"])
         elif kind in _END_EVENTS and isinstance(event.get("response"), Mapping):
             self.final = event["response"]
+        elif kind in _LIFECYCLE_EVENTS and isinstance(event.get("response"), Mapping):
+            self.response = event["response"]
 
     @property
     def done(self) -> bool:
@@ -315,11 +322,33 @@ class OpenAIResponses(Dialect):
     def error_event(
         self, status: int, message: str, *, code: str | None, after: StreamAssembler | None = None
     ) -> bytes:
-        # every Responses event carries a sequence number, one past the event before it
-        last = after.sequence if isinstance(after, _ResponsesAssembler) else None
-        sequence = 0 if last is None else last + 1
-        body = {"type": "error", "code": code, "message": message, "param": None, "sequence_number": sequence}
-        return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
+        """A ``response.failed`` event: the response the stream announced, with status ``failed`` and the error.
+
+        Every Responses event carries a sequence number, one past the event before it. The failed
+        response keeps the id of the one the stream announced (the SDK's stream reader refuses a
+        lifecycle event whose response changed identity) and the output items finished before the
+        failure. The error is also the event's own ``error`` member: the SDKs raise on an event that
+        carries one, so iterating the stream raises instead of ending quietly.
+        """
+        assembler = after if isinstance(after, _ResponsesAssembler) else None
+        last = assembler.sequence if assembler is not None else None
+        error = {"code": code or "server_error", "message": message}
+        response: dict[str, Any] = dict(assembler.response) if assembler and assembler.response else {}
+        if not response:
+            response = {"id": f"resp_{uuid.uuid4().hex}", "object": "response", "created_at": int(time.time())}
+        response.update(
+            status="failed",
+            error=error,
+            incomplete_details=None,
+            output=list(assembler.items) if assembler is not None else [],
+        )
+        body = {
+            "type": "response.failed",
+            "sequence_number": 0 if last is None else last + 1,
+            "response": response,
+            "error": {"type": "server_error" if status >= 500 else "invalid_request_error", **error, "param": None},
+        }
+        return f"event: response.failed\ndata: {json.dumps(body)}\n\n".encode()
 
     def too_long(self, message: str) -> Response:
         return self.error_response(400, message, code="context_length_exceeded", param="input")
