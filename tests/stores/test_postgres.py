@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import tempfile
 import threading
 import time
@@ -280,3 +281,52 @@ async def test_async_twin(postgres_url: str, pg_schema: str) -> None:
                 async with other.lock("s", timeout=0.1):
                     pass
             await other.aclose()
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_an_unreachable_server_fails_fast_naming_the_url_without_its_password() -> None:
+    port = _closed_port()
+    url = f"postgresql://cw:hunter2@127.0.0.1:{port}/test"
+    started = time.monotonic()
+    with PostgresStore.from_url(url, timeout=60) as store:  # the pool's own wait is not what ends it
+        with pytest.raises(StoreUnavailable) as raised:
+            store.create_session("s")
+    assert time.monotonic() - started < 30
+    message = str(raised.value)
+    assert f"postgresql://cw@127.0.0.1:{port}/test" in message and "hunter2" not in message
+    assert "connect_timeout" in message and "Start the server" in message
+
+
+@pytest.mark.anyio
+async def test_an_unreachable_server_fails_fast_in_the_async_twin() -> None:
+    port = _closed_port()
+    started = time.monotonic()
+    async with AsyncPostgresStore.from_url(f"postgresql://cw:hunter2@127.0.0.1:{port}/test", timeout=60) as store:
+        with pytest.raises(StoreUnavailable, match=f"cw@127.0.0.1:{port}/test") as raised:
+            await store.create_session("s")
+    assert time.monotonic() - started < 30 and "hunter2" not in str(raised.value)
+
+
+def test_a_server_that_does_not_answer_fails_after_the_connect_timeout() -> None:
+    with socket.socket() as listener:  # accepts the TCP connection, never speaks Postgres
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        started = time.monotonic()
+        url = f"postgresql://cw@127.0.0.1:{port}/test?connect_timeout=2"
+        with PostgresStore.from_url(url, timeout=60) as store:
+            with pytest.raises(StoreUnavailable, match=r"connect timeout 2 s"):
+                store.create_session("s")
+        assert time.monotonic() - started < 30  # not the pool's wait
+
+
+def test_a_reachable_server_is_used_after_its_first_connection(postgres_url: str, pg_schema: str) -> None:
+    with PostgresStore.from_url(postgres_url, schema=pg_schema, connect_timeout=2) as store:
+        store.create_session("s")
+        store.append_messages("s", [Message.user("x")])
+        assert store.count_messages("s") == 1

@@ -14,6 +14,11 @@ for what that trades).
 
 The session lock is a session-level advisory lock held on a dedicated pooled connection: if the
 holder's process dies, Postgres drops the connection and the lock with it.
+
+A store that owns its pool opens one connection of its own before its first operation, with a
+short connect timeout (``connect_timeout``, 5 s unless the URL or the call says otherwise): a
+server that refuses the connection or does not answer is a `StoreUnavailable` naming the URL (without
+its password) at once, instead of after the pool's wait for a connection.
 """
 
 from __future__ import annotations
@@ -102,6 +107,41 @@ def _connection_options(conninfo: str, synchronous_commit: bool | None) -> dict[
     # Options in the URL stay; ours follow them.
     options = " ".join([*([str(existing)] if existing else []), *settings])
     return {"autocommit": True, "options": options}
+
+
+def shown_url(url: str) -> str:
+    """``url`` without its password (a keyword conninfo string is shown as host, port and database)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return _describe(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        return _describe(url)
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    netloc = f"{user}@{hostport}" if at and user else hostport
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class _FirstConnect:
+    """The connection an owned pool's store opens before its first operation, to fail fast."""
+
+    def __init__(self, url: str, conninfo: str, connect_timeout: float) -> None:
+        self.shown = shown_url(url)
+        self.conninfo = conninfo
+        given = psycopg.conninfo.conninfo_to_dict(conninfo).get("connect_timeout")
+        # libpq's convention: whole seconds, at least 2 (psycopg follows it)
+        self.seconds = psycopg.conninfo.timeout_from_conninfo(
+            {"connect_timeout": given if given is not None else max(1, round(connect_timeout))}
+        )
+
+    def unreachable(self, exc: psycopg.Error) -> StoreUnavailable:
+        reason = " ".join(str(exc).split())
+        return StoreUnavailable(
+            f"Postgres at {self.shown} cannot be reached (connect timeout {self.seconds} s): {reason}. Start the "
+            "server or correct the URL (host, port, user, database); `connect_timeout` in the URL query sets how "
+            "many seconds the first connection may take."
+        )
 
 
 def _connection_lost(exc: psycopg.OperationalError) -> bool:
@@ -194,6 +234,8 @@ async def _aexecute(cursor: psycopg.AsyncCursor[Any], command: Sql) -> list[tupl
 class _PostgresCommon:
     _where: str
     _schema: str
+    _first: _FirstConnect | None = None
+    """Set on a store that owns its pool until a first connection of its own succeeded."""
 
     def _translate(self, exc: Exception) -> StoreError:
         if isinstance(exc, psycopg.errors.UniqueViolation):
@@ -254,6 +296,7 @@ class PostgresStore(_PostgresCommon, BaseStore):
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 10.0,
+        connect_timeout: float = 5.0,
         synchronous_commit: bool | None = None,
     ) -> Self:
         """A store owning a new pool for ``url`` (``?schema=`` and ``?synchronous_commit=`` in the query are ours).
@@ -267,6 +310,9 @@ class PostgresStore(_PostgresCommon, BaseStore):
             min_size: Connections kept open.
             max_size: Most connections opened (a held session lock occupies one).
             timeout: Seconds to wait for a connection before `StoreUnavailable`.
+            connect_timeout: Seconds the connection opened before the first operation may take (whole
+                seconds, at least 2, as libpq counts them; ``connect_timeout`` in the URL query wins):
+                a server that cannot be reached is a `StoreUnavailable` naming the URL this soon.
             synchronous_commit: False commits without waiting for the WAL flush to disk: every write
                 (appends, state saves) returns about one disk flush sooner, and a crash of the Postgres
                 server or its machine may lose the commits of the last ~0.6 s (3 x ``wal_writer_delay``),
@@ -285,6 +331,7 @@ class PostgresStore(_PostgresCommon, BaseStore):
         )
         store = cls(pool, schema=ours.get("schema", schema), clock=clock, lock_lease=lock_lease)
         store._owns = True
+        store._first = _FirstConnect(url, conninfo, connect_timeout)
         return store
 
     @classmethod
@@ -332,8 +379,17 @@ class PostgresStore(_PostgresCommon, BaseStore):
                     raise
         raise AssertionError("unreachable")
 
+    def _reach(self, first: _FirstConnect) -> None:
+        try:
+            psycopg.connect(first.conninfo, connect_timeout=first.seconds).close()
+        except psycopg.OperationalError as exc:
+            raise first.unreachable(exc) from exc
+        self._first = None
+
     def _run(self, op: Op[T], *, write: bool) -> T:
         try:
+            if self._first is not None:
+                self._reach(self._first)
             with self._pool.connection() as conn:
                 if not self._ready:
                     if self._transaction(conn, self._ops.installed_version()) < len(MIGRATIONS):
@@ -343,6 +399,9 @@ class PostgresStore(_PostgresCommon, BaseStore):
         except (psycopg.Error, PoolTimeout) as exc:
             op.close()
             raise self._translate(exc) from exc
+        except StoreUnavailable:  # the first connection failed
+            op.close()
+            raise
 
     @contextmanager
     def lock(self, session_id: str, *, timeout: float = 10.0, tenant: str | None = None) -> Iterator[None]:
@@ -412,6 +471,7 @@ class AsyncPostgresStore(_PostgresCommon, BaseAsyncStore):
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 10.0,
+        connect_timeout: float = 5.0,
         synchronous_commit: bool | None = None,
     ) -> Self:
         """A store owning a new pool for ``url``; the pool opens on first use (see `PostgresStore.connect`)."""
@@ -426,6 +486,7 @@ class AsyncPostgresStore(_PostgresCommon, BaseAsyncStore):
         )
         store = cls(pool, schema=ours.get("schema", schema), clock=clock, lock_lease=lock_lease)
         store._owns = True
+        store._first = _FirstConnect(url, conninfo, connect_timeout)
         return store
 
     @classmethod
@@ -479,8 +540,18 @@ class AsyncPostgresStore(_PostgresCommon, BaseAsyncStore):
                     raise
         raise AssertionError("unreachable")
 
+    async def _reach(self, first: _FirstConnect) -> None:
+        try:
+            conn = await psycopg.AsyncConnection.connect(first.conninfo, connect_timeout=first.seconds)
+        except psycopg.OperationalError as exc:
+            raise first.unreachable(exc) from exc
+        await conn.close()
+        self._first = None
+
     async def _run(self, op: Op[T], *, write: bool) -> T:
         try:
+            if self._first is not None:
+                await self._reach(self._first)
             await self._open()
             async with self._pool.connection() as conn:
                 if not self._ready:
@@ -491,6 +562,9 @@ class AsyncPostgresStore(_PostgresCommon, BaseAsyncStore):
         except (psycopg.Error, PoolTimeout) as exc:
             op.close()
             raise self._translate(exc) from exc
+        except StoreUnavailable:  # the first connection failed
+            op.close()
+            raise
 
     @asynccontextmanager
     async def lock(self, session_id: str, *, timeout: float = 10.0, tenant: str | None = None) -> AsyncIterator[None]:
