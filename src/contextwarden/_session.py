@@ -37,6 +37,7 @@ from .messages import Message
 from .models import lookup_model
 from .notes import Notes
 from .served import default_reply_reserve, registry_knows, resolve_served_window, unknown_model_margin
+from .served_counts import ServedCounts
 from .snapshots import READ_CONTEXT_TOOL, FileSnapshotStore, MemorySnapshotStore, SnapshotStore
 from .stores.protocols import AsyncSessionStore, SessionStore, StateWrite
 from .summarize.base import AsyncSummarizer, Summarizer, SummaryReply, SummaryRequest
@@ -218,6 +219,7 @@ class BaseSession(SessionDelegation):
             self.accountant.calibration.prior = unknown_model_margin(counter, served)
         if served_limit is not None:
             self.accountant.calibration.adopt_window(served_limit)
+        self.served_counts = ServedCounts(served=served)
         self.tools = [*tools, READ_CONTEXT_TOOL] if include_read_tool else list(tools)
         if include_read_tool and self.memory is not None:
             from .recall import RECALL_TOOL

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -14,8 +14,11 @@ from .budget import Budget
 from .compaction.engine import ContextEngine
 from .events import Alert, EventBus
 from .exceptions import BudgetExceeded, ConfigError, ContextOverflowError, OverflowUnresolved
+from .llm.served_calls import Answer, Call
 from .messages import Message
+from .served_counts import ServedCounts, request_text
 from .tokens.accountant import TokenAccountant
+from .usage import RequestUsage
 
 if TYPE_CHECKING:
     from .recall import SessionMemory
@@ -32,6 +35,7 @@ class SessionBudget:
     """
 
     session_id: str
+    model: str | None
     accountant: TokenAccountant
     configured_budget: Budget
     """The budget as configured; `budget` adds calibration and the window the server serves."""
@@ -46,6 +50,9 @@ class SessionBudget:
     _pipeline_cache: tuple[Budget, int, Budget] | None
     _engine_built: bool
     _largest_answered: int
+    _status_due: bool
+    served_counts: ServedCounts
+    """When the session asks the server to count a request whose reply carried no usage (see `served_counts`)."""
 
     def _pipeline_budget(self) -> Budget:
         """The budget the compaction pipeline works to: the session's, less the room recalled memories take."""
@@ -192,6 +199,37 @@ class SessionBudget:
         smaller_reply = limit is not None and (sent_limit is None or limit < sent_limit)
         if status.used_raw >= sent_tokens and not smaller_reply:
             raise overflow_unresolved(self.session_id, error, status.used)
+
+    def _server_count(
+        self,
+        usage: RequestUsage,
+        view: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] | None,
+        *,
+        base_url: str | None,
+        model_name: str,
+    ) -> Generator[Call, Answer, None] | None:
+        """The calls that calibrate from the server's own count of a request whose reply carried no usage.
+
+        None when no call is due (usage was reported, the calibration has its samples, or the
+        server has no count endpoint). Run the steps before the reply is appended: the sample
+        compares the server's count with the view's as it was sent.
+        """
+        if not self.served_counts.wanted(self.accountant.calibration, usage, base_url):
+            return None
+        return self._count_steps(request_text(view, tools), base_url, self.model or model_name)
+
+    def _count_steps(self, text: str, base_url: str | None, model: str | None) -> Generator[Call, Answer, None]:
+        theirs = yield from self.served_counts.flow(text, base_url=base_url, model=model)
+        if theirs is None:
+            return
+        # the same estimate `on_turn_end` compares reported usage with, its text counted by the server
+        recalled = self.memory.tokens if self.memory is not None else 0
+        estimated = self.engine.used() + recalled + self.budget.tool_schemas
+        reported = estimated - (self.accountant.count_text(text) if text else 0) + theirs
+        if estimated > 0 and reported > 0:
+            self.accountant.calibration.record(estimated, reported)
+            self._status_due = True
 
     def _may_be_overflow(self) -> bool:
         """An empty or cut stream before the first event may be a prompt too long for the server.

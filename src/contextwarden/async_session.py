@@ -448,6 +448,7 @@ class AsyncSession(BaseSession):
                 view = (await self.on_context_overflow(format="internal")).view
                 sent_limit, limit = limit, self._reply_limit(max_tokens)
                 self._check_progress(exc, sent, sent_limit, limit)
+        await self._calibrate_unreported(response, view, tools, model)
         return self._accept(response)
 
     async def stream(
@@ -473,6 +474,7 @@ class AsyncSession(BaseSession):
                 ):
                     started = True
                     if isinstance(event, ResponseDone):
+                        await self._calibrate_unreported(event.response, view, tools, model)
                         event = ResponseDone(response=self._accept(event.response))
                     yield event
                 return
@@ -492,6 +494,7 @@ class AsyncSession(BaseSession):
                 except UpstreamError as exc:
                     overflow = await self._overflow_or_raise(exc, model)
                 else:
+                    await self._calibrate_unreported(response, view, tools, model)
                     for replayed in replay_events(self._accept(response)):
                         yield replayed
                     return
@@ -501,6 +504,32 @@ class AsyncSession(BaseSession):
             view = (await self.on_context_overflow(format="internal")).view
             sent_limit, limit = limit, self._reply_limit(max_tokens)
             self._check_progress(overflow, sent, sent_limit, limit)
+
+    async def _calibrate_unreported(
+        self,
+        response: ModelResponse,
+        view: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] | None,
+        model: AsyncModel,
+    ) -> None:
+        """Async twin of `Session._calibrate_unreported`."""
+        steps = self._server_count(
+            response.usage,
+            view,
+            self._all_tools(tools),
+            base_url=served_base_url(model),
+            model_name=model.model_name,
+        )
+        if steps is None:
+            return
+        from .llm._served_io import run_async
+        from .llm.served_window import DEFAULT_PROBE_TIMEOUT
+
+        try:
+            await run_async(steps, None, None, DEFAULT_PROBE_TIMEOUT)
+        except (UpstreamError, UsageError) as exc:
+            self.served_counts.unavailable = True
+            logger.info("session %s: the server's token count is unavailable (%s)", self.session_id, exc)
 
     async def _served_limit(self, error: ContextOverflowError, model: object) -> ContextOverflowError:
         """Async twin of `Session._served_limit`."""

@@ -390,6 +390,7 @@ class Session(BaseSession):
                 view = self.on_context_overflow(format="internal").view
                 sent_limit, limit = limit, self._reply_limit(max_tokens)
                 self._check_progress(exc, sent, sent_limit, limit)
+        self._calibrate_unreported(response, view, tools, model)
         return self._accept(response)
 
     def stream(
@@ -423,6 +424,7 @@ class Session(BaseSession):
                 ):
                     started = True
                     if isinstance(event, ResponseDone):
+                        self._calibrate_unreported(event.response, view, tools, model)
                         event = ResponseDone(response=self._accept(event.response))
                     yield event
                 return
@@ -442,6 +444,7 @@ class Session(BaseSession):
                 except UpstreamError as exc:
                     overflow = self._overflow_or_raise(exc, model)
                 else:
+                    self._calibrate_unreported(response, view, tools, model)
                     yield from replay_events(self._accept(response))
                     return
             if attempt >= self.config.reactive_retries:
@@ -450,6 +453,32 @@ class Session(BaseSession):
             view = self.on_context_overflow(format="internal").view
             sent_limit, limit = limit, self._reply_limit(max_tokens)
             self._check_progress(overflow, sent, sent_limit, limit)
+
+    def _calibrate_unreported(
+        self, response: ModelResponse, view: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None, model: Model
+    ) -> None:
+        """A reply without usage: calibrate from the server's own count of the request, while samples are due.
+
+        See `contextwarden.served_counts`. A server that cannot count is not asked again; the
+        turn goes on either way.
+        """
+        steps = self._server_count(
+            response.usage,
+            view,
+            self._all_tools(tools),
+            base_url=served_base_url(model),
+            model_name=model.model_name,
+        )
+        if steps is None:
+            return
+        from .llm._served_io import run_sync
+        from .llm.served_window import DEFAULT_PROBE_TIMEOUT
+
+        try:
+            run_sync(steps, None, None, DEFAULT_PROBE_TIMEOUT)
+        except (UpstreamError, UsageError) as exc:
+            self.served_counts.unavailable = True
+            logger.info("session %s: the server's token count is unavailable (%s)", self.session_id, exc)
 
     def _served_limit(self, error: ContextOverflowError, model: object) -> ContextOverflowError:
         """``error``, with the server's window from its own endpoints when the error named none."""

@@ -17,7 +17,7 @@ prompt longer than its window right after tokenizing it, before any evaluation, 
 window in the refusal; the probe sends one prompt of `OVERFLOW_PROBE_TOKENS` tokens with
 ``max_tokens=1`` and reads the window from that error. Pass ``overflow_probe=False`` to skip it.
 
-The probing logic is written once, as a generator of HTTP calls (`_probe_flow`); `probe` and
+The probing logic is written once, as a generator of HTTP calls (`probe_flow`); `probe` and
 `aprobe` only carry the calls out (with httpx, imported on first use: `ServedWindow` itself needs
 nothing).
 """
@@ -36,7 +36,17 @@ from .served_calls import Answer, Call
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["OVERFLOW_PROBE_TOKENS", "ServedWindow", "ServerKind", "acount_tokens", "aprobe", "count_tokens", "probe"]
+__all__ = [
+    "OVERFLOW_PROBE_TOKENS",
+    "ServedWindow",
+    "ServerKind",
+    "acount_tokens",
+    "aprobe",
+    "count_flow",
+    "count_tokens",
+    "probe",
+    "probe_flow",
+]
 
 ServerKind = Literal["llama.cpp", "llama-cpp-python", "vllm", "ollama", "openai-compatible"]
 """The servers `probe` tells apart; ``"openai-compatible"`` is any other (OpenAI itself included)."""
@@ -180,7 +190,8 @@ def _llama_cpp_python_flow(
     return found
 
 
-def _probe_flow(base_url: str, model: str | None, overflow_probe: bool) -> Generator[Call, Answer, ServedWindow]:
+def probe_flow(base_url: str, model: str | None, overflow_probe: bool) -> Generator[Call, Answer, ServedWindow]:
+    """The steps of `probe` as a generator of HTTP calls, for callers that carry them out themselves."""
     base = base_url.rstrip("/")
     root = _root(base)
     props = yield Call("GET", f"{root}/props")
@@ -266,7 +277,7 @@ def probe(
     """
     from ._served_io import run_sync
 
-    found: ServedWindow = run_sync(_probe_flow(base_url, model, overflow_probe), http_client, api_key, timeout)
+    found: ServedWindow = run_sync(probe_flow(base_url, model, overflow_probe), http_client, api_key, timeout)
     return found
 
 
@@ -282,11 +293,12 @@ async def aprobe(
     """The async twin of `probe`."""
     from ._served_io import run_async
 
-    found: ServedWindow = await run_async(_probe_flow(base_url, model, overflow_probe), http_client, api_key, timeout)
+    found: ServedWindow = await run_async(probe_flow(base_url, model, overflow_probe), http_client, api_key, timeout)
     return found
 
 
-def _count_flow(served: ServedWindow, text: str) -> Generator[Call, Answer, int | None]:
+def count_flow(served: ServedWindow, text: str) -> Generator[Call, Answer, int | None]:
+    """The steps of `count_tokens` as a generator of HTTP calls (none when the server has no count endpoint)."""
     call = _count_call(served, text)
     if call is None:
         return None
@@ -309,7 +321,7 @@ def count_tokens(
     """
     from ._served_io import run_sync
 
-    counted: int | None = run_sync(_count_flow(served, text), http_client, api_key, timeout)
+    counted: int | None = run_sync(count_flow(served, text), http_client, api_key, timeout)
     return counted
 
 
@@ -324,5 +336,5 @@ async def acount_tokens(
     """The async twin of `count_tokens`."""
     from ._served_io import run_async
 
-    counted: int | None = await run_async(_count_flow(served, text), http_client, api_key, timeout)
+    counted: int | None = await run_async(count_flow(served, text), http_client, api_key, timeout)
     return counted
