@@ -491,7 +491,12 @@ class BaseSession(SessionDelegation):
 
     def status_record(self) -> dict[str, Any]:
         """What the session saves in the store's ``status`` slot: its `figures`, its `timeline`, the
-        prompt-cache reuse and the user's instructions in force (newest first, bounded)."""
+        prompt-cache reuse and the user's instructions in force as the context block last read them
+        (newest first, bounded).
+
+        The record is saved with every turn's write, so it reads no message itself: the user's messages
+        are read when a compaction renders the context block, or on a long turn (`contextwarden.compaction.ahead`).
+        """
         usage = self.usage
         cache = {
             "requests": usage.requests,
@@ -499,7 +504,7 @@ class BaseSession(SessionDelegation):
             "cache_read_tokens": usage.cache_read_tokens,
             "reuse": round(usage.cache_read_tokens / usage.input_tokens, 4) if usage.input_tokens else None,
         }
-        current = self.instructions.current()
+        current = self.engine.instructions_read.current()
         instructions = {
             "total": len(current),
             "items": [{"step": i.step, "kind": i.kind, "text": i.text} for i in reversed(current[-STATUS_LIST_LIMIT:])],

@@ -119,6 +119,11 @@ class ContextEngine:
         return self.book.read_instructions()
 
     @property
+    def instructions_read(self) -> UserInstructions:
+        """The user's instructions as last read (by a compaction, or a long turn: see `ahead`); nothing is read now."""
+        return self.book.instructions
+
+    @property
     def notes(self) -> Notes:
         return self.book.notes
 

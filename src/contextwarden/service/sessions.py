@@ -219,9 +219,24 @@ class SessionPool:
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._waiting: Counter[tuple[str, str]] = Counter()
         """Requests waiting for each lock."""
+        self._options: dict[tuple[str | None, int | None], dict[str, Any]] = {}
+        """`session_options` by (model, window): worked out once, not for every session opened."""
 
     def __len__(self) -> int:
         return len(self._open)
+
+    def _session_options(self, model: str | None, *, window: int | None = None) -> dict[str, Any]:
+        """`session_options` of the pool's settings (a fresh summarizer for each session: it is the session's own)."""
+        key = (model, window)
+        options = self._options.get(key)
+        if options is None:
+            options = session_options(self.settings, model, window=window)
+            if len(self._options) >= 256:
+                self._options.clear()
+            self._options[key] = options
+        if "summarizer" in options:
+            return {**options, "summarizer": AsyncExtractiveSummarizer()}
+        return dict(options)
 
     async def acquire(
         self,
@@ -316,13 +331,13 @@ class SessionPool:
             except SessionNotFound:
                 # a request that cannot be served (an unknown model) must not leave a session behind:
                 # the options are checked before the session is created
-                options = session_options(self.settings, model)
+                options = self._session_options(model)
                 info = await acreate_scoped(self.store, tenant, session_id, model=model, window=int(options["window"]))
                 created = True
         else:
             info = await alocate(self.store, tenant, session_id)
         # new here, or another replica (or a failed request) changed it: read it again from the store
-        options = session_options(self.settings, model or info.model, window=info.window)
+        options = self._session_options(model or info.model, window=info.window)
         store = _CheckedStore(self.store)
         session = await AsyncSession.open(info.session_id, store=store, tenant=tenant, tools=tools, **options)
         session.subscribe(lambda event: self.on_event(tenant, session_id, event))
