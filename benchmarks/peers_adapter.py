@@ -79,7 +79,7 @@ class ContextWardenPeer:
     def step(self, native_round: list[Any]) -> list[Any]:
         self.session.add(native_round)
         view = self.session.prepare(format="internal").view
-        generation = self.session.engine.view_generation
+        generation = self.session.state.view_generation
         if generation == self._generation:
             # the view only appended this round: extend the mapped list instead of re-mapping it
             # (returned as is: the harness reads a turn's list before it asks for the next)

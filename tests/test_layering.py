@@ -148,6 +148,60 @@ def test_no_module_imports_another_modules_private_names() -> None:
     assert not found, "make these names public in their module (or move the code):\n" + "\n".join(found)
 
 
+ENGINE_OWNERS = (
+    "contextwarden.compaction",
+    "contextwarden._session",
+    "contextwarden._session_budget",
+    "contextwarden._session_delegation",
+    "contextwarden._session_tools",
+    "contextwarden.async_session",
+    "contextwarden.session",
+    "contextwarden.session_state",
+)
+"""The modules that may touch a session's engine; everything else reads ``session.state``."""
+
+
+def _reaches_into_engine(source: str) -> list[int]:
+    """Lines of ``source`` that read through an engine: ``x.engine.<name>``, ``engine.book``, ``engine.transcript``."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute):
+            continue
+        inner = node.value
+        if isinstance(inner, ast.Attribute) and inner.attr == "engine":
+            lines.append(node.lineno)
+        elif isinstance(inner, ast.Name) and inner.id == "engine" and node.attr in ("book", "transcript"):
+            lines.append(node.lineno)
+    return lines
+
+
+def _owns_engine(module: str) -> bool:
+    return any(module == owner or module.startswith(owner + ".") for owner in ENGINE_OWNERS)
+
+
+def test_only_the_session_reaches_into_its_engine() -> None:
+    # The service, health, recall, the command line and the benchmarks read what a session holds through
+    # `SessionState`; the engine and its round book can then change without them.
+    files = {name: path for name, path in MODULES.items() if not _owns_engine(name)}
+    files.update({f"benchmarks/{p.name}": p for p in sorted((SRC.parent / "benchmarks").rglob("*.py"))})
+    found = [
+        f"{name}:{line}"
+        for name, path in sorted(files.items())
+        for line in _reaches_into_engine(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, "read these through `session.state` (contextwarden.session_state):\n" + "\n".join(found)
+
+
+def test_the_engine_check_finds_a_reach() -> None:
+    assert _reaches_into_engine(
+        "n = len(session.engine.transcript)\nv = engine.book.view\nok = session.state.view\n"
+    ) == [
+        1,
+        2,
+    ]
+    assert _reaches_into_engine("engine = make()\nengine.status()\n") == []
+
+
 TESTS = SRC.parent / "tests"
 
 TEST_IMPORTS_LEFT: dict[str, str] = {

@@ -38,6 +38,7 @@ from .models import lookup_model
 from .notes import Notes
 from .served import default_reply_reserve, registry_knows, resolve_served_window, unknown_model_margin
 from .served_counts import ServedCounts
+from .session_state import SessionState
 from .snapshots import READ_CONTEXT_TOOL, FileSnapshotStore, MemorySnapshotStore, SnapshotStore
 from .stores.protocols import AsyncSessionStore, SessionStore, StateWrite
 from .summarize.base import AsyncSummarizer, Summarizer, SummaryReply, SummaryRequest
@@ -290,6 +291,7 @@ class BaseSession(SessionDelegation):
             snapshots=self.snapshots,
             events=self.events,
         )
+        self._state = SessionState(self.engine)
         self._converted = None
         self._engine_built = True
 
@@ -321,8 +323,13 @@ class BaseSession(SessionDelegation):
 
     @property
     def transcript(self) -> list[Message]:
-        """Every message ever added, unaltered by compaction."""
+        """Every message ever added, unaltered by compaction (a new list; `state` reads without copying)."""
         return list(self.engine.transcript)
+
+    @property
+    def state(self) -> SessionState:
+        """A read-only view of what the session holds: transcript, view, context block, accounting."""
+        return self._state
 
     @property
     def ledger(self) -> Ledger:
@@ -449,7 +456,7 @@ class BaseSession(SessionDelegation):
         budget = self.budget
         try:
             view = memory.assemble(
-                self.engine,
+                self._state,
                 view,
                 used=status.used_raw,
                 effective=budget.effective,

@@ -17,6 +17,7 @@ from .exceptions import BudgetExceeded, ConfigError, ContextOverflowError, Overf
 from .llm.served_calls import Answer, Call
 from .messages import Message
 from .served_counts import ServedCounts, request_text
+from .session_state import SessionState
 from .tokens.accountant import TokenAccountant
 from .usage import RequestUsage
 
@@ -42,6 +43,7 @@ class SessionBudget:
     tools: list[Mapping[str, Any]]
     memory: SessionMemory | None
     engine: ContextEngine
+    _state: SessionState
     events: EventBus
     max_tokens: int | Literal["reserved"] | None
     _budget: Budget
@@ -59,7 +61,7 @@ class SessionBudget:
         budget = self._current_budget()
         assert self.memory is not None
         # while an engine is being built there is no view yet: memory holds only its own room
-        reserve = self.memory.reserve(self.engine if self._engine_built else None, budget.effective)
+        reserve = self.memory.reserve(self._state if self._engine_built else None, budget.effective)
         cached = self._pipeline_cache
         if cached is not None and cached[0] is budget and cached[1] == reserve:
             return cached[2]

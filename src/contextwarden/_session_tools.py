@@ -129,7 +129,7 @@ class SessionTools(SessionBudget):
             raise MemoryQueryError(f"recall needs the query as a non-empty text, got {brief(query)}.", field="query")
         room = self.memory.room(self.budget.effective)
         return self.memory.answer(
-            query[-MAX_QUERY_CHARS:], view=self.engine.book.view, max_tokens=room, count=self.accountant.count_message
+            query[-MAX_QUERY_CHARS:], view=self._state.view, max_tokens=room, count=self.accountant.count_message
         )
 
     def _answer_recall(self, arguments: str | Mapping[str, Any]) -> str:

@@ -43,8 +43,8 @@ from .messages import Message
 
 if TYPE_CHECKING:
     from .budget import Budget
-    from .compaction.engine import ContextEngine
     from .compaction.viewstatus import ViewStatus
+    from .session_state import SessionState
 
 __all__ = ["MEMORY_HEADER", "OTHER_SESSIONS_HEADER", "RECALL_TOOL", "RecallStatus", "SessionMemory"]
 
@@ -153,18 +153,18 @@ class SessionMemory:
         """Tokens the memory may take for one request, of an ``effective`` budget."""
         return int(effective * self.share)
 
-    def reserve(self, engine: ContextEngine | None, effective: int) -> int:
+    def reserve(self, state: SessionState | None, effective: int) -> int:
         """Tokens the compaction pipeline must leave free: the room of the current request's block, plus
         the blocks recalled for earlier requests (while they stay, the pipeline holds less; a compaction
         that this forces starts over with one block, instead of dropping blocks mid-view)."""
         room = self.room(effective)
         with self._lock:
-            if engine is None or not self._blocks:
+            if state is None or not self._blocks:
                 return room
-            request = _request_anchor(engine)
+            request = _request_anchor(state)
             current = request.message_id if request is not None else None
             older = sum(b.tokens for b in self._blocks if b.anchor_id != current)
-            if older and self._blocks[-1].anchor_id != current and self._will_drop(engine):
+            if older and self._blocks[-1].anchor_id != current and self._will_drop(state):
                 return room  # a new request the older blocks give way to: no room is held for them
             return room + older
 
@@ -204,7 +204,7 @@ class SessionMemory:
     # --- the view ----------------------------------------------------------------------------
     def assemble(
         self,
-        engine: ContextEngine,
+        state: SessionState,
         view: list[Message],
         *,
         used: int,
@@ -214,15 +214,15 @@ class SessionMemory:
         """``view`` (the pipeline's, ``used`` tokens of an ``effective`` budget) with the recalled blocks in it."""
         with self._lock:
             self._room = self.room(effective)
-            if engine.view_generation != self._generation:
-                self._generation = engine.view_generation
+            if state.view_generation != self._generation:
+                self._generation = state.view_generation
                 self._blocks, self._queried = [], None
-                self._remember(engine)
-            request = _current_request(engine)
+                self._remember(state)
+            request = _current_request(state)
             if request is not None and request[0].message_id != self._queried:
                 anchor, query = request
                 self._queried = anchor.message_id
-                self._recall_block(engine, anchor, query, view, used=used, effective=effective, count=count)
+                self._recall_block(state, anchor, query, view, used=used, effective=effective, count=count)
             # the newest block always fits (the pipeline keeps its room free); older ones while they fit
             while len(self._blocks) > 1 and used + self.tokens > effective:
                 self._blocks.pop(0)
@@ -242,7 +242,7 @@ class SessionMemory:
 
     def _recall_block(
         self,
-        engine: ContextEngine,
+        state: SessionState,
         anchor: Message,
         query: str,
         view: list[Message],
@@ -260,7 +260,7 @@ class SessionMemory:
         if not fresh:
             return
         room = min(self._room, max(0, effective - used - self.tokens))
-        if self._blocks and (room < self._room or self._will_drop(engine)):
+        if self._blocks and (room < self._room or self._will_drop(state)):
             # the current request outranks older ones when the pipeline could not leave the room
             self._blocks = []
             fresh = [h for h in hits if h.memory.text not in shown]
@@ -269,11 +269,11 @@ class SessionMemory:
         if block is not None:
             self._blocks.append(block)
 
-    def _will_drop(self, engine: ContextEngine) -> bool:
+    def _will_drop(self, state: SessionState) -> bool:
         """`_cheaper_to_drop` for the pipeline's current view, decided once per view and request."""
-        key = (engine.view_generation, len(engine.transcript))
+        key = (state.view_generation, state.transcript_length)
         if self._drop_decision is None or self._drop_decision[0] != key:
-            decision = self._cheaper_to_drop(engine.book.view, engine.accountant.count_message)
+            decision = self._cheaper_to_drop(state.view, state.count)
             self._drop_decision = (key, decision)
         return self._drop_decision[1]
 
@@ -315,9 +315,9 @@ class SessionMemory:
         logger.warning("session %s: memory %s", self.session_id, self._error)
 
     # --- remembering -------------------------------------------------------------------------
-    def _remember(self, engine: ContextEngine) -> None:
+    def _remember(self, state: SessionState) -> None:
         """Write what left the view since the last compaction (and what an earlier write could not)."""
-        sources = self._left(engine)
+        sources = self._left(state)
         records = self._pending + memories_from_messages(
             sources, session_id=self.session_id, tenant=self.tenant, max_chars=self.chunk_chars
         )
@@ -332,13 +332,13 @@ class SessionMemory:
         self._pending = []
         self._written += len(records)
 
-    def _left(self, engine: ContextEngine) -> list[Source]:
+    def _left(self, state: SessionState) -> list[Source]:
         """Transcript messages that left the view and were not written yet, with their task and call."""
-        transcript = engine.transcript
+        message = state.message
         sources: list[Source] = []
         task: str | None = None
-        for r in engine.rounds:
-            first = transcript[r.indices[0]]
+        for r in state.rounds:
+            first = message(r.indices[0])
             if first.role == "user":
                 task = first.message_id
             if r.kind == "system" or r.state == "full":
@@ -347,17 +347,17 @@ class SessionMemory:
                 gone = list(r.indices)
             else:  # cleared: the messages a stand-in replaced
                 shown = r.shown or []
-                gone = [i for i, m in zip(r.indices, shown, strict=False) if m is not transcript[i]]
+                gone = [i for i, m in zip(r.indices, shown, strict=False) if m is not message(i)]
             call = ""
             if r.kind == "tool-call":
-                opener = transcript[r.indices[0]]
+                opener = message(r.indices[0])
                 names = " ".join(f"{c.name} {c.arguments[:200]}" for c in opener.tool_calls)
                 call = f"{opener.text[:300]} {names}".strip()
             for i in gone:
                 if i in self._ingested:
                     continue
                 self._ingested.add(i)
-                m = transcript[i]
+                m = message(i)
                 sources.append(
                     Source(index=i, message=m, task=task, call=call if m.role == "tool" else "", step=r.ordinal)
                 )
@@ -379,26 +379,26 @@ class SessionMemory:
         return text
 
 
-def _request_anchor(engine: ContextEngine) -> Message | None:
+def _request_anchor(state: SessionState) -> Message | None:
     """The message a recalled block goes before: the newest user message, else the newest round's first message."""
-    r = engine.book.last_user_round
+    r = state.last_user_round
     if r is not None and r.state != "evicted":
-        return engine.transcript[r.indices[0]]
-    rounds = engine.rounds
+        return state.message(r.indices[0])
+    rounds = state.rounds
     if not rounds or rounds[-1].kind == "system":
         return None
-    return engine.transcript[rounds[-1].indices[0]]
+    return state.message(rounds[-1].indices[0])
 
 
-def _current_request(engine: ContextEngine) -> tuple[Message, str] | None:
+def _current_request(state: SessionState) -> tuple[Message, str] | None:
     """The message recall answers and the query text: the newest user message, else the agent's latest words."""
-    anchor = _request_anchor(engine)
+    anchor = _request_anchor(state)
     if anchor is None:
         return None
     if anchor.role == "user":
         query = anchor.text
-    elif engine.book.last_assistant_index >= 0:
-        query = engine.transcript[engine.book.last_assistant_index].text
+    elif state.last_assistant_index >= 0:
+        query = state.message(state.last_assistant_index).text
     else:
         return None
     query = query.strip()[-MAX_QUERY_CHARS:]

@@ -87,7 +87,7 @@ def test_a_streamed_reply_is_relayed_in_anthropic_events_and_recorded_with_its_s
     assert events[0] == "message_start" and events[-1] == "message_stop"
     assert "content_block_delta" in events
     session = service.app.state.service.pool.loaded("default", "cc1")
-    reply = session.engine.transcript[-1]
+    reply = session.state.message(-1)
     assert reply.role == "assistant" and reply.text == "Hello."
     assert reply.tool_calls[0].name == "Read" and json.loads(reply.tool_calls[0].arguments) == {"p": "b"}
     thinking = [p for p in reply.parts if p.kind == "thinking"]

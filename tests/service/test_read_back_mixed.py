@@ -34,7 +34,7 @@ def _offered(names: list[str], text: str) -> str | None:
 
 def _transcript_pairs_hold(service: Running, session_id: str) -> None:
     session = service.app.state.service.pool.loaded("default", session_id)
-    transcript = session.engine.transcript
+    transcript = list(session.state.messages())
     check(transcript)  # every call has its result, no result without its call
     mixed = next(m for m in transcript if {c.name for c in m.tool_calls} == {"read_context", "read_file"})
     answers = {m.tool_call_id: m for m in transcript if m.role == "tool"}
@@ -82,7 +82,7 @@ def test_chat_a_mixed_turn_is_answered_and_only_the_client_calls_reach_the_clien
     assert r.status_code == 200 and r.headers["x-session-id"] == "mx"
     metrics = service.app.state.service.metrics.render().decode()
     assert "contextwarden_unmanaged_requests_total{" not in metrics
-    assert service.app.state.service.pool.loaded("default", "mx").engine.transcript[-1].text == "done"
+    assert service.app.state.service.pool.loaded("default", "mx").state.message(-1).text == "done"
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -125,7 +125,7 @@ def test_anthropic_a_mixed_turn_is_answered_and_only_the_client_calls_reach_the_
     upstream.push(ScriptedReply(text="done"))
     r = service.client.post("/v1/messages", json={**body, "messages": follow}, headers={"X-Session-Id": "mxa"})
     assert r.status_code == 200 and r.headers["x-session-id"] == "mxa"
-    assert service.app.state.service.pool.loaded("default", "mxa").engine.transcript[-1].text == "done"
+    assert service.app.state.service.pool.loaded("default", "mxa").state.message(-1).text == "done"
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -166,7 +166,7 @@ def test_responses_a_mixed_turn_is_answered_and_only_the_client_calls_reach_the_
             "/v1/responses", json={**request, "input": follow, "stream": False}, headers={"session-id": "mxr"}
         )
         assert r.status_code == 200 and r.headers["x-session-id"] == "mxr"
-        assert service.app.state.service.pool.loaded("default", "mxr").engine.transcript[-1].text == "ok"
+        assert service.app.state.service.pool.loaded("default", "mxr").state.message(-1).text == "ok"
 
 
 def test_a_turn_calling_only_client_tools_is_relayed_as_the_model_sent_it(

@@ -102,7 +102,7 @@ def test_a_streamed_response_is_relayed_event_by_event_and_recorded(
     assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
     assert "response.function_call_arguments.delta" in kinds
     session = codex_service.app.state.service.pool.loaded("default", "st")
-    assert session.engine.transcript[-1].tool_calls[0].name == "shell"
+    assert session.state.message(-1).tool_calls[0].name == "shell"
 
 
 def test_previous_response_id_is_refused_with_how_to_configure_the_client(codex_service: Running) -> None:

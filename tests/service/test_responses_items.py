@@ -207,7 +207,7 @@ def test_a_compacted_view_keeps_custom_and_hosted_calls_paired(
         r = service.client.post("/v1/responses", json=body, headers={"session-id": "ct"})
         assert r.status_code == 200, r.text
         sent = upstream.requests[-1]["input"]
-        transcript = service.app.state.service.pool.loaded("default", "ct").engine.transcript
+        transcript = service.app.state.service.pool.loaded("default", "ct").state.messages()
     assert len(json.dumps(sent)) < len(json.dumps(history))  # compacted
     calls = {i["call_id"] for i in sent if i.get("type") == "custom_tool_call"}
     outputs = {i["call_id"] for i in sent if i.get("type") == "custom_tool_call_output"}

@@ -108,6 +108,6 @@ def test_the_keys_of_a_cached_session_are_those_of_its_transcript_rendered_back(
     history += [assistant("first answer"), user("two"), {"role": "user", "content": [{"type": "text", "text": "x"}]}]
     turned.post()
     entry = turned.service.app.state.service.pool._open[("default", "c")]
-    rendered = from_messages(entry.session.engine.transcript, format="openai")
+    rendered = from_messages(entry.session.state.messages(), format="openai")
     assert entry.keys == [message_key(m) for m in rendered]
     assert len(entry.keys) == 6

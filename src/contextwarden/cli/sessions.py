@@ -338,7 +338,7 @@ def inspect_command(
         "status_version": version,
         "timeline": timeline,
         "demo": demo,
-        "summary": session.engine.summary,
+        "summary": session.state.summary,
         "ledger": ledger_text,
         "snapshots": {"count": len(snapshots), "ids": snapshots[:20]},
         "audit": {"events": len(audit), "by_kind": dict(kinds), "compactions_by_layer": dict(layers)},

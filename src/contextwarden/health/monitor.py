@@ -30,6 +30,7 @@ from .samples import HealthSnapshot, HealthTrend, TurnSample, trend
 
 if TYPE_CHECKING:
     from ..session import AsyncSession, Session
+    from ..session_state import SessionState
 
 __all__ = ["HealthMonitor"]
 
@@ -102,7 +103,7 @@ class HealthMonitor:
         self._fidelity: float | None = None
         self._summarizer_failures = 0
         self._breaker = "unknown"
-        self._prev_view: tuple[list[Message], int, int, int] | None = None
+        self._prev_view: tuple[Sequence[Message], int, int, int] | None = None
         """The engine's view list at the last turn, its length then, its generation, its tokens."""
         self._prev_transcript = 0
         self.latest: HealthSnapshot | None = None
@@ -212,13 +213,13 @@ class HealthMonitor:
         reuse: float | None = None
         fidelity: float | None = None
         if session is not None:
-            reading = session.engine.read_status()  # the figures, without building a whole status
+            reading = session.state.reading()  # the figures, without building a whole status
             used, effective = reading.used, reading.budget.effective
             budget = effective if used and effective else budget
             tool_share = reading.tool_results / used if used else 0.0
             self._breaker = reading.breaker
             # every failed summary, not only those that opened the breaker
-            self._summarizer_failures = max(self._summarizer_failures, session.engine.breaker.total_failures)
+            self._summarizer_failures = max(self._summarizer_failures, session.state.summarizer_failures)
             reuse, fidelity = self._view_checks(session, used, compacted=self._turn_before is not None)
         start = self._turn_before if self._turn_before is not None else used
         growth = start - self._last_used if self._last_used is not None else None
@@ -252,9 +253,9 @@ class HealthMonitor:
         the view. After a compaction the engine holds a new list, and the old one (kept by
         reference, cut to its length at the last turn) is compared message by message.
         """
-        engine = session.engine
-        view = engine.book.view
-        generation = engine.view_generation
+        state = session.state
+        view = state.view
+        generation = state.view_generation
         prev = self._prev_view
         reuse: float | None = None
         fidelity: float | None = None
@@ -273,15 +274,16 @@ class HealthMonitor:
                 total = sum(count(m) for m in view)
                 reuse = sum(count(m) for m in view[:shared]) / total if total else 1.0
                 if compacted and self.fidelity_probe is not None:
-                    fidelity = self._probe(engine.transcript, old, view)
+                    fidelity = self._probe(state, old, view)
         self._prev_view = (view, len(view), generation, used)
-        self._prev_transcript = len(engine.transcript)
+        self._prev_transcript = state.transcript_length
         return reuse, fidelity
 
-    def _probe(self, transcript: Sequence[Message], old: Sequence[Message], view: Sequence[Message]) -> float | None:
+    def _probe(self, state: SessionState, old: Sequence[Message], view: Sequence[Message]) -> float | None:
         # the input's own messages: the previous context block and stand-ins were probed
         # when they were made, and would count the engine's words as the user's
         assert self.fidelity_probe is not None
+        transcript = state.messages()
         known = {m.message_id for m in transcript}
         compaction_input = [m for m in old if m.message_id in known]
         compaction_input += transcript[self._prev_transcript :]

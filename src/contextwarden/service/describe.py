@@ -78,8 +78,8 @@ def _cache(usage: Mapping[str, Any] | None) -> dict[str, Any]:
 def describe_live(info: SessionInfo, session: AsyncSession) -> dict[str, Any]:
     """The description of a session this process holds."""
     record = session.status_record()
-    engine = session.engine
-    span = engine.summary_span
+    state = session.state
+    span = state.summary_span
     return {
         "session": client_info(info).to_dict(),
         "live": True,
@@ -87,9 +87,9 @@ def describe_live(info: SessionInfo, session: AsyncSession) -> dict[str, Any]:
         "timeline": record["timeline"],
         "cache": _cache(record["cache"]),
         "ledger": _ledger(session.ledger.to_dict()),
-        "working_set": _working_set(engine.book.working_set.to_dict()),
+        "working_set": _working_set(state.working_set.to_dict()),
         "instructions": _instructions(record),
-        "summary": {"text": engine.summary, "span": list(span) if span else None},
+        "summary": {"text": state.summary, "span": list(span) if span else None},
     }
 
 

@@ -182,9 +182,9 @@ class Lease:
 
     def sync_keys(self) -> None:
         """Key the transcript messages added since the last call."""
-        transcript = self.session.engine.transcript
-        if len(transcript) > len(self.keys):
-            fresh = from_messages(transcript[len(self.keys) :], format="openai")
+        state = self.session.state
+        if state.transcript_length > len(self.keys):
+            fresh = from_messages(state.messages(len(self.keys)), format="openai")
             self.keys.extend(message_key(m) for m in fresh)
 
     def keyed(self, sources: Sequence[Mapping[str, Any]], *, before: int) -> None:
@@ -194,7 +194,7 @@ class Lease:
         The adapter renders a message back to the dict it was read from, so the key of the source is
         the key of its rendering, without rendering it.
         """
-        if len(self.keys) == before and len(self.session.engine.transcript) == before + len(sources):
+        if len(self.keys) == before and self.session.state.transcript_length == before + len(sources):
             self.keys.extend(message_key(m) for m in sources)
 
 
@@ -321,7 +321,7 @@ class SessionPool:
                 stored = await self.store.count_messages(cached.key, tenant=tenant)
             except SessionNotFound:
                 stored = -1  # deleted meanwhile: created again below, or 404 for a read
-            if len(cached.session.engine.transcript) == stored:
+            if cached.session.state.transcript_length == stored:
                 self._open.move_to_end(key)
                 return cached, True
         created = False

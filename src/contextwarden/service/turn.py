@@ -142,12 +142,12 @@ class Turn:
             self.drop = found.drop
             # the condition rides on the request's one append (its new messages and the reply, written
             # together after the reply: `write`), or on the first append a due compaction makes
-            lease.expect(len(lease.session.engine.transcript))
+            lease.expect(lease.session.state.transcript_length)
             try:
                 lease.session.use_tools(self.tools)
                 if start < len(keyed):
                     parsed = self.conversation.convert(start)
-                    before = len(lease.session.engine.transcript)
+                    before = lease.session.state.transcript_length
                     self.added = await self._add(parsed, start)
                     self.unwritten = self.unwritten or self.added > 0
                     lease.keyed(keyed[start:], before=before)
@@ -171,8 +171,7 @@ class Turn:
         """The view to send: without a retried request's stored reply; read-back offered when it is referred to."""
         assert self.lease is not None
         if self.drop:
-            transcript = self.lease.session.engine.transcript
-            tail = [m.message_id for m in transcript[-self.drop :]]
+            tail = [m.message_id for m in self.lease.session.state.messages(-self.drop)]
             if [m.message_id for m in view[-self.drop :]] != tail:
                 self.unmanaged = "retry"  # the stored reply is not at the view's end: send the request as is
                 self.svc.metrics.unmanaged.labels("retry").inc()
@@ -242,7 +241,7 @@ class Turn:
                 lease.sync_keys()
                 recorded, as_sent = self._add_reply(reply.messages)
                 if reply.keyed is not None and as_sent:
-                    lease.keyed(reply.keyed, before=len(session.engine.transcript) - len(recorded))
+                    lease.keyed(reply.keyed, before=session.state.transcript_length - len(recorded))
         await self.write(recorded, reply.keyed if as_sent else None)
         lease.sync_keys()
 
@@ -256,7 +255,7 @@ class Turn:
         assert self.lease is not None
         session = self.lease.session
         try:
-            if len(session.engine.check(messages)) < len(messages):
+            if len(session.state.fresh(messages)) < len(messages):
                 messages = _own_ids(messages)
         except MessageError as exc:
             if exc.field == "message_id":
@@ -313,7 +312,7 @@ class Turn:
         fresh = [*(self.conversation.convert(found.start) if found.start < sent else []), *reply[found.start - sent :]]
         if found.start > sent:
             fresh = reply[found.start - sent :]
-        lease.expect(len(lease.session.engine.transcript))
+        lease.expect(lease.session.state.transcript_length)
         lease.session.use_tools(self.tools)
         try:
             lease.session.add(fresh)
