@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from _memory_helpers import FACT, WINDOW, memory_blocks, run_turns, shipment_history
 
 from _services import POSTGRES_URL, unavailable
 from contextwarden.exceptions import ConfigError
@@ -81,16 +82,14 @@ def test_pgvector_required_on_a_server_without_it_is_a_config_error() -> None:
 
 def test_a_session_recalls_through_pgvector_with_the_packaged_embedder(pgvector_url: str) -> None:
     pytest.importorskip("sentence_transformers")
-    from test_session_memory import FACT, WINDOW, _blocks, _history, _run
-
     from contextwarden.memory import SentenceTransformerEmbedder
     from contextwarden.session import Session
 
     backend = PostgresMemoryBackend(pgvector_url, prefix=f"m{uuid.uuid4().hex[:8]}_", pgvector=True)
     memory = LongTermMemory(backend, embedder=SentenceTransformerEmbedder())
     session = Session(window=WINDOW, counter="heuristic", memory=memory)
-    views = _run(session, _history())
+    views = run_turns(session, shipment_history())
     status = views[-1].status.memory
     assert status is not None and status.retrieval == "hybrid" and status.error is None
-    assert FACT in "\n".join(b.text for b in _blocks(views[-1].view))
+    assert FACT in "\n".join(b.text for b in memory_blocks(views[-1].view))
     backend.close()

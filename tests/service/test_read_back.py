@@ -9,19 +9,8 @@ from typing import Any
 from contextwarden.messages import ToolCall
 from contextwarden.testing import ScriptedOpenAIServer, ScriptedReply
 
-from .conftest import MODEL, SYSTEM, Running, chat, user
-
-READ = {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object", "properties": {}}}}
-
-
-def _history(turns: int) -> list[dict[str, Any]]:
-    history: list[dict[str, Any]] = [SYSTEM, user("read every file")]
-    for i in range(turns):
-        call = {"id": f"call_{i}", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
-        history.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        body = " ".join(f"line{i}_{j}" for j in range(400))
-        history.append({"role": "tool", "tool_call_id": f"call_{i}", "content": body})
-    return history
+from ._read_back_histories import READ, anthropic_read_history, read_history
+from .conftest import MODEL, Running, chat, user
 
 
 def test_a_read_context_call_is_answered_by_the_proxy_and_the_client_sees_only_the_reply(
@@ -44,7 +33,7 @@ def test_a_read_context_call_is_answered_by_the_proxy_and_the_client_sees_only_t
 
     upstream.push(*[model] * 4)
     r = service.client.post(
-        "/v1/chat/completions", json=chat(*_history(8), tools=[READ]), headers={"X-Session-Id": "rb"}
+        "/v1/chat/completions", json=chat(*read_history(8), tools=[READ]), headers={"X-Session-Id": "rb"}
     )
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"] == {"role": "assistant", "content": "all read"}
@@ -57,23 +46,10 @@ def test_a_read_context_call_is_answered_by_the_proxy_and_the_client_sees_only_t
     assert seen[0]["tools"][0] == READ
 
     # the next request re-sends the client's history: the proxy's own rounds are not the client's to send
-    follow = chat(*_history(8), {"role": "assistant", "content": "all read"}, user("thanks"), tools=[READ])
+    follow = chat(*read_history(8), {"role": "assistant", "content": "all read"}, user("thanks"), tools=[READ])
     upstream.push(ScriptedReply(text="welcome"))
     r = service.client.post("/v1/chat/completions", json=follow, headers={"X-Session-Id": "rb"})
     assert r.status_code == 200 and r.headers["x-session-id"] == "rb"
-
-
-def _anthropic_history(turns: int) -> list[dict[str, Any]]:
-    history: list[dict[str, Any]] = [{"role": "user", "content": "read every file"}]
-    for i in range(turns):
-        history.append(
-            {"role": "assistant", "content": [{"type": "tool_use", "id": f"tu_{i}", "name": "read_file", "input": {}}]}
-        )
-        body = " ".join(f"line{i}_{j}" for j in range(400))
-        history.append(
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"tu_{i}", "content": body}]}
-        )
-    return history
 
 
 def test_a_streamed_anthropic_reply_calling_read_context_is_answered_before_anything_is_relayed(
@@ -97,7 +73,7 @@ def test_a_streamed_anthropic_reply_calling_read_context_is_answered_before_anyt
         "model": MODEL,
         "max_tokens": 50,
         "system": "Agent.",
-        "messages": _anthropic_history(8),
+        "messages": anthropic_read_history(8),
         "tools": tools,
         "stream": True,
     }

@@ -19,9 +19,9 @@ from contextwarden.settings import Settings
 from contextwarden.testing import ScriptedOpenAIServer, ScriptedReply
 from contextwarden.toolpairs import check
 
+from ._read_back_histories import READ, anthropic_read_history, read_history
 from ._responses_upstream import ResponsesUpstream, call_item
 from .conftest import MODEL, SYSTEM, Running, chat, make_settings, user
-from .test_read_back import READ, _anthropic_history, _history
 
 SNAPSHOT = re.compile(r"snap_[0-9a-f]+")
 
@@ -58,7 +58,7 @@ def test_chat_a_mixed_turn_is_answered_and_only_the_client_calls_reach_the_clien
         return ScriptedReply(tool_calls=[ToolCall(call_id="cl_2", name="read_file", arguments="{}")])
 
     upstream.push(model, model)
-    body = chat(*_history(8), tools=[READ], stream=stream)
+    body = chat(*read_history(8), tools=[READ], stream=stream)
     r = service.client.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "mx"})
     assert r.status_code == 200, r.text
     assert "read_context" not in r.text and "cl_1" not in r.text
@@ -72,7 +72,7 @@ def test_chat_a_mixed_turn_is_answered_and_only_the_client_calls_reach_the_clien
     # the client runs its call and sends the result: the same session goes on, managed
     call = {"id": "cl_2", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
     follow = chat(
-        *_history(8),
+        *read_history(8),
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "cl_2", "content": "the file"},
         tools=[READ],
@@ -102,7 +102,7 @@ def test_anthropic_a_mixed_turn_is_answered_and_only_the_client_calls_reach_the_
 
     upstream.push(model, model)
     tools = [{"name": "read_file", "input_schema": {"type": "object", "properties": {}}}]
-    body = {"model": MODEL, "max_tokens": 50, "system": "Agent.", "messages": _anthropic_history(8), "tools": tools}
+    body = {"model": MODEL, "max_tokens": 50, "system": "Agent.", "messages": anthropic_read_history(8), "tools": tools}
     r = service.client.post("/v1/messages", json={**body, "stream": stream}, headers={"X-Session-Id": "mxa"})
     assert r.status_code == 200, r.text
     assert "read_context" not in r.text and "cl_1" not in r.text and "cl_2" in r.text
@@ -118,7 +118,7 @@ def test_anthropic_a_mixed_turn_is_answered_and_only_the_client_calls_reach_the_
     _transcript_pairs_hold(service, "mxa")
 
     follow = [
-        *_anthropic_history(8),
+        *anthropic_read_history(8),
         {"role": "assistant", "content": [{"type": "tool_use", "id": "cl_2", "name": "read_file", "input": {}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "cl_2", "content": "the file"}]},
     ]

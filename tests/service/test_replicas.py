@@ -13,9 +13,9 @@ import pytest
 from contextwarden.stores import open_store
 from contextwarden.testing import ScriptedOpenAIServer
 
+from ._serving import wait_ready
 from .conftest import MODEL, SYSTEM, chat, free_port, user
 from .sse import SSEReader
-from .test_serve import wait_ready
 
 pytestmark = pytest.mark.services
 

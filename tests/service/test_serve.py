@@ -6,28 +6,14 @@ import hashlib
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from contextwarden.testing import ScriptedOpenAIServer
 
+from ._serving import wait_ready
 from .conftest import MODEL, free_port
-
-
-def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    """Wait until the service at ``url`` answers /healthz (its stderr goes to ``log``)."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"serve exited: {log.read_text()}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise AssertionError("serve did not answer /healthz in 30 s")
 
 
 def test_serve_runs_on_embedded_defaults_and_a_config_file(tmp_path: Path) -> None:
