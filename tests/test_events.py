@@ -55,14 +55,14 @@ def test_context_status_after_each_prepare_with_the_seed_schema() -> None:
         for e in it:
             if isinstance(e, ContextStatus):
                 last = e
-                if e.used == status.used and e.compact_layer == status.layer:
+                if e.used == status.used and e.layer == status.layer:
                     break
         assert last is not None
         finals.append(last)
     assert len(finals) == len(statuses)
     for e in (e for e in events if isinstance(e, ContextStatus)):
         d = event_to_dict(e)
-        assert {"used", "budget", "ratio", "state", "compact_layer", "session_id", "ts", "kind"} <= set(d)
+        assert {"used", "budget", "ratio", "state", "layer", "session_id", "ts", "kind"} <= set(d)
         assert d["kind"] == "context.status"
         assert d["budget"] == 3000 and abs(d["ratio"] - d["used"] / 3000) < 1e-3
         assert d["state"] in ("normal", "warning", "error", "critical", "overflow")
@@ -98,7 +98,7 @@ def test_context_status_after_each_layer() -> None:
             start = max(j for j in range(i) if isinstance(events[j], CompactionStarted))
             between = [x for x in events[start:i] if isinstance(x, ContextStatus)]
             assert between, f"no context.status for layer {e.layer}"
-            assert between[-1].compact_layer == e.layer and between[-1].used == e.tokens_after
+            assert between[-1].layer == e.layer and between[-1].used == e.tokens_after
             checked += 1
     assert checked >= 2
 

@@ -118,7 +118,7 @@ def test_seed_profile_compacts_from_the_warning_threshold(tmp_path: Path) -> Non
     cfg = write(tmp_path / "p.toml", '[agent_context]\nwarning_threshold = 0.65\n[compaction]\nprofile = "seed"\n')
     config = load_settings(cfg).compaction_config()
     assert config.high_water == 0.65
-    assert config.threshold("conversation") == 0.9
+    assert config.gate("summarize") == 0.9
     assert config.low_water == pytest.approx(0.55)
 
 

@@ -87,7 +87,7 @@ class SessionDelegation(SessionTools):
         """True when marked sub-tasks wait, the view is at the ``delegation`` utilization and no call is open."""
         if not self._delegable or self.engine.has_open_calls():
             return False
-        return self.engine.status().ratio >= self.config.threshold("delegation")
+        return self.engine.status().ratio >= self.config.gate("delegation")
 
     def _record_delegation(self, marked: DelegableTask, result: DelegationResult) -> None:
         """Add the sub-task's result as a ``delegate`` call and its output; report it."""

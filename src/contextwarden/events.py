@@ -19,6 +19,7 @@ from typing import Any, Literal
 from contextwarden.exceptions import ConfigError
 
 __all__ = [
+    "LAYER_NAMES",
     "Alert",
     "CompactionFinished",
     "CompactionStarted",
@@ -26,6 +27,8 @@ __all__ = [
     "DelegationFinished",
     "Event",
     "EventBus",
+    "LayerName",
+    "OptionalLayer",
     "SnapshotWritten",
     "event_to_dict",
 ]
@@ -34,6 +37,14 @@ logger = logging.getLogger(__name__)
 
 PressureLevel = Literal["normal", "warning", "error", "critical", "overflow"]
 Trigger = Literal["high-water", "reactive", "manual", "oversized", "thrashing"]
+OptionalLayer = Literal["clear", "evict", "summarize"]
+"""The layers a configuration may leave out (``layers``) and the ``cascade`` table gates."""
+LayerName = OptionalLayer | Literal["shrink"]
+"""The compaction layers, cheapest first: the one name each has in configuration (``layers``, the
+``cascade`` table), events, status and documentation (``shrink`` runs whenever the budget itself is
+at stake)."""
+LAYER_NAMES: tuple[LayerName, ...] = ("clear", "evict", "summarize", "shrink")
+"""Every `LayerName`, cheapest first."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,9 +56,9 @@ class ContextStatus:
     budget: int
     ratio: float
     state: PressureLevel
-    compact_layer: str | None = None
+    layer: LayerName | None = None
     """The layer that last ran in this prepare, or None."""
-    last_layer: str | None = None
+    last_layer: LayerName | None = None
     """The layer that last changed the view in this session (`ViewStatus.last_layer`)."""
     rule: Literal["band", "ratio"] | None = None
     """How ``state`` is named (`contextwarden.figures.StateRule`)."""
@@ -62,7 +73,7 @@ class CompactionStarted:
     """A compaction layer is about to run."""
 
     session_id: str
-    layer: str
+    layer: LayerName
     trigger: Trigger
     tokens_before: int
     target: int
@@ -75,7 +86,7 @@ class CompactionFinished:
     """A compaction layer ran."""
 
     session_id: str
-    layer: str
+    layer: LayerName
     trigger: Trigger
     tokens_before: int
     tokens_after: int

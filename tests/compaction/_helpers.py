@@ -344,7 +344,7 @@ CLEAR_ONLY = CompactionConfig(
     layers=("clear",),
     keep_recent_rounds=1,
     clear_after_rounds=2,
-    tool_result_min_tokens=10**6,  # age-based clearing alone (tool-result summarization: test_strategies.py)
+    tool_result_min_tokens=10**6,  # age-based clearing alone (clearing once used: test_gates.py)
 )
 """The clear layer alone, by age: what the clearing and engine tests compact with."""
 

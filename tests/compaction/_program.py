@@ -142,7 +142,7 @@ def configs(draw: st.DrawFn) -> CompactionConfig:
     overrides["progressive_line_after"] = overrides["clear_after_rounds"] + draw(st.integers(0, 20))
     if draw(st.booleans()):  # any cascade table: gates may hold a compaction above high water
         gate = st.sampled_from([0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 1.5])
-        overrides["cascade"] = {name: draw(gate) for name in ("tool-results", "progressive", "conversation")}
+        overrides["cascade"] = {name: draw(gate) for name in ("clear", "evict", "summarize")}
     return CompactionConfig.profile(draw(st.sampled_from(["default", "seed"])), **overrides)
 
 

@@ -1,4 +1,4 @@
-"""The cascade: hysteresis, the reactive layer (L4), anti-thrashing, oversized items, budget errors."""
+"""The cascade: hysteresis, the reactive layer, anti-thrashing, oversized items, budget errors."""
 
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ def test_between_compactions_the_view_only_appends() -> None:
 
 
 def test_no_compaction_below_high_water() -> None:
-    # every strategy open from high water (the cascade table's own gates: test_strategies.py)
-    gates = {"tool-results": 0.8, "progressive": 0.8, "conversation": 0.8}
+    # every layer open from high water (the cascade table's own gates: test_gates.py)
+    gates = {"clear": 0.8, "evict": 0.8, "summarize": 0.8}
     config = CompactionConfig(high_water=0.8, low_water=0.5, cascade=gates)
     s, rec, _ = start(6000, config=config)
     high = 0.8 * s.budget.effective
@@ -102,7 +102,7 @@ def test_status_names_the_layer_that_ran() -> None:
             assert pv.status.layer == finished[-1].layer  # the last layer that did something
             layers.add(pv.status.layer)
             statuses = rec.since(mark, "context.status")
-            assert statuses[-1].compact_layer == pv.status.layer
+            assert statuses[-1].layer == pv.status.layer
         else:
             assert pv.status.layer is None
     assert layers <= {"clear", "evict", "summarize", "shrink"} and layers
@@ -118,7 +118,7 @@ def test_layers_can_be_disabled() -> None:
     assert not rec.of("snapshot.written") or all(e.reason == "evicted" for e in rec.of("snapshot.written"))
 
 
-# --- L4 reactive ---------------------------------------------------------------------------
+# --- reactive ------------------------------------------------------------------------------
 
 
 def filled(window: int = 6000, **kwargs: Any) -> tuple[Session, Recorder, list[list[Message]]]:

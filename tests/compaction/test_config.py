@@ -55,8 +55,8 @@ def test_every_option_has_a_type_and_range_check() -> None:
         ({"source_weights": {1: 1.0}}, "source_weights", "keys among"),
         ({"type_ttl": {"tool": 2.5}}, "type_ttl.tool", "an integer in [0, "),
         ({"type_ttl": "tool=3"}, "type_ttl", "a table of content type = rounds"),
-        ({"cascade": {"progressive": "0.8"}}, "cascade.progressive", "a finite number in (0, 2]"),
-        ({"cascade": [0.8]}, "cascade", "a table of strategy = utilization"),
+        ({"cascade": {"evict": "0.8"}}, "cascade.evict", "a finite number in (0, 2]"),
+        ({"cascade": [0.8]}, "cascade", "a table of layer = utilization"),
         ({"layers": "clear"}, "layers", "a list of distinct layer names"),
         ({"layers": ["clear", "clear"]}, "layers", "a list of distinct layer names"),
         ({"layers": ["clear", 3]}, "layers", "a list of distinct layer names"),
@@ -117,7 +117,8 @@ _WEIGHTS = st.one_of(st.floats(0.0, 3.0), st.integers(0, 3))
 _KNOWN_TABLE_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "layers": st.lists(st.sampled_from(["clear", "evict", "summarize", "trim"]), max_size=4),
     "cascade": st.dictionaries(
-        st.sampled_from(["tool-results", "progressive", "conversation", "delegation"]), st.floats(0.1, 1.5)
+        st.sampled_from(["clear", "evict", "summarize", "delegation", "tool-results", "progressive", "conversation"]),
+        st.floats(0.1, 1.5),
     ),
     "eviction_policy": st.sampled_from(["fifo", "lru", "priority", "type-ttl", "semantic-merge", "hybrid", "random"]),
     "hybrid_weights": st.dictionaries(st.sampled_from(["freshness", "priority", "type", "references"]), _WEIGHTS),
@@ -172,6 +173,8 @@ def test_any_dict_builds_a_working_config_or_raises_config_error(options: dict[A
         prepared = session.prepare(format="internal")
         assert toolpairs.validate(prepared.view) == []
         assert prepared.status.used <= prepared.status.budget
-    emergency = session.on_context_overflow(format="internal")  # L4: reactive_low_water, reactive_keep_rounds
+    emergency = session.on_context_overflow(
+        format="internal"
+    )  # the reactive layer: reactive_low_water, reactive_keep_rounds
     assert toolpairs.validate(emergency.view) == []
     assert emergency.status.used <= emergency.status.budget

@@ -1,4 +1,4 @@
-"""L2 eviction policies on small crafted sessions: which rounds leave the view first.
+"""Eviction policies on small crafted sessions: which rounds leave the view first.
 
 Each scenario has one request (kept: it is the current user message) and ten rounds. The window
 is calibrated so a compaction must evict a few rounds but not all; the rounds that left must then

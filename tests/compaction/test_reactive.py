@@ -17,7 +17,7 @@ def test_the_plan_cuts_deeper_and_keeps_fewer_rounds() -> None:
 
 
 def test_a_reactive_compaction_ignores_the_cascade_table_and_lands_under_its_target() -> None:
-    closed = {"tool-results": 2.0, "progressive": 2.0, "conversation": 2.0}  # no gate ever opens on its own
+    closed = {"clear": 2.0, "evict": 2.0, "summarize": 2.0}  # no gate ever opens on its own
     config = CompactionConfig(cascade=closed, reactive_low_water=0.3, reactive_keep_rounds=1)
     s, rec = session(6000, config=config)
     added = [Message.system("You audit."), Message.user("Audit the shards.")]

@@ -369,7 +369,7 @@ def test_no_summarizer_means_no_summary_layer() -> None:
 
 def test_seed_profile_summarizes_only_from_the_error_state() -> None:
     config = CompactionConfig.profile("seed", keep_recent_rounds=1)
-    assert (config.high_water, config.low_water, config.threshold("conversation")) == (0.70, 0.60, 0.90)
+    assert (config.high_water, config.low_water, config.gate("summarize")) == (0.70, 0.60, 0.90)
     # small steps: every crossing of 0.70 lands below 0.90, so clearing and eviction do the work
     small = SyncScripted("summary")
     s, rec = start(small, config)

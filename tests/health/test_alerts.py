@@ -132,5 +132,5 @@ def test_layer_steps_do_not_count_as_turns() -> None:
     monitor, stream = _monitor()
     stream.grow(100)
     monitor.observe(ContextStatus(session_id="s", used=50, budget=BUDGET, ratio=0.005, state="normal",
-                                  compact_layer="clear"))  # fmt: skip
+                                  layer="clear"))  # fmt: skip
     assert len(monitor.history) == 1

@@ -25,7 +25,7 @@ def test_status_events_arrive_with_keepalives_and_resume_after_the_last_id(
         assert service.client.post("/v1/chat/completions", json=chat(*history), headers=headers).status_code == 200
         reader.wait_for(lambda r: len(r.events("context.status")) >= 1)
         status = reader.events("context.status")[-1]
-        assert {"used", "budget", "ratio", "state", "compact_layer"} <= set(status["data"])
+        assert {"used", "budget", "ratio", "state", "layer"} <= set(status["data"])
         assert status["data"]["session_id"] == "ev" and 0 < status["data"]["ratio"] < 1
         ids = [int(f["id"]) for f in reader.events()]
         assert ids == sorted(ids) and len(set(ids)) == len(ids)

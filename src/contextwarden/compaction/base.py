@@ -17,15 +17,11 @@ soon as the view is at its target, and never touches the protected rounds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-from ..events import Trigger
+from ..events import LayerName, Trigger
 from .config import CompactionConfig
 
-__all__ = ["Change", "LayerName", "Plan", "Room"]
-
-LayerName = Literal["clear", "evict", "summarize", "shrink"]
-"""The layers, as named in config (``layers``), events (``layer``) and the README."""
+__all__ = ["Change", "Plan", "Room"]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,9 +8,11 @@ each one; a narrow band keeps more history but rewrites the prefix every few tur
 the trim workload (README, Benchmarks): high 1.0 / low 0.45 keeps prefix reuse at 0.97 (128k)
 and 0.905 (32k), where cutting to 60% gives 0.89 at 32k. The ``seed`` profile reproduces the
 seed design (clear and evict from the warning state, summarize from the error state, cut to
-just under warning). The ``cascade`` table gates each layer by utilization; it keeps the seed's
-strategy names as its keys (``tool-results`` gates clear at 0.75, ``progressive`` evict at
-0.85, ``conversation`` summarize at 0.92, ``delegation`` 0.95), translated in `CASCADE_KEYS`.
+just under warning). The ``cascade`` table gates each layer by utilization, keyed by layer name
+(``clear`` at 0.75, ``evict`` 0.85, ``summarize`` 0.92, and ``delegation`` 0.95). A configuration
+written with the seed design's strategy names (``tool-results``, ``progressive``,
+``conversation``) is read too: `SEED_CASCADE_NAMES` translates them where the table is read, and
+nothing past that point sees them.
 """
 
 from __future__ import annotations
@@ -22,38 +24,44 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .._brief import brief
+from ..events import OptionalLayer
 from ..exceptions import ConfigError
 from ..messages import ROLES
 
 __all__ = [
-    "CASCADE_KEYS",
+    "CASCADE_GATES",
+    "CASCADE_LAYERS",
     "DEFAULT_CASCADE",
     "EVICTION_POLICIES",
-    "STRATEGIES",
+    "SEED_CASCADE_NAMES",
+    "CascadeGate",
     "CompactionConfig",
     "EvictionPolicyName",
     "HybridWeights",
-    "Strategy",
 ]
 
 EvictionPolicyName = Literal["fifo", "lru", "priority", "type-ttl", "semantic-merge", "hybrid"]
 EVICTION_POLICIES: tuple[str, ...] = ("fifo", "lru", "priority", "type-ttl", "semantic-merge", "hybrid")
-Layer = Literal["clear", "evict", "summarize"]
-Strategy = Literal["tool-results", "progressive", "conversation", "delegation"]
-STRATEGIES: tuple[Strategy, ...] = ("tool-results", "progressive", "conversation", "delegation")
-"""The seed's compression strategies, cheapest first (the order in which a compaction uses them)."""
+CascadeGate = OptionalLayer | Literal["delegation"]
+"""What the ``cascade`` table gates: the three optional layers (`LayerName`) and delegation."""
+CASCADE_GATES: tuple[CascadeGate, ...] = ("clear", "evict", "summarize", "delegation")
+"""The ``cascade`` table's keys, cheapest first (the order in which a compaction uses them)."""
+CASCADE_LAYERS: tuple[OptionalLayer, ...] = ("clear", "evict", "summarize")
+"""The layers ``layers`` may list, cheapest first."""
 DEFAULT_CASCADE: Mapping[str, float] = {
-    "tool-results": 0.75,
-    "progressive": 0.85,
-    "conversation": 0.92,
+    "clear": 0.75,
+    "evict": 0.85,
+    "summarize": 0.92,
     "delegation": 0.95,
 }
-CASCADE_KEYS: Mapping[Layer, Strategy] = {"clear": "tool-results", "evict": "progressive", "summarize": "conversation"}
-"""The cascade table's key for each layer: the table keeps the seed's strategy names, the code uses layer names."""
+SEED_CASCADE_NAMES: Mapping[str, CascadeGate] = {
+    "tool-results": "clear",
+    "progressive": "evict",
+    "conversation": "summarize",
+}
+"""The seed design's strategy names, read in a ``cascade`` table and translated to the layer they gate."""
 
-
-LAYERS: tuple[Layer, ...] = ("clear", "evict", "summarize")
-_CASCADE_TABLE = 'a table of strategy = utilization in (0, 2], e.g. {"tool-results": 0.75, "progressive": 0.85}'
+_CASCADE_TABLE = 'a table of layer = utilization in (0, 2], e.g. {"clear": 0.75, "evict": 0.85}'
 CONTENT_TYPES: tuple[str, ...] = ("tool", "thinking", "message")
 """Content types of the ``type_ttl`` table."""
 
@@ -162,6 +170,23 @@ def _check_table(key: str, value: object, keys: tuple[str, ...], check: Any, exa
     return dict(value)
 
 
+def seed_names_translated(table: Mapping[Any, Any]) -> dict[Any, Any]:
+    """A ``cascade`` table with the seed design's strategy names translated (anything else as it is).
+
+    Raises:
+        ConfigError: a layer given under both its names.
+    """
+    if not any(name in SEED_CASCADE_NAMES for name in table):
+        return dict(table)
+    out: dict[Any, Any] = {}
+    for name, value in table.items():
+        key = SEED_CASCADE_NAMES.get(name, name) if isinstance(name, str) else name
+        if key in out:
+            raise _bad("cascade", dict(table), f"each layer once ({key!r} is also named {name!r})")
+        out[key] = value
+    return out
+
+
 def _check_fields(config: CompactionConfig) -> None:
     """Type and range of every option on its own (the order between options is checked after)."""
     for key, (low, high) in INT_FIELDS.items():
@@ -180,17 +205,17 @@ def _check_fields(config: CompactionConfig) -> None:
     if (
         isinstance(layers, str | bytes)
         or not isinstance(layers, tuple | list)
-        or any(not isinstance(layer, str) or layer not in LAYERS for layer in layers)
+        or any(not isinstance(layer, str) or layer not in CASCADE_LAYERS for layer in layers)
         or len(set(layers)) != len(layers)
     ):
         raise _bad("layers", layers, "a list of distinct layer names among 'clear', 'evict', 'summarize'")
     object.__setattr__(config, "layers", tuple(layers))
     cascade = _check_table(
         "cascade",
-        config.cascade,
-        STRATEGIES,
+        seed_names_translated(config.cascade) if isinstance(config.cascade, Mapping) else config.cascade,
+        CASCADE_GATES,
         lambda k, v: _check_share(k, v, 0.0, 2.0, low_open=True, high_open=False),
-        'strategy = utilization in (0, 2] (above 1 disables the strategy), e.g. {"tool-results": 0.75}',
+        'layer = utilization in (0, 2] (above 1 disables the layer), e.g. {"clear": 0.75}',
     )
     object.__setattr__(config, "cascade", cascade)
     weights = config.hybrid_weights
@@ -227,30 +252,31 @@ class CompactionConfig:
     """Compact when the view passes this share of the effective budget (1.0: when it would not fit)."""
     low_water: float = 0.45
     """Compact down to this share; the band below ``high_water`` is what the next turns append into."""
-    layers: tuple[Layer, ...] = ("clear", "evict", "summarize")
+    layers: tuple[OptionalLayer, ...] = ("clear", "evict", "summarize")
     """Layers in cascade order; remove one to disable it."""
     cascade: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_CASCADE))
-    """Utilization (view / effective budget) from which each compression strategy may run.
+    """Utilization (view / effective budget) from which each layer may run, and delegation.
 
-    ``tool-results``: the clear layer — old outputs, and outputs of ``tool_result_min_tokens`` or
-    more once the agent has used them, become key findings plus a snapshot reference.
-    ``progressive``: the evict layer, by age tiers — full for the newest rounds, key points (cleared)
-    past ``clear_after_rounds``, one ledger line past ``progressive_line_after`` (evicted first), a
-    rolled-up count beyond what the ledger lists. ``conversation``: the summarize layer — a
-    fresh view of summary + notes + ledger + recent rounds. ``delegation``: before a model call,
-    sub-tasks the caller marked delegable run in isolated sessions and only their results enter.
+    ``clear``: old outputs, and outputs of ``tool_result_min_tokens`` or more once the agent has
+    used them, become key findings plus a snapshot reference. ``evict``: by age tiers — full for
+    the newest rounds, key points (cleared) past ``clear_after_rounds``, one ledger line past
+    ``progressive_line_after`` (evicted first), a rolled-up count beyond what the ledger lists.
+    ``summarize``: a fresh view of summary + notes + ledger + recent rounds. ``delegation``: before
+    a model call, sub-tasks the caller marked delegable run in isolated sessions and only their
+    results enter. The seed design's names (``tool-results``, ``progressive``, ``conversation``)
+    are read as ``clear``, ``evict`` and ``summarize``.
 
-    A compaction started at utilization *u* uses the strategies whose threshold is at most *u*,
+    A compaction started at utilization *u* uses the layers whose threshold is at most *u*,
     cheapest first, each only while the view is above the low-water target. With the default
-    ``high_water`` of 1.0 every strategy is open when a compaction starts; lower ``high_water``
+    ``high_water`` of 1.0 every layer is open when a compaction starts; lower ``high_water``
     (the ``seed`` profile) to let utilization pick them. A view that would not fit the budget, and
-    an emergency compaction (the reactive layer), may use every strategy. A threshold above 1 disables a strategy
+    an emergency compaction (the reactive layer), may use every layer. A threshold above 1 disables a layer
     except in those two cases (delegation: entirely).
     """
     tool_result_min_tokens: int = 500
-    """Outputs this large are cleared once used, whatever their age (the ``tool-results`` strategy)."""
+    """Outputs this large are cleared once used, whatever their age (the ``clear`` layer)."""
     progressive_line_after: int = 20
-    """Rounds further back than this leave the view first, as one ledger line (``progressive``)."""
+    """Rounds further back than this leave the view first, as one ledger line (the ``evict`` layer)."""
     keep_recent_rounds: int = 3
     """Newest rounds kept whole while the budget allows (``min_keep_recent_rounds``)."""
     clear_after_rounds: int = 5
@@ -351,13 +377,10 @@ class CompactionConfig:
                 f"an integer >= clear_after_rounds ({self.clear_after_rounds}): one-line tier after key points",
             )
 
-    def threshold(self, strategy: Strategy) -> float:
-        """The utilization from which ``strategy`` may run (missing from ``cascade``: its default)."""
-        return float(self.cascade.get(strategy, DEFAULT_CASCADE[strategy]))
-
-    def gate(self, layer: Layer) -> float:
-        """The utilization from which ``layer`` may run in a compaction (its entry in ``cascade``)."""
-        return self.threshold(CASCADE_KEYS[layer])
+    def gate(self, name: CascadeGate) -> float:
+        """The utilization from which the layer ``name`` (or delegation) may run: its entry in ``cascade``,
+        or its default."""
+        return float(self.cascade.get(name, DEFAULT_CASCADE[name]))
 
     @classmethod
     def profile(cls, name: Literal["default", "seed"], **overrides: Any) -> CompactionConfig:
@@ -365,7 +388,7 @@ class CompactionConfig:
         if name == "default":
             return cls(**overrides)
         if name == "seed":
-            seed_cascade = {**DEFAULT_CASCADE, "tool-results": 0.70, "progressive": 0.70, "conversation": 0.90}
+            seed_cascade = {**DEFAULT_CASCADE, "clear": 0.70, "evict": 0.70, "summarize": 0.90}
             base: dict[str, Any] = {
                 "high_water": 0.70,
                 "low_water": 0.60,
@@ -376,7 +399,7 @@ class CompactionConfig:
                 cascade = overrides["cascade"]
                 if not isinstance(cascade, Mapping):
                     raise _bad("cascade", cascade, _CASCADE_TABLE)
-                overrides = {**overrides, "cascade": {**seed_cascade, **cascade}}
+                overrides = {**overrides, "cascade": {**seed_cascade, **seed_names_translated(cascade)}}
             return cls(**{**base, **overrides})
         raise ConfigError(
             f"compaction config: profile={brief(name)} is invalid; allowed: 'default' or 'seed'.", key="profile"
@@ -407,8 +430,8 @@ class CompactionConfig:
         if "cascade" in data:
             if not isinstance(data["cascade"], Mapping):
                 raise _bad("cascade", data["cascade"], _CASCADE_TABLE)
-            if profile == "default":  # a partial table keeps the other strategies' defaults
-                data["cascade"] = {**DEFAULT_CASCADE, **data["cascade"]}
+            if profile == "default":  # a partial table keeps the other layers' defaults
+                data["cascade"] = {**DEFAULT_CASCADE, **seed_names_translated(data["cascade"])}
         return cls.profile(profile, **data)
 
     @classmethod

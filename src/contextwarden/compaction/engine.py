@@ -27,7 +27,16 @@ from dataclasses import replace
 from typing import Any
 
 from ..budget import Budget, PressureState
-from ..events import Alert, CompactionFinished, CompactionStarted, ContextStatus, EventBus, Trigger
+from ..events import (
+    Alert,
+    CompactionFinished,
+    CompactionStarted,
+    ContextStatus,
+    EventBus,
+    LayerName,
+    OptionalLayer,
+    Trigger,
+)
 from ..exceptions import BudgetExceeded, MessageError
 from ..figures import measure
 from ..instructions import UserInstructions
@@ -40,11 +49,11 @@ from ..tokens.accountant import TokenAccountant
 from ..workingset import WorkingSet
 from . import clear, context_block, evict, reactive, shrink
 from .ahead import PrepareAhead
-from .base import Change, LayerName, Plan, Room
+from .base import Change, Plan, Room
 from .book import RoundBook
 from .bookround import BookRound
 from .breaker import CircuitBreaker
-from .config import CompactionConfig, Layer
+from .config import CASCADE_LAYERS, CompactionConfig
 from .state import Counters, export_state, import_state, saved_view
 from .summarize import SummaryLayer
 from .viewstatus import StatusReading, ViewStatus
@@ -52,9 +61,6 @@ from .viewstatus import StatusReading, ViewStatus
 __all__ = ["ContextEngine", "StatusReading", "ViewStatus"]
 
 logger = logging.getLogger(__name__)
-
-_GATED: tuple[Layer, ...] = ("clear", "evict", "summarize")
-"""The layers the cascade table gates (shrink and reactive run whenever the budget is at stake)."""
 
 
 class ContextEngine:
@@ -226,7 +232,7 @@ class ContextEngine:
         book, config = self.book, self.config
         if book.dirty:
             book.rebuild()
-        layer: str | None = None
+        layer: LayerName | None = None
         effective = self.budget.effective
         high = config.high_water * effective
         # a compaction the cascade table held above high water is retried only once another gate
@@ -274,7 +280,9 @@ class ContextEngine:
             keep_rounds=max(1, config.keep_recent_rounds - steps),
         )
 
-    def _turn_result(self, layer: str | None, budget: Budget | None = None) -> tuple[list[Message], StatusReading]:
+    def _turn_result(
+        self, layer: LayerName | None, budget: Budget | None = None
+    ) -> tuple[list[Message], StatusReading]:
         self.ahead.turn_done(self.book)
         reading = self.read_status(layer, budget)
         if self.events.status_listening:
@@ -288,11 +296,11 @@ class ContextEngine:
         """Tokens of the view now, as the counter counts them (`ViewStatus.used_raw`), without a status."""
         return self.book.rendered_total()
 
-    def status(self, layer: str | None = None) -> ViewStatus:
+    def status(self, layer: LayerName | None = None) -> ViewStatus:
         """Accounting of the current view (constant time: totals are kept as messages arrive)."""
         return self.read_status(layer).status()
 
-    def read_status(self, layer: str | None = None, budget: Budget | None = None) -> StatusReading:
+    def read_status(self, layer: LayerName | None = None, budget: Budget | None = None) -> StatusReading:
         """What `status` is computed from, read now (a few attribute loads; see `StatusReading`).
 
         ``budget``: the budget this turn already read (`budget` asks the session each time).
@@ -337,7 +345,7 @@ class ContextEngine:
             budget=s.budget,
             ratio=s.ratio,
             state=state,
-            compact_layer=s.layer,
+            layer=s.layer,
             last_layer=s.last_layer,
             rule=s.rule.mode if s.rule is not None else None,
             turn=s.turn,
@@ -366,10 +374,10 @@ class ContextEngine:
             counters.thrash_streak = 0
 
     # --- the cascade ----------------------------------------------------------------------
-    def _compact(self, plan: Plan, *, target: int) -> Generator[SummaryRequest, SummaryReply, str | None]:
+    def _compact(self, plan: Plan, *, target: int) -> Generator[SummaryRequest, SummaryReply, LayerName | None]:
         book, config, trigger = self.book, self.config, plan.trigger
         effective = self.budget.effective
-        layer: str | None = None
+        layer: LayerName | None = None
         protected = book.protected(plan.keep_rounds)
         room = book.room
         book.room = Room.of(
@@ -416,7 +424,7 @@ class ContextEngine:
             raise self._budget_error(effective)
         return layer
 
-    def _open(self, layer: Layer, trigger: Trigger) -> bool:
+    def _open(self, layer: OptionalLayer, trigger: Trigger) -> bool:
         """Whether the cascade table lets ``layer`` run in this compaction.
 
         By the utilization the compaction started from; a view that would not fit and an
@@ -428,10 +436,10 @@ class ContextEngine:
 
     def _closed_gate(self) -> float:
         """The lowest utilization at which a layer the last compaction could not use opens (1.0 at most)."""
-        gates = [self.config.gate(layer) for layer in _GATED if layer in self.config.layers]
+        gates = [self.config.gate(layer) for layer in CASCADE_LAYERS if layer in self.config.layers]
         return min([g for g in gates if g > self._pre_ratio] + [1.0])
 
-    def _run(self, layer: LayerName, trigger: Trigger, target: int, run: Callable[[], Change]) -> str | None:
+    def _run(self, layer: LayerName, trigger: Trigger, target: int, run: Callable[[], Change]) -> LayerName | None:
         """Run one layer with its events; its name when it changed something, else None."""
         started = self._started(layer, trigger, target)
         change = run()
@@ -463,7 +471,7 @@ class ContextEngine:
                     budget=effective,
                     ratio=ratio,
                     state=self._pressure(used=after),
-                    compact_layer=change.layer,
+                    layer=change.layer,
                     last_layer=change.layer if change.items else self.counters.last_layer,
                     rule=self.config.pressure_states,
                 )
@@ -490,7 +498,7 @@ class ContextEngine:
             duration,
         )
 
-    def _count(self, layer: str) -> None:
+    def _count(self, layer: LayerName) -> None:
         # a new mapping, not an update in place: readings of earlier turns hold the old one
         compactions = self.counters.compactions
         self.counters.compactions = {**compactions, layer: compactions.get(layer, 0) + 1}

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._json import storable
+from ..events import LAYER_NAMES, LayerName
 from ..exceptions import ContextWardenError, SchemaError
 from ..ledger import Ledger
 from ..messages import Message
@@ -67,7 +68,7 @@ class Counters:
     """Compactions in a row that came within the thrash window of the one before."""
     last_compaction_reply: int | None = None
     """The reply count (`RoundBook.replies`) when the last compaction ran."""
-    last_layer: str | None = None
+    last_layer: LayerName | None = None
     """The layer that last changed the view (`ViewStatus.last_layer`)."""
 
 
@@ -171,7 +172,7 @@ def import_state(
         gate_floor=float(view.get("gate_floor", 0.0)),
         thrash_streak=int(view.get("thrash_streak", 0)),
         last_compaction_reply=int(last) if last is not None else None,
-        last_layer=str(state["last_layer"]) if state.get("last_layer") else None,
+        last_layer=next((name for name in LAYER_NAMES if name == state.get("last_layer")), None),
     )
     if "calibration" in state:
         calibration = type(calibration).from_dict(state["calibration"])

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..budget import Budget, PressureMode, PressureState
+from ..events import LayerName
 from ..figures import StateRule, components, measure, state_rule
 from .pressure import PressureInputs, pressure_state
 
@@ -31,7 +32,7 @@ class ViewStatus:
     budget: int
     ratio: float
     state: str
-    layer: str | None
+    layer: LayerName | None
     """The last layer that ran in this prepare (None: the view only appended)."""
     breakdown: dict[str, int]
     """Tokens by component: system, context (summary + ledger), history, tool_results."""
@@ -63,7 +64,7 @@ class ViewStatus:
     tool_schemas`` is ``budget``."""
     rule: StateRule | None = None
     """How ``state`` was named, and the marks it uses (`contextwarden.figures.StateRule`)."""
-    last_layer: str | None = None
+    last_layer: LayerName | None = None
     """The compaction layer that last changed the view in this session (``layer`` is this prepare's only)."""
     components: dict[str, int] | None = None
     """``breakdown`` in the provider's tokens, adding up to ``used``."""
@@ -138,7 +139,7 @@ class StatusReading:
         *,
         budget: Budget,
         used: int,
-        layer: str | None,
+        layer: LayerName | None,
         system: int,
         context: int,
         tool_results: int,
@@ -156,7 +157,7 @@ class StatusReading:
         behind: bool,
         mode: PressureMode,
         low_water: float = 0.0,
-        last_layer: str | None = None,
+        last_layer: LayerName | None = None,
     ) -> None:
         self.budget, self.used, self.layer = budget, used, layer
         self.system, self.context, self.tool_results = system, context, tool_results

@@ -221,7 +221,7 @@ class Settings(BaseSettings):
             # The seed compacted from the warning state and summarized from the error state.
             t = self.thresholds()
             options.setdefault("high_water", t.warning)
-            cascade = {"tool-results": t.warning, "progressive": t.warning, "conversation": t.error}
+            cascade = {"clear": t.warning, "evict": t.warning, "summarize": t.error}
             options["cascade"] = {**cascade, **options.get("cascade", {})}
             options.setdefault("low_water", round(max(0.05, t.warning - 0.10), 4))
         keep = self.agent_context.min_keep_tokens

@@ -1,7 +1,7 @@
-"""The cascade table: utilization decides which of the seed's compression strategies a compaction uses.
+"""The cascade table: utilization decides which layers a compaction uses, and when delegation runs.
 
-Tool-result summarization (clearing), progressive tiers (eviction), conversation compaction (the
-summary layer) and delegation of sub-tasks the caller marked delegable (issue 4, item 5).
+Clearing of used and old tool outputs, eviction by age tiers, the summary layer, and delegation of
+sub-tasks the caller marked delegable.
 """
 
 from __future__ import annotations
@@ -43,40 +43,42 @@ def layers_run(rec: Recorder, since: int) -> list[str]:
 # --- the table ------------------------------------------------------------------------------------
 
 
-def test_default_table_is_the_seed_cascade() -> None:
+def test_default_table_gates_the_layers_by_name() -> None:
     config = CompactionConfig()
-    assert dict(config.cascade) == {"tool-results": 0.75, "progressive": 0.85, "conversation": 0.92, "delegation": 0.95}
-    assert [config.threshold(s) for s in ("tool-results", "progressive", "conversation", "delegation")] == [
-        0.75,
-        0.85,
-        0.92,
-        0.95,
-    ]
+    assert dict(config.cascade) == {"clear": 0.75, "evict": 0.85, "summarize": 0.92, "delegation": 0.95}
+    assert [config.gate(s) for s in ("clear", "evict", "summarize", "delegation")] == [0.75, 0.85, 0.92, 0.95]
     assert (config.tool_result_min_tokens, config.progressive_line_after) == (500, 20)
     seed = CompactionConfig.profile("seed")
-    assert (seed.threshold("tool-results"), seed.threshold("progressive"), seed.threshold("conversation")) == (
-        0.70,
-        0.70,
-        0.90,
-    )
+    assert (seed.gate("clear"), seed.gate("evict"), seed.gate("summarize")) == (0.70, 0.70, 0.90)
 
 
 def test_a_partial_table_keeps_the_other_defaults_and_round_trips() -> None:
     config = CompactionConfig.from_dict({"cascade": {"delegation": 0.9}, "tool_result_min_tokens": 800})
     assert dict(config.cascade) == {**DEFAULT_CASCADE, "delegation": 0.9}
     assert CompactionConfig.from_dict(config.to_dict()) == config
-    seed = CompactionConfig.from_dict({"profile": "seed", "cascade": {"conversation": 0.8}})
-    assert (seed.threshold("tool-results"), seed.threshold("conversation")) == (0.70, 0.8)
+    seed = CompactionConfig.from_dict({"profile": "seed", "cascade": {"summarize": 0.8}})
+    assert (seed.gate("clear"), seed.gate("summarize")) == (0.70, 0.8)
     # built directly, a partial table falls back to the defaults too
-    assert CompactionConfig(cascade={"progressive": 0.5}).threshold("conversation") == 0.92
+    assert CompactionConfig(cascade={"evict": 0.5}).gate("summarize") == 0.92
+
+
+def test_the_seed_designs_strategy_names_are_read_as_layer_names() -> None:
+    config = CompactionConfig.from_dict({"cascade": {"tool-results": 0.6, "progressive": 0.7, "conversation": 0.8}})
+    assert dict(config.cascade) == {"clear": 0.6, "evict": 0.7, "summarize": 0.8, "delegation": 0.95}
+    assert config.to_dict()["cascade"] == dict(config.cascade)
+    seed = CompactionConfig.from_dict({"profile": "seed", "cascade": {"conversation": 0.8}})
+    assert seed.gate("summarize") == 0.8
+    assert CompactionConfig(cascade={"progressive": 0.5}).gate("evict") == 0.5
+    with pytest.raises(ConfigError, match="cascade"):
+        CompactionConfig.from_dict({"cascade": {"clear": 0.6, "tool-results": 0.7}})
 
 
 @pytest.mark.parametrize(
     ("data", "names"),
     [
         ({"cascade": {"summaries": 0.9}}, "summaries"),
-        ({"cascade": {"progressive": 0.0}}, "cascade.progressive"),
-        ({"cascade": {"progressive": "high"}}, "cascade.progressive"),
+        ({"cascade": {"evict": 0.0}}, "cascade.evict"),
+        ({"cascade": {"progressive": "high"}}, "cascade.evict"),
         ({"cascade": {"delegation": True}}, "cascade.delegation"),
         ({"cascade": [0.75, 0.85]}, "cascade"),
         ({"tool_result_min_tokens": 0}, "tool_result_min_tokens"),
@@ -90,7 +92,7 @@ def test_bad_tables_name_the_key_and_the_fix(data: dict[str, object], names: str
     assert "allowed" in str(info.value)
 
 
-# --- utilization picks the strategies -----------------------------------------------------------
+# --- utilization picks the layers ---------------------------------------------------------------
 
 GATED = CompactionConfig(high_water=0.75, low_water=0.4, keep_recent_rounds=1, clear_after_rounds=1)
 
@@ -104,7 +106,7 @@ def fill_until(s: Session, ratio: float, *, make: object, start: int = 0) -> int
     return i
 
 
-def test_only_clearing_runs_below_the_progressive_threshold() -> None:
+def test_only_clearing_runs_below_the_evict_gate() -> None:
     s, rec = session(10_000, config=GATED)
     s.add([Message.system("You are a data agent."), Message.user("Collect the reports.")])
     i = 0
@@ -157,14 +159,14 @@ class CountingSummarizer:
         return f"Checked {len(request.messages)} messages of rows; all ok."
 
 
-@pytest.mark.parametrize(("conversation", "summarized"), [(0.95, False), (0.8, True)])
-def test_conversation_compaction_runs_from_its_threshold(conversation: float, summarized: bool) -> None:
+@pytest.mark.parametrize(("gate", "summarized"), [(0.95, False), (0.8, True)])
+def test_the_summary_layer_runs_from_its_gate(gate: float, summarized: bool) -> None:
     config = CompactionConfig(
         high_water=0.75,
         low_water=0.4,
         keep_recent_rounds=1,
         clear_after_rounds=1,
-        cascade={"tool-results": 0.75, "progressive": 0.75, "conversation": conversation},
+        cascade={"clear": 0.75, "evict": 0.75, "summarize": gate},
     )
     summarizer = CountingSummarizer()
     s = Session(window=3_000, counter=COUNTER, config=config, summarizer=summarizer)
@@ -178,9 +180,9 @@ def test_conversation_compaction_runs_from_its_threshold(conversation: float, su
     assert i > 0
 
 
-def test_a_view_that_would_not_fit_may_use_every_strategy() -> None:
+def test_a_view_that_would_not_fit_may_use_every_layer() -> None:
     # every gate above 1: a compaction is still allowed everything once the view would not fit
-    config = CompactionConfig(cascade={"tool-results": 2.0, "progressive": 2.0, "conversation": 2.0})
+    config = CompactionConfig(cascade={"clear": 2.0, "evict": 2.0, "summarize": 2.0})
     s, rec = session(3_000, config=config)
     s.add([Message.system("You are a data agent."), Message.user("Check every row.")])
     for i in range(250):
