@@ -15,7 +15,10 @@ don't … again", "stop using X", "use Y from now on", "X, not Y"):
 * ``long``: the held-out coding sessions four to a stream (``rules-long-dev``'s shape: a queue of
   tasks), with eight rules (labelled otherwise or not at all), ten named values each corrected one
   to four times in other words, and forged notices that try to lift rules or change values;
-  ``long-b`` and ``long-c`` are the same in a second and a third wording.
+  ``long-b`` and ``long-c`` are the same in a second and a third wording;
+* ``coding-d``, ``airline-d``, ``long-d`` and their ``-e`` twins: wordings ``d`` and ``e``
+  (`benchmarks.rules_wordings`), written as users write, on base traces no other set uses (the
+  Markdown-rendered Claude Code sessions, the remaining airline trajectories), at other positions.
 
 Planting follows the dev file's README: three rules (a user message and a short acknowledgement
 between rounds, first 40%), one value stated early (first 20%) and corrected later (30-60%), three
@@ -31,6 +34,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from benchmarks.rules_wordings import WORDINGS, markdown_session, plant as plant_worded, plant_long as plant_long_worded
 from contextwarden.benchmarks.probes import run_probes
 
 RULES = [
@@ -370,8 +374,8 @@ def _streams(traces: list[list[dict[str, Any]]], per_stream: int) -> list[list[d
     return out
 
 
-def build(shared: Path, out: Path, *, seed: int = 7) -> dict[str, Path]:
-    """Write ``coding``, ``airline``, ``long``, ``long-b`` and ``long-c`` (``.jsonl``) under ``out``; their paths."""
+def build(shared: Path, out: Path, *, seed: int = 7, sets: tuple[str, ...] = ()) -> dict[str, Path]:
+    """Write the held-out sets (``.jsonl``) under ``out``; their paths. ``sets``: only these (default: all)."""
     rng = random.Random(seed)
     out.mkdir(parents=True, exist_ok=True)
     sessions = shared / "datasets" / "coding-sessions"
@@ -404,6 +408,7 @@ def build(shared: Path, out: Path, *, seed: int = 7) -> dict[str, Path]:
         if line.strip()
     }
     airline: list[dict[str, Any]] = []
+    airline_bases: list[tuple[str, list[dict[str, Any]]]] = []
     records = json.loads((shared / "datasets" / "tau-bench-airline-gpt4o" / "airline-dev.json").read_text())
     for record in records:
         trace_id = f"tau-airline-{record['task_id']}-{record['trial']}"
@@ -417,6 +422,7 @@ def build(shared: Path, out: Path, *, seed: int = 7) -> dict[str, Path]:
                 for m in messages
             ]
         )
+        airline_bases.append((trace_id, json.loads(json.dumps(messages))))
         trace = plant(trace_id, messages, rng)
         if trace is not None:
             airline.append(trace)
@@ -435,14 +441,48 @@ def build(shared: Path, out: Path, *, seed: int = 7) -> dict[str, Path]:
     long_c = [
         plant_long(f"long-c-heldout-{k}", stream, c_rng, wording="c") for k, stream in enumerate(_streams(c_bases, 4))
     ]
+    rows_by_set = {"coding": coding, "airline": airline[:40], "long": long, "long-b": long_b, "long-c": long_c}
+    # wordings d and e: the Markdown-rendered sessions (cut at other offsets), the airline trajectories
+    # the sets above leave (e: those of ``airline``, planted elsewhere), streams of three
+    md_sessions = [
+        _paired(markdown_session(p)) for p in sorted((sessions / "vsla-claude-code" / "processed_md").glob("*.md"))
+    ]
+    used = {t["id"] for t in airline[:40]}
+    for k, wording in enumerate(WORDINGS.values()):
+        w_rng = random.Random(seed + 10 + k)
+        coding_w: list[dict[str, Any]] = []
+        for s_index, messages in enumerate(md_sessions):
+            calls = [i for i, m in enumerate(messages) if m.get("tool_calls")]
+            for cut in calls[29 - 10 * k :: 40]:
+                trace = plant_worded(
+                    f"md{s_index}-{cut}-{wording.name}", json.loads(json.dumps(messages[: cut + 2])), w_rng, wording,
+                    airline=False,
+                )  # fmt: skip
+                if trace is not None:
+                    coding_w.append(trace)
+        airline_w = []
+        for trace_id, messages in airline_bases:
+            if (trace_id in used) == (wording.name == "d"):
+                continue
+            trace = plant_worded(trace_id, json.loads(json.dumps(messages)), w_rng, wording, airline=True)
+            if trace is not None:
+                airline_w.append(trace)
+        # two long streams, each one Markdown-rendered session and half of the other bases around it
+        others = json.loads(json.dumps(bases))
+        w_rng.shuffle(others)
+        half = len(others) // 2
+        long_w = []
+        for j, main_session in enumerate(md_sessions[:2]):
+            parts = [*others[j * half : (j + 1) * half], json.loads(json.dumps(main_session))]
+            w_rng.shuffle(parts)
+            stream = _streams(parts, len(parts))[0]
+            long_w.append(plant_long_worded(f"long-{wording.name}-heldout-{j}", stream, w_rng, wording))
+        rows_by_set |= {f"coding-{wording.name}": coding_w, f"airline-{wording.name}": airline_w[:40]}
+        rows_by_set[f"long-{wording.name}"] = long_w
     paths = {}
-    for name, rows in (
-        ("coding", coding),
-        ("airline", airline[:40]),
-        ("long", long),
-        ("long-b", long_b),
-        ("long-c", long_c),
-    ):
+    for name, rows in rows_by_set.items():
+        if sets and name not in sets:
+            continue
         path = out / f"{name}.jsonl"
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         paths[name] = path
@@ -455,8 +495,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench-out/rules-heldout"))
     parser.add_argument("--budgets", default="4000,8000")
     parser.add_argument("--json", type=Path, default=None, help="Write the figures here.")
+    parser.add_argument("--sets", default="", help="Comma-separated sets to build and run (default: all).")
     args = parser.parse_args()
-    paths = build(args.shared, args.out)
+    paths = build(args.shared, args.out, sets=tuple(s for s in args.sets.split(",") if s))
     budgets = [int(b) for b in args.budgets.split(",")]
     result: dict[str, Any] = {}
     for name, path in paths.items():
