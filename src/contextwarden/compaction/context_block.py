@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 
-from ..instructions import UserInstructions
 from ..messages import Message, TextPart
 from ..summarize.extractive import fit_summary
 from .book import RoundBook
@@ -137,15 +136,17 @@ def user_section(book: RoundBook, room: int) -> tuple[str, int]:
     if cap <= 0:
         return "", 0
     record = book.read_instructions()
-    in_view = _in_view(book, record)
+    in_view = _in_view(book)
     count = book.accountant.count_text
     return record.render(max_tokens=cap, count=count, in_view=in_view, requests=not book.room.lean)
 
 
-def _in_view(book: RoundBook, record: UserInstructions) -> set[int]:
-    """Steps of the user's messages the view still shows (the section does not repeat them)."""
-    rounds = book.rounds
-    return {i.step for i in record.items if i.step < len(rounds) and rounds[i.step].state != "evicted"}
+def _in_view(book: RoundBook) -> set[int]:
+    """Steps of the rounds the view still shows (the section does not repeat their user messages).
+
+    Read from the rounds in view, not from every message the user wrote (thousands in a long session).
+    """
+    return {r.ordinal for r in book.live() if r.state != "evicted"}
 
 
 def render(book: RoundBook, config: CompactionConfig, *, target: int | None = None) -> None:
@@ -197,7 +198,7 @@ def render(book: RoundBook, config: CompactionConfig, *, target: int | None = No
     if tokens > room and len(parts) > 2 and user[0]:  # then the other sections: the user's words stay
         user_cap = max(0, room - count_message(Message.user(head)) - 4)
         record = book.read_instructions()
-        in_view = _in_view(book, record)
+        in_view = _in_view(book)
         words = record.render(max_tokens=user_cap, count=book.accountant.count_text, in_view=in_view, requests=False)[0]
         msg = block("\n".join([head, words] if words else [head]))
         tokens = count_rendered(msg)

@@ -33,11 +33,17 @@ _RULE = CueSet(
     opening=(
         # after a short lead-in ("Quick note —", "Oh, and one thing:", "By the way,")
         # (a bounded run of word characters, spaces and commas: nested repeats would backtrack exponentially)
-        r"^\W*(?:[^\W\d_][\w' ,]{0,32}?[:—–]+\s*|(?:by the way|btw|also|and|oh|oh and|plus|one more thing|ps|"
+        # (one "^" for both forms: a sentence inside a message is matched from its offset without it)
+        r"^\W*(?:(?:[^\W\d_][\w' ,]{0,32}?[:—–]+\s*|(?:by the way|btw|also|and|oh|oh and|plus|one more thing|ps|"
         r"fyi)\s*,\s*)?"
+        r"(?:(?:please|pls|plz),?\s+)?"
         r"(?:no \w+|don'?t|do not|make sure|ensure|use|run|ask|write|put|leave|limit|prefix|sign|tag|include|exclude|"
         r"respond|reply|answer|speak|format|follow|wait for|confirm|double-check|name|cite|call|commit|push|stick|stay|"
         r"prefer|target|quote|address|refer)\b"
+        # a standing order under a condition: "When you write a test, name it …", "If there's a choice, I want …"
+        r"|(?:when|whenever|if|once|each time|every time|any time|anytime)\s+(?:you|we|there'?s|there is)\b"
+        r"[^,.;!?]{1,80},\s*(?:please\s+)?(?:i (?:want|need|prefer|expect)|always|never|don'?t|do not|use|run|name|"
+        r"write|add|ask|make|keep|put|call|tell|check|pick|choose|take|book|go with|prefer|include|update|mention)\b)"
     ),
     words=(
         "never always henceforth whenever forbidden prohibited mandatory avoid refrain must mustnt "
@@ -73,10 +79,33 @@ _RULE = CueSet(
         "only": [r"\bonly (?:ever )?(?:use|run|edit|touch|change|book|offer|charge)\b"],
         "remember": [r"\bremember to\b"],
         "sure": [r"\bmake sure (?:to|that|you)\b"],
-        "prefer": [r"\b(?:i|we) prefer\b", r"\bprefer \w+ (?:over|to)\b"],
+        "prefer": [
+            r"\b(?:i|we) prefer\b",
+            r"\bprefer \w+ (?:over|to)\b",
+            r"\b(?:i|we)(?:'d| would) (?:really )?prefer\b",
+        ],
+        # a preference for how things are, not a one-off wish ("I'd like the docs in plain English")
+        "rather": [r"\b(?:i|we)(?:'d| would) (?:really )?rather\b"],
+        "like": [
+            r"\b(?:i|we)(?:'d| would) like (?:the|all|every|each|our|my|any|everything|things|commit|code|docs?|"
+            r"tests?)\b"
+        ],
+        # a prohibition in the first person plural, an approval to ask for first
+        "let": [r"\blet's not\b"],
+        "lets": [r"\blets not\b"],
+        "without": [
+            r"\bwithout (?:asking|checking with|telling|consulting|my (?:ok|okay|approval|sign-off)|approval)\b"
+        ],
+        # a requirement stated as what matters
+        "important essential crucial critical vital": [
+            r"\bit(?:'s| is) (?:really |very |super |absolutely )?(?:important|essential|crucial|critical|vital) "
+            r"(?:that|to)\b"
+        ],
         "keep": [
             r"\bkeep (?:all|every|each|the|your|it|them|answers|replies|responses|messages|lines|output|logs?|code|"
-            r"commits?)\b[^.]*\b(?:under|below|in|to|short|brief|concise|on|off|at)\b"
+            r"commits?|both|our|my|any|these|those|this|that)\b[^.]*\b(?:under|below|in|to|short|brief|concise|on|"
+            r"off|at|compatible|consistent|stable|green|passing|private|small|simple|sorted|unchanged|intact|alone|"
+            r"separate|together|same)\b"
         ],
         # other languages: do not / from now on
         "no": [r"\bno (?:edites|toques|uses|hagas|borres|añadas|cambies)\b"],
@@ -112,7 +141,7 @@ _CORRECTION = CueSet(
         r"change of plans?|on second thought|to clarify|erratum|update:|not \S+\s*[—–;-]|en fait|corrección|corrige|"
         r"korrektur|eigentlich|correzione|in realtà|更正|纠正|其实|訂正|実は)(?!\w)"
     ),
-    words="instead disregard statt",
+    words="instead disregard statt misspoke",
     phrases={
         "rather": [r"\brather than\b"],
         "not": [r",\s*not\s+\S", r"\bnot\s+\S+\s*,\s*but\b", r"\bnot anymore\b"],
@@ -123,6 +152,7 @@ _CORRECTION = CueSet(
         "make": [r"\bmake (?:that|it) \S"],
         "change": [r"\bchange (?:it|that|this) to\b"],
         "wrong": [r"\bi was wrong\b"],
+        "typo": [r"\btypo on my\b", r"\bmy typo\b"],
         "using": [r"\bstop using\b"],
         "now": [r"\b(?:is|are) now\b"],
         "lugar": [r"\ben lugar de\b"],
@@ -156,16 +186,26 @@ _DECISION = CueSet(
     texts={w: rf"\b{w}" for w in ("proceed", "decided", "decision", "agreed", "approved")},
 )
 # "the deploy window is K-442y", "my user id is x", "ticket: OPS-1", "the region = eu-west-1"
+# ("the staging host we're using is …", "the tag should read …")
 _VALUE_RE = re.compile(
-    r"^(?:(?:the|our|my|your|this|that)\s+)?(?P<key>[^\W\d][\w\-/ ]{1,48}?)\s*"
-    r"(?:\b(?:is|are|was|will be|should be)\b|=|:|＝|：)\s*(?:now\s+)?(?P<value>\S.*)$",
+    r"^(?:(?:the|our|my|your|this|that)\s+)?(?P<key>[^\W\d][\w\-/ ]{1,48}?)"
+    r"(?:\s+(?:we|i|you)(?:'re| are|'m| am)?\s+(?:using|use))?\s*"
+    r"(?:\b(?:is|are|was|will be|should be|must be|has to be|should read|reads)\b|=|:|＝|：)\s*(?:now\s+)?"
+    r"(?P<value>\S.*)$",
+    _I,
+)
+# a name, then its value after a pronoun: "the cache TTL changed: it's 45s now", "about the host — it's h-2"
+_VALUE_IT_RE = re.compile(
+    r"^(?:(?:the|our|my|your)\s+)?(?P<key>[^\W\d][\w\-/ ]{1,48}?)\s+(?:(?:has\s+)?(?:changed|moved)\s*)?"
+    r"[—–:;,-]+\s*(?:it'?s|it is|that'?s|it should be)\s+(?:now\s+)?(?P<value>\S.*)$",
     _I,
 )
 # "set the cache TTL to 30s", "switch the region to eu-west-1", "use K-7 for the deploy window",
 # "new value for the cron schedule: 0 5 * * *"
 _VALUE_VERB_RE = re.compile(
     r"^(?:(?:set|switch|change|move|update|point)\s+(?:the\s+|our\s+|my\s+)?(?P<key>[^\W\d][\w\-/ ]{1,48}?)\s+to\s+"
-    r"(?P<value>\S.*)|(?:use|i meant|take)\s+(?P<value2>\S+)\s+(?:for|as)\s+(?:the\s+|our\s+|my\s+)?"
+    r"(?P<value>\S.*)|(?:use|i meant|take|make (?:that|it)|go with)\s+(?P<value2>\S+)\s+(?:for|as)\s+"
+    r"(?:the\s+|our\s+|my\s+)?"
     r"(?P<key2>[^\W\d][\w\-/ ]{1,48}?)\W*|new value for\s+(?:the\s+)?(?P<key3>[^\W\d][\w\-/ ]{1,48}?)\s*[:=]\s*"
     r"(?P<value3>\S.*))$",
     _I,
@@ -174,7 +214,10 @@ _VALUE_VERB_RE = re.compile(
 _LEAD_RE = re.compile(
     r"^(?:\W*(?:for (?:this|the) (?:task|project|session|job|run|trip|booking)|note(?: for [\w ]+)?|correction|"
     r"corrected|actually|also|one more thing|so|and|by the way|fyi|update|updated|sorry|oops|wait|ok(?:ay)?|"
-    r"sure|yes|no|hi|hello|please note|just so you know|remember|reminder|let'?s|please|not \S+(?=\s*[—–;-]))\b"
+    r"sure|yes|no|hi|hello|please note|just so you know|remember|reminder|let'?s|please|not \S+(?=\s*[—–;-])|btw|"
+    # a lead-in that introduces the statement: "you'll need the host: …", "let's say the port is …"
+    r"you(?:'ll| will)? need|here'?s|here is|(?:let'?s |lets )?(?:say|suppose|assume)(?: that)?|"
+    r"ignore what i (?:said|told you|wrote) about)\b"
     r"\s*[,.:!;—–-]?\s*)+",
     _I,
 )
@@ -296,12 +339,33 @@ class Reading:
     """The value the sentence gives that name (its first word, trailing punctuation removed)."""
 
 
+# where a clause of a sentence may start: after ";", ":", a dash, a comma or a full stop
+_CLAUSE_RE = re.compile(r"(?:[;:,]|\s[—–-]+|[—–]|\.)\s+")
+
+
 def value_key(sentence: str) -> tuple[str, str] | None:
-    """``(name, value)`` when the sentence gives a named thing a value; None otherwise."""
+    """``(name, value)`` when the sentence gives a named thing a value; None otherwise.
+
+    The sentence is read whole, then from each clause on ("Scratch that, the host is h-2", "I misspoke:
+    the port is 8443", "hmm, 44 is wrong. the limit is 45"): a lead-in does not hide the statement.
+    """
     if _VALUE_HINT.search(sentence.rstrip(_VALUE_END)) is None:
         return None
-    bare = _LEAD_RE.sub("", sentence.strip(), count=1)
-    for m in (_VALUE_RE.match(bare), _VALUE_VERB_RE.match(bare)):
+    text = sentence.strip()
+    found = _value_in(text)
+    if found is not None:
+        return found
+    for m in _CLAUSE_RE.finditer(text):
+        found = _value_in(text[m.end() :])
+        if found is not None:
+            return found
+    return None
+
+
+def _value_in(clause: str) -> tuple[str, str] | None:
+    """`value_key` of a clause read from its start."""
+    bare = _LEAD_RE.sub("", clause, count=1)
+    for m in (_VALUE_RE.match(bare), _VALUE_VERB_RE.match(bare), _VALUE_IT_RE.match(bare)):
         if m is None:
             continue
         groups = m.groupdict()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Literal
 
 from ..messages import Message
@@ -99,11 +100,28 @@ class Instruction:
         """What the section shows of the message (pieces joined by an ellipsis when some are left out)."""
         return " … ".join(self.parts)
 
+    # a full section sorts thousands of messages at every compaction: what it sorts by is computed
+    # once per message (a changed message is a new object, see `dataclasses.replace`)
+    @cached_property
+    def priority(self) -> int:
+        """0 binding, 1 task, decisions, weaker rule forms and long messages, 2 requests (see `_priority`)."""
+        return _priority(self)
+
+    @cached_property
+    def leaving(self) -> tuple[int, bool, int]:
+        """Its place in the order in which a full section leaves messages out (see `_leaving_order`)."""
+        return _leaving_order(self)
+
+    @cached_property
+    def lean_hidden(self) -> bool:
+        """A long plain request: left to the ledger under a tight budget (`UserInstructions.render`)."""
+        return self.priority == 2 and _long(self)
+
 
 def _leaving_order(item: Instruction) -> tuple[int, bool, int]:
     """The order in which a full section leaves messages out: by `_priority`, then values and corrections
     before rules (a value is stated again when it changes; a standing rule is said once), oldest first."""
-    return -_priority(item), item.kind == "rule", item.step
+    return -item.priority, item.kind == "rule", item.step
 
 
 def _priority(item: Instruction) -> int:
@@ -130,7 +148,7 @@ class UserInstructions:
         """Rounds read so far (see `catch_up`): each message is read once."""
         self.version = 0
         """Bumped whenever the record changes (renders are memoized on it)."""
-        self._memo: dict[tuple[int, int, frozenset[int]], tuple[str, int]] = {}
+        self._memo: dict[tuple[int, int, frozenset[int], bool], tuple[str, int]] = {}
         self._by_key: dict[str, list[int]] = {}
         """Indices of the items that give each name a value."""
         self._by_parts: dict[tuple[str, ...], int] = {}
@@ -256,21 +274,23 @@ class UserInstructions:
         them by their key data, which is denser); short messages, rules, corrections, values,
         decisions and the task stay.
         """
-        hidden = frozenset(
-            i.step for i in self.items if i.step in in_view or (not requests and _priority(i) == 2 and _long(i))
-        )
-        key = (self.version, max_tokens, hidden)
+        view = frozenset(in_view)
+        key = (self.version, max_tokens, view, requests)
         memo = self._memo.get(key)
         if memo is not None:
             return memo
         if len(self._memo) > 16:
             self._memo.clear()
-        result = self._render(max_tokens, count, hidden)
+        # one pass over the record: a long session's user wrote thousands of messages
+        if requests:
+            shown = [i for i in self.items if i.superseded_by is None and i.step not in view]
+        else:
+            shown = [i for i in self.items if i.superseded_by is None and not i.lean_hidden and i.step not in view]
+        result = self._render(max_tokens, count, shown)
         self._memo[key] = result
         return result
 
-    def _render(self, max_tokens: int, count: Callable[[str], int], in_view: frozenset[int]) -> tuple[str, int]:
-        shown = [i for i in self.current() if i.step not in in_view]
+    def _render(self, max_tokens: int, count: Callable[[str], int], shown: list[Instruction]) -> tuple[str, int]:
         if not shown or max_tokens <= 0:
             return "", 0
         header = self._tokens(HEADER, count)
@@ -280,10 +300,10 @@ class UserInstructions:
         total = header + sum(cost.values())
         if total + (_left_out_estimate(len(left_out)) if left_out else 0) > max_tokens:
             # counted as they leave: the closing line's estimate must not walk the list each time
-            binding = sum(_priority(i) == 0 for i in left_out)
-            shrinkable = [i for i in shown if i.core and _priority(i) == 0]
-            for item in sorted(shown, key=_leaving_order):
-                if shrinkable and _priority(item) == 0:
+            binding = sum(i.priority == 0 for i in left_out)
+            shrinkable = [i for i in shown if i.core and i.priority == 0]
+            for item in sorted(shown, key=_leaving):
+                if shrinkable and item.priority == 0:
                     # before any binding statement leaves, long ones show only their binding sentences
                     closing = _left_out_estimate(0) if left_out else 0
                     total -= self._shrink(shrinkable, lines, cost, count, total + closing - max_tokens)
@@ -292,7 +312,7 @@ class UserInstructions:
                         break
                 left_out.append(item)
                 total -= cost[item.step]
-                binding += _priority(item) == 0
+                binding += item.priority == 0
                 if total + _left_out_estimate(binding) <= max_tokens:
                     break
             dropped = {i.step for i in left_out}
@@ -306,7 +326,7 @@ class UserInstructions:
             # estimates ran over: drop the least binding until their costs cover the excess (and the
             # closing line), then count again; one count per round, not one per message dropped
             excess = tokens - max_tokens + (0 if len(out) > len(shown) + 1 else _left_out_estimate(0))
-            order = sorted(shown, key=_leaving_order)
+            order = sorted(shown, key=_leaving)
             freed = 0
             for item in order:
                 if freed >= excess:
@@ -332,7 +352,7 @@ class UserInstructions:
         """
         classes: dict[tuple[int, bool], list[Instruction]] = {}
         for item in shown:
-            classes.setdefault(_leaving_order(item)[:2], []).append(item)
+            classes.setdefault(item.leaving[:2], []).append(item)
         taken: set[int] = set()
         used = header
         for key in sorted(classes, reverse=True):
@@ -377,6 +397,10 @@ class UserInstructions:
 LEAN_CHARS = 160
 """Under a tight budget, plain requests longer than this are left to the ledger; shorter ones stay
 (a short message is cheap, and the likeliest to be an instruction in a form not recognized)."""
+
+
+def _leaving(item: Instruction) -> tuple[int, bool, int]:
+    return item.leaving
 
 
 def _long(item: Instruction) -> bool:
@@ -471,8 +495,8 @@ def _left_out_estimate(binding: int) -> int:
 
 def _left_out_line(items: list[Instruction], max_tokens: int) -> str:
     """The closing line of a full section: binding steps left out by number, the rest counted, and how to read them."""
-    binding = sorted(i.step for i in items if _priority(i) == 0)
-    others = sorted(i.step for i in items if _priority(i) > 0)
+    binding = sorted(i.step for i in items if i.priority == 0)
+    others = sorted(i.step for i in items if i.priority > 0)
     listed: list[str] = []
     if binding:
         listed.append("rules, corrections and values at " + _steps(binding))

@@ -50,7 +50,17 @@ _NOISE_RE = re.compile(
 )
 # A terminator, closing quotes or brackets, then whitespace and a sentence start (not a lower
 # case ASCII letter: "e.g. the", "approx. five"); a full-width terminator ends a sentence as is.
-_END_RE = re.compile(r"(?:[.!?…]+[\"'”’»)\]]*(?=\s+[^\sa-z])|[。！？]+[”’」』)]*)")
+# A full stop after a plain word of three letters or more that is not an abbreviation ends a
+# sentence before a lower case letter too: users type "ok nice work. pls don't …".
+_ABBREVIATIONS = (
+    "etc", "approx", "incl", "excl", "esp", "resp", "fig", "min", "max", "sec", "vol", "dept", "misc", "nos", "ref",
+    "est", "avg", "std", "ver", "rev", "corp", "inc", "ltd", "co", "jan", "feb", "mar", "apr", "jun", "jul", "aug",
+    "sep", "sept", "oct", "nov", "dec", "mon", "tue", "wed", "thu", "fri", "sat", "sun", "ave", "blvd", "mrs", "prof",
+)  # fmt: skip
+_END_RE = re.compile(
+    r"(?:[.!?…]+[\"'”’»)\]]*(?=\s+[^\sa-z])|[。！？]+[”’」』)]*|"
+    r"(?<![\w.])(?!(?i:" + "|".join(_ABBREVIATIONS) + r")\.)[A-Za-z]{3,}\.(?=\s+[a-z]))"
+)
 
 
 @dataclass(frozen=True, slots=True)
