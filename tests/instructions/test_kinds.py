@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from contextwarden.instructions import read_sentence, reads_as_instruction, split_sentences, value_key
+from contextwarden.instructions.kinds import read_sentences
 
 
 @pytest.mark.parametrize(
@@ -93,3 +94,65 @@ def test_sentences_are_spans_of_the_original_text() -> None:
         "好的！",
         "Done",
     ]
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "When you add a migration, write its rollback too.",
+        "If you touch the parser, rerun the fuzz tests.",
+        "Let's not add new globals.",
+        "Don't merge anything without asking me.",
+        "It is essential that the wire format stays versioned.",
+        "I'd rather you kept functions short.",
+        "plz dont rename the fixtures",
+        "Keep the wire format stable across releases.",
+    ],
+)
+def test_conditional_orders_preferences_and_plural_prohibitions_are_rules(sentence: str) -> None:
+    reading = read_sentence(sentence)
+    assert reading.kind == "rule" and reading.strong
+
+
+@pytest.mark.parametrize(
+    ("sentence", "named"),
+    [
+        ("Scratch that, the deploy region is eu-north-1.", ("deploy region", "eu-north-1")),
+        ("I misspoke: the ticket is OPS-77, not OPS-71.", ("ticket", "OPS-77")),
+        ("Make that v3.2.1 for the release tag.", ("release tag", "v3.2.1")),
+        ("The build id changed: it's B-9913 now.", ("build id", "B-9913")),
+        ("Ignore what I said about the cache dir — it's /var/cache/cw.", ("cache dir", "/var/cache/cw")),
+        ("btw the queue we're using is jobs-v2", ("queue", "jobs-v2")),
+        ("Let's say the timeout is 45s for now.", ("timeout", "45s")),
+        ("You'll need the key id: AKID-221.", ("key id", "AKID-221")),
+        ("typo on my end: the bucket should read logs-eu-2.", ("bucket", "logs-eu-2")),
+        ("Go with r5.large for the instance type.", ("instance type", "r5.large")),
+    ],
+)
+def test_a_value_is_named_after_a_lead_in_or_in_a_later_clause(sentence: str, named: tuple[str, str]) -> None:
+    assert value_key(sentence) == named
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    ["Scratch that, the deploy region is eu-north-1.", "I misspoke earlier: the ticket is OPS-77.", "My typo, sorry."],
+)
+def test_a_speaker_owning_a_slip_corrects(sentence: str) -> None:
+    assert read_sentence(sentence).kind == "correction"
+
+
+def test_a_full_stop_after_a_plain_word_ends_a_sentence_before_lower_case() -> None:
+    text = "ok thanks for that. plz keep the old API. approx. five files, etc. and e.g. the docs. see a.py. then stop"
+    assert [text[s.start : s.end] for s in split_sentences(text)] == [
+        "ok thanks for that.",
+        "plz keep the old API.",
+        "approx. five files, etc. and e.g. the docs.",
+        "see a.py. then stop",
+    ]
+
+
+def test_a_conditional_rule_inside_a_message_reads_as_it_does_alone() -> None:
+    text = "Nice work. When you write a new test, name it after what it checks. Then carry on."
+    spans = [(s.start, s.end) for s in split_sentences(text)]
+    assert [r.kind for r in read_sentences(text, spans)] == [read_sentence(text[a:b]).kind for a, b in spans]
+    assert read_sentences(text, spans)[1].kind == "rule"

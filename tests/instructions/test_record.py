@@ -153,3 +153,14 @@ def test_a_full_section_counts_only_the_lines_it_could_show() -> None:
     assert tokens <= 300 and "Never commit directly to the main branch." in text
     assert "other messages (#1..#" in text
     assert len(counted) < 100  # a few dozen lines, not two thousand
+
+
+def test_a_correction_behind_a_lead_in_supersedes_the_value_stated_behind_another() -> None:
+    record = UserInstructions()
+    record.observe(Message.user("For reference, the deploy region is eu-west-2."), 1)
+    record.observe(Message.user("Never deploy on Fridays."), 2)
+    record.observe(Message.user("ok good. Scratch that, the deploy region is eu-north-1. Carry on."), 3)
+    record.observe(Message.user("The nightly job changed: it's nj-41 now."), 4)
+    record.observe(Message.user("Go with nj-52 for the nightly job."), 5)
+    assert [i.step for i in record.current()] == [2, 3, 5]
+    assert record.current()[1].replaces == (1,) and record.current()[2].replaces == (4,)

@@ -42,8 +42,11 @@ _RULE = CueSet(
         r"prefer|target|quote|address|refer)\b"
         # a standing order under a condition: "When you write a test, name it …", "If there's a choice, I want …"
         r"|(?:when|whenever|if|once|each time|every time|any time|anytime)\s+(?:you|we|there'?s|there is)\b"
-        r"[^,.;!?]{1,80},\s*(?:please\s+)?(?:i (?:want|need|prefer|expect)|always|never|don'?t|do not|use|run|name|"
-        r"write|add|ask|make|keep|put|call|tell|check|pick|choose|take|book|go with|prefer|include|update|mention)\b)"
+        # (then an imperative: any word that is not a subject, a modal, a question or a filler)
+        r"[^,.;!?]{1,80},\s*(?:please\s+)?(?:i (?:want|need|prefer|expect)|don'?t|do not|(?!(?:i|we|you|it|its|that|"
+        r"this|these|those|the|a|an|there|they|he|she|my|our|your|could|would|can|will|should|may|might|maybe|"
+        r"perhaps|let|lets|just|then|so|and|but|or|is|are|was|were|what|how|why|which|who|where|do|does|did|not|"
+        r"no|yes|ok|okay|thanks|thank|great|good|nice|cool|sure|fine|all|everything)\b)[a-z]{2,})\b)"
     ),
     words=(
         "never always henceforth whenever forbidden prohibited mandatory avoid refrain must mustnt "
