@@ -23,7 +23,9 @@ speed, so what the fit reads for it is the machine drifting during the run. The 
 first turns past twice the window (at N=50,000 a tenth of the turns spans half of the log-history
 range, a second or two of wall time), so a few seconds of a faster or slower machine move every peer's
 exponent together; a peer's exponent minus the control's is what its own work adds.
-Not a timed test: compare within a run.
+Not a timed test: compare within a run. ``--clock cpu`` times each turn by the process's CPU time
+(`time.process_time_ns`) instead of the wall clock: on a loaded machine it leaves out the time the
+process waited for a core, so compaction turns and collector pauses are measured by the work they do.
 """
 
 from __future__ import annotations
@@ -33,11 +35,15 @@ import gc
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks.peers_adapter import ContextWardenPeer
 from benchmarks.workload import Workload, load_workload
+
+_CLOCKS: dict[str, Callable[[], int]] = {"wall": time.perf_counter_ns, "cpu": time.process_time_ns}
+"""What a turn is timed by (``--clock``)."""
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -59,15 +65,16 @@ class _Driver:
         self.memo: dict[Any, Any] = {}
         self.latencies: list[float] = []
         self.incorrect = 0
+        self.clock = time.perf_counter_ns
 
     def setup(self, window: int, enc: Any) -> None:
         self.peer.setup(window, enc)
         self.peer.step(self.rounds[0])  # the system prompt, untimed as in the harness
 
     def turn(self, r: int, window: int, enc: Any, tokens: list[int]) -> None:
-        started = time.perf_counter_ns()
+        started = self.clock()
         out = self.peer.step(self.rounds[r])
-        self.latencies.append((time.perf_counter_ns() - started) / 1e6)
+        self.latencies.append((self.clock() - started) / 1e6)
         # the harness's untimed work between turns, on what the peer returned
         idx = self.harness.canonical_view(out, self.id_map, self.canon, enc, self.memo)
         if idx is None:
@@ -84,14 +91,15 @@ class _Control:
     machine speeding up or slowing down during the run, and the peers stepped beside it saw the same.
     """
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, clock: Callable[[], int]) -> None:
         self.text = text
+        self.clock = clock
         self.latencies: list[float] = []
 
     def turn(self, enc: Any) -> None:
-        started = time.perf_counter_ns()
+        started = self.clock()
         enc.encode_ordinary(self.text)
-        self.latencies.append((time.perf_counter_ns() - started) / 1e6)
+        self.latencies.append((self.clock() - started) / 1e6)
 
 
 def _growth(harness: Workload, history: list[int], latencies: list[float], window: int) -> float | None:
@@ -100,7 +108,7 @@ def _growth(harness: Workload, history: list[int], latencies: list[float], windo
     return None if exponent is None else round(exponent, 3)
 
 
-def run_pair(harness: Workload, size: int, window: int, seed: int) -> dict[str, Any]:
+def run_pair(harness: Workload, size: int, window: int, seed: int, *, clock: str = "wall") -> dict[str, Any]:
     """One conversation of ``size`` messages through both peers at ``window`` tokens."""
     enc = harness.get_encoding()
     canon, rounds = harness.build_conversation(size, seed)
@@ -108,7 +116,8 @@ def run_pair(harness: Workload, size: int, window: int, seed: int) -> dict[str, 
     floor = _Driver(harness, harness.floor_peer(), canon, rounds)
     ours = _Driver(harness, ContextWardenPeer(), canon, rounds)
     # about a plain turn's work: the first user message, a few hundred tokens
-    control = _Control(canon[rounds[1][0]]["content"])
+    control = _Control(canon[rounds[1][0]]["content"], _CLOCKS[clock])
+    floor.clock = ours.clock = _CLOCKS[clock]
     floor.setup(window, enc)
     ours.setup(window, enc)
     gc.collect()
@@ -156,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         help="path of the reference peers_bench.py, or 'builtin' (default: ../shared/bench/peers_bench.py "
         "when it exists, else the built-in workload)",
     )
+    parser.add_argument("--clock", choices=sorted(_CLOCKS), default="wall", help="time turns by wall clock or CPU time")
     parser.add_argument("--json", dest="json_out", help="write the results here")
     args = parser.parse_args(argv)
     harness = load_workload(args.bench_script)
@@ -169,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     for size in (int(s) for s in args.sizes.split(",")):
         for window in (int(w) for w in args.window.split(",")):
             for run in range(1, args.runs + 1):
-                res = run_pair(harness, size, window, args.seed + (run - 1 if args.vary_seed else 0))
+                seed = args.seed + (run - 1 if args.vary_seed else 0)
+                res = run_pair(harness, size, window, seed, clock=args.clock)
                 res["run"] = run
                 results.append(res)
                 print(
@@ -184,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         out = Path(args.json_out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"python": sys.version.split()[0], "workload": harness.source, "time": time.time()}
+        meta = {"python": sys.version.split()[0], "workload": harness.source, "time": time.time(), "clock": args.clock}
         out.write_text(json.dumps({"meta": meta, "pairs": results}, indent=2))
     return 1 if any(r["incorrect_turns"] for r in results) else 0
 

@@ -26,3 +26,13 @@ def test_trim_paired_steps_both_peers_on_every_turn_and_reports_their_ratio(tmp_
         assert isinstance(p["contextwarden_growth_exponent"], float)
         assert isinstance(p["control_growth_exponent"], float)
     assert "| 400 | 6000 | 1 | 7 |" in proc.stdout
+
+
+def test_trim_paired_times_turns_by_cpu_time_when_asked(tmp_path: Path) -> None:
+    out = tmp_path / "paired.json"
+    proc = run_benchmark("trim_paired", *"--sizes 200 --window 6000 --runs 1 --clock cpu --json".split(), str(out))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert result["meta"]["clock"] == "cpu"
+    (pair,) = result["pairs"]
+    assert pair["incorrect_turns"] == 0 and 0 < pair["contextwarden_p50_ms"] <= pair["contextwarden_p99_ms"]

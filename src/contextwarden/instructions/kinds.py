@@ -4,8 +4,9 @@ The kind is read from the form of the sentence, not from a list of known sentenc
 forbids, requires or sets a default for the rest of the session ("never …", "always …", "from
 now on …", "before you …", "please don't … again", "stop using X", "no print statements …", a
 "rule:" or "constraint:" label); a correction replaces something said before ("correction:",
-"actually", "instead", "X, not Y", "forget …", "make that …", "no longer …"); a value names
-something ("the deploy window is K-442y", "ticket: OPS-1"); a decision settles a choice ("let's
+"actually", "instead", "X, not Y", "forget …", "make that …", "no longer …", "I misspoke"); a value
+names something ("the deploy window is K-442y", "ticket: OPS-1"), also after a lead-in or in a later
+clause ("Scratch that, the host is h-2"); a decision settles a choice ("let's
 go with option A", "yes, proceed"). Cues in a few other languages (Spanish, French, German,
 Portuguese, Italian, Chinese, Japanese) are recognized too.
 

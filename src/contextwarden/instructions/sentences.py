@@ -3,9 +3,11 @@
 The user section quotes the user verbatim, so a sentence here is a span of the original text
 (start and end offsets), never a normalized copy. A sentence ends at a line break, or at ``.``,
 ``!``, ``?`` (and their full-width forms ``。！？``, and ``…``) followed by a space and something
-that starts a sentence; a full-width terminator needs no space after it. Decimals (``5.25``),
-paths (``vendor/.`` at the end of a sentence still ends it), abbreviations followed by a lower
-case word (``e.g. the``) and dotted names (``settings.py``) stay inside their sentence.
+that starts a sentence; a full-width terminator needs no space after it. A full stop after a
+plain word of three letters or more that is not an abbreviation ends a sentence before a lower
+case word too (``ok nice work. pls don't …``). Decimals (``5.25``), paths (``vendor/.`` at the
+end of a sentence still ends it), abbreviations followed by a lower case word (``e.g. the``,
+``etc. and``) and dotted names (``settings.py``) stay inside their sentence.
 
 Text that a client wraps in its own markup (``<system-reminder>…</system-reminder>``, an IDE's
 ``<ide_opened_file>`` notice, a slash command's captured output) is not what the user wrote: it is
