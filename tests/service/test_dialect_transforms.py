@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from hypothesis import given, strategies as st
 
 from contextwarden.adapters import from_messages, to_messages
-from contextwarden.messages import Message
+from contextwarden.messages import Message, TextPart
 from contextwarden.service.dialects import AnthropicMessages, OpenAIChat, OpenAIResponses
 from contextwarden.service.dialects.anthropic_messages import MAX_BREAKPOINTS
 from contextwarden.service.history import continuation, message_key
@@ -194,3 +195,70 @@ def test_a_chat_history_goes_upstream_as_the_client_wrote_it(messages: list[dict
     rendered = dialect.render(body, from_messages(to_messages(view, format="openai"), format="openai"))
     # keys in the client's order, not the adapter's; a tool call's null content goes as "" (servers refuse null)
     assert json.dumps(rendered) == json.dumps(body).replace('"content": null', '"content": ""')
+
+
+def _variants(view: list[Message], data: st.DataObject) -> list[list[Message]]:
+    """Views a session may serve one after another: the same, one with messages left out and a context
+    block in (twice), one with a message's text replaced (a stand-in), that one without the model's turns, and
+    the first again."""
+    kept = [m for m in view if data.draw(st.booleans())]
+    block = Message.user("[contextwarden] Earlier conversation was compacted.", extra={"contextwarden": "context"})
+    at = data.draw(st.integers(0, len(view) - 1))
+    # a stand-in keeps what its message was read with, or is a message of its own (no hints)
+    extra = view[at].extra if data.draw(st.booleans()) else {}
+    shortened = dataclasses.replace(view[at], parts=(TextPart(text="[shortened]"),), extra=extra)
+    stand_in = [*view[:at], shortened, *view[at + 1 :]]
+    without_turns = [m for m in stand_in if m.role != "assistant"]  # a tool result whose call left the view
+    compacted = [*kept[:1], block, *kept[1:]]
+    return [view, compacted, compacted, stand_in, without_turns, stand_in, view]
+
+
+@given(anthropic_histories(), st.data())
+def test_anthropic_views_rendered_with_the_sessions_memo_are_the_views_rendered_afresh(
+    body: dict[str, Any], data: st.DataObject
+) -> None:
+    dialect, memo = AnthropicMessages(), {}
+    for view in _variants(dialect.conversation(body).convert(0), data):
+        reused = json.dumps(dialect.render(body, view, memo=memo))
+        assert reused == json.dumps(dialect.render(body, view))
+
+
+@given(
+    st.lists(
+        st.one_of(
+            said,
+            reasoning,
+            hosted,
+            st.just({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}),
+            st.just({"type": "function_call", "call_id": "fc_1", "name": "ls", "arguments": "{}"}),
+            st.just({"type": "function_call_output", "call_id": "fc_1", "output": "a.py"}),
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+    st.data(),
+)
+def test_responses_views_rendered_with_the_sessions_memo_are_the_views_rendered_afresh(
+    items: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    dialect, memo = OpenAIResponses(), {}
+    body = {"model": "m", "instructions": "Be Codex.", "input": items}
+    for view in _variants(dialect.conversation(body).convert(0), data):
+        reused = json.dumps(dialect.render(body, view, memo=memo))
+        assert reused == json.dumps(dialect.render(body, view))
+    assert json.dumps(body["input"]) == json.dumps(items)  # the client's items are never changed
+
+
+def test_a_stand_in_for_a_custom_tool_output_renders_by_its_call_whether_or_not_the_memo_has_it() -> None:
+    """The stand-in of a custom tool's output takes the output item's shape while its call is in the view,
+    and the function output's once the call left it: a rendering kept from one view is not reused in the other."""
+    dialect, memo = OpenAIResponses(), {}
+    call = {"type": "custom_tool_call", "call_id": "cc_1", "name": "apply_patch", "input": "*** Begin Patch"}
+    output = {"type": "custom_tool_call_output", "call_id": "cc_1", "output": "Done"}
+    body = {"model": "m", "input": [{"type": "message", "role": "user", "content": "go"}, call, output]}
+    view = dialect.conversation(body).convert(0)
+    stand_in = Message(role="tool", tool_call_id="cc_1", parts=(TextPart(text="[shortened]"),))
+    for shown in ([view[0], view[1], stand_in], [view[0], stand_in], [view[0], view[1], stand_in]):
+        assert dialect.render(body, shown, memo=memo) == dialect.render(body, shown)
+    assert dialect.render(body, [view[0], stand_in], memo=memo)["input"][-1]["type"] == "function_call_output"
+    assert dialect.render(body, [*view[:2], stand_in], memo=memo)["input"][-1]["type"] == "custom_tool_call_output"

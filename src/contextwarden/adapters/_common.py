@@ -66,7 +66,13 @@ def diff(src: Any, gen: Any) -> list[Op]:
 
 
 def _diff(src: Any, gen: Any, path: list[Any], ops: list[Op]) -> None:
-    if isinstance(src, Mapping) and isinstance(gen, dict):
+    kind = type(src)
+    if kind is str or kind is int or kind is float or kind is bool or src is None:
+        # a JSON scalar (the common leaf), compared as the last branch below compares it, without its ABC checks
+        if kind is not type(gen) or src != gen:
+            ops.append(["set", path, src])
+        return
+    if (kind is dict or isinstance(src, Mapping)) and isinstance(gen, dict):
         for key, value in src.items():
             if key in gen:
                 _diff(value, gen[key], [*path, key], ops)

@@ -118,9 +118,19 @@ def from_messages(messages: Sequence[Message]) -> tuple[System, list[dict[str, A
     return blocks, out
 
 
-def from_messages_inline(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Like `from_messages`, with system messages kept in the list as ``{"role": "system"}`` dicts."""
-    return _render_all(messages, None)
+Rendered = dict[int, tuple[Message, dict[str, Any]]]
+"""What each message rendered to, by the message's identity (see `from_messages_inline`)."""
+
+
+def from_messages_inline(messages: Sequence[Message], *, cache: Rendered | None = None) -> list[dict[str, Any]]:
+    """Like `from_messages`, with system messages kept in the list as ``{"role": "system"}`` dicts.
+
+    ``cache`` (a dict the caller keeps between calls) holds what each message of the last call
+    rendered to: a message is immutable, so the same object renders the same dict, and the messages
+    this call shares with the last are not rendered again. The cache is left holding this call's.
+    The dicts returned may be the cache's: the caller must not change them (copy what it changes).
+    """
+    return _render_all(messages, None, cache)
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -394,15 +404,24 @@ def _as_blocks(content: Any) -> list[Any]:
     return list(content)
 
 
-def _render_all(messages: Sequence[Message], systems: list[Any] | None) -> list[dict[str, Any]]:
-    """Render in order; ``systems`` collects system contents (None: keep them inline)."""
+def _render_all(
+    messages: Sequence[Message], systems: list[Any] | None, cache: Rendered | None = None
+) -> list[dict[str, Any]]:
+    """Render in order; ``systems`` collects system contents (None: keep them inline); ``cache``: see
+    `from_messages_inline` (a message joined to the one before gives a new dict, never changes a cached one)."""
     out: list[dict[str, Any]] = []
     prev_tool = False
+    fresh: Rendered = {}
     for m in messages:
-        if m.role == "tool":
+        hit = cache.get(id(m)) if cache is not None else None
+        if hit is not None and hit[0] is m:
+            frag = hit[1]
+        elif m.role == "tool":
             frag = c.render(m, FORMAT, _render_tool)
         else:
             frag = c.render(m, FORMAT, _render_plain_message)
+        if cache is not None:
+            fresh[id(m)] = (m, frag)
         if m.role in ("system", "developer"):
             if systems is None:
                 out.append(frag)
@@ -414,10 +433,13 @@ def _render_all(messages: Sequence[Message], systems: list[Any] | None) -> list[
             hints = c.hints_of(m, FORMAT)
             join = hints["join"] if hints is not None and "join" in hints else prev_tool
             if join and out and out[-1].get("role") == "user":
-                out[-1]["content"] = _as_blocks(out[-1]["content"]) + _as_blocks(frag["content"])
+                out[-1] = {**out[-1], "content": _as_blocks(out[-1]["content"]) + _as_blocks(frag["content"])}
             else:
                 out.append(frag)
         else:
             out.append(frag)
         prev_tool = m.role == "tool"
+    if cache is not None:
+        cache.clear()
+        cache.update(fresh)
     return out

@@ -370,7 +370,8 @@ class Turn:
         if view is None or self.svc.settings.service.shadow:
             return self.raw
         extra = [self.dialect.tool_schema(READ_CONTEXT_TOOL)] if self.offered else []
-        return jsonio.dumps(self.dialect.render(self.body, view, extra_tools=extra))
+        memo = self.lease.memo if self.lease is not None else None
+        return jsonio.dumps(self.dialect.render(self.body, view, extra_tools=extra, memo=memo))
 
     @property
     def upstream_path(self) -> str:

@@ -40,6 +40,8 @@ __all__ = ["AnthropicMessages", "usage_of"]
 
 MAX_BREAKPOINTS = 4
 """Cache breakpoints Anthropic accepts in one request."""
+_RENDERED = "messages.rendered"
+"""Memo key of what the last view's messages rendered to (`contextwarden.adapters.anthropic.from_messages_inline`)."""
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -196,10 +198,18 @@ class AnthropicMessages(Dialect):
         return Conversation(keyed=keyed, convert=lambda start: messages[start:])
 
     def render(
-        self, body: Mapping[str, Any], view: list[Any], *, extra_tools: Sequence[Mapping[str, Any]] = ()
+        self,
+        body: Mapping[str, Any],
+        view: list[Any],
+        *,
+        extra_tools: Sequence[Mapping[str, Any]] = (),
+        memo: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         out = dict(body)
-        rendered = adapter.from_messages_inline(view)
+        cache: adapter.Rendered | None = None
+        if memo is not None:
+            cache = memo.setdefault(_RENDERED, {})
+        rendered = adapter.from_messages_inline(view, cache=cache)
         if "system" in body:
             # the leading system messages are the client's `system`; later ones stay where the client put them
             lead = 0
@@ -222,7 +232,7 @@ class AnthropicMessages(Dialect):
         when the client marked nothing in its tools or system (never past Anthropic's four)."""
         used = _markers(out.get("tools")) + _markers(out.get("system")) + _markers(rendered)
         block_text = view[at].text
-        for message in rendered:
+        for index, message in enumerate(rendered):
             content = message.get("content")
             if message.get("role") == "user" and (
                 content == block_text
@@ -232,7 +242,8 @@ class AnthropicMessages(Dialect):
                 )
             ):
                 if used < MAX_BREAKPOINTS and not _markers(content):
-                    message["content"] = _mark_last_block(content)
+                    # a new dict: the rendered ones may be the adapter's cached renderings
+                    rendered[index] = {**message, "content": _mark_last_block(content)}
                     used += 1
                 break
         system = out.get("system")

@@ -204,12 +204,18 @@ class Dialect(ABC):
 
     @abstractmethod
     def render(
-        self, body: Mapping[str, Any], view: list[Any], *, extra_tools: Sequence[Mapping[str, Any]] = ()
+        self,
+        body: Mapping[str, Any],
+        view: list[Any],
+        *,
+        extra_tools: Sequence[Mapping[str, Any]] = (),
+        memo: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The upstream request: ``body`` with the view in place of its conversation (and ``extra_tools`` added).
 
         ``view`` is in `view_format`. The request's other fields (system prompt, tools, model,
-        options) are the client's own, unchanged.
+        options) are the client's own, unchanged. ``memo`` is the session's own dict (as for
+        `conversation`): a dialect that renders the view itself keeps there what the next view reuses.
         """
 
     @abstractmethod

@@ -111,7 +111,12 @@ class OpenAIChat(Dialect):
         return Conversation(keyed=messages, convert=convert)
 
     def render(
-        self, body: Mapping[str, Any], view: list[Any], *, extra_tools: Sequence[Mapping[str, Any]] = ()
+        self,
+        body: Mapping[str, Any],
+        view: list[Any],
+        *,
+        extra_tools: Sequence[Mapping[str, Any]] = (),
+        memo: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         out = dict(body)
         out["messages"] = [_text_on_tool_calls(m) for m in as_sent(view, body.get("messages"))]

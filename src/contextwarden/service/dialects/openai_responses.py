@@ -44,6 +44,7 @@ from .base import (
 )
 from .openai_chat import invalid_message
 from .responses_items import (
+    OUTPUT,
     calls_of,
     model_side as _model_side,
     output_message,
@@ -63,6 +64,8 @@ _INSTRUCTIONS = "responses_instructions"
 """``Message.extra`` key marking the system message made of ``instructions``."""
 _END_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete"})
 _LIFECYCLE_EVENTS = frozenset({"response.created", "response.queued", "response.in_progress"})
+_RENDERED = "responses.rendered"
+"""Memo key of the items the last view's messages rendered to (`_render`)."""
 
 
 def _int(value: Any) -> int:
@@ -136,28 +139,55 @@ def to_messages(items: Sequence[Any]) -> list[Message]:
     return out
 
 
-def _render(messages: Sequence[Message], sent: Sequence[Any] = ()) -> list[Any]:
-    """The view as input items (``sent``: the request's own input, whose outputs stand-ins are shaped after)."""
+Rendered = dict[int, tuple[Message, list[Any]]]
+"""The items of each message of the last view rendered, by the message's identity (see `_render`)."""
+
+
+def _render(messages: Sequence[Message], sent: Sequence[Any] = (), cache: Rendered | None = None) -> list[Any]:
+    """The view as input items (``sent``: the request's own input, whose outputs stand-ins are shaped after).
+
+    ``cache`` holds the items of each message of the last view rendered (messages are immutable: the
+    same object renders the same items), so the messages a view shares with the last one are not
+    rendered again; it is left holding this view's. The items are shared between renderings: the
+    caller writes them out and never changes them.
+    """
     out: list[Any] = []
-    run: list[Message] = []
     calls = {call_id: kind for m in messages if m.role == "assistant" for call_id, kind in calls_of(m).items()}
     originals = outputs_by_call(sent) if calls else {}
+    fresh: Rendered = {}
     for message in messages:
-        item = message.extra.get(_ITEM)
-        own = render_turn(message, lambda m: adapter.from_messages([m])) if message.role == "assistant" else None
-        if own is None and message.role == "tool":
-            output = render_output(message, calls, originals)
-            own = None if output is None else [output]
-        if own is None and isinstance(item, Mapping):
-            own = [dict(item)]
-        if own is None:
-            run.append(message)
-            continue
-        out.extend(adapter.from_messages(run))
-        run = []
-        out.extend(own)
-    out.extend(adapter.from_messages(run))
+        # a tool result the proxy does not pair renders alone unless its call is a turn's (then the
+        # request's own output item shapes it): reused only while that stays so
+        alone = (
+            message.role != "tool"
+            or isinstance(message.extra.get(OUTPUT), Mapping)
+            or (message.tool_call_id not in calls)
+        )
+        hit = cache.get(id(message)) if cache is not None and alone else None
+        items = hit[1] if hit is not None and hit[0] is message else _render_one(message, calls, originals)
+        if alone:
+            fresh[id(message)] = (message, items)
+        out.extend(items)
+    if cache is not None:
+        cache.clear()
+        cache.update(fresh)
     return out
+
+
+def _render_one(message: Message, calls: Mapping[str, str], originals: Mapping[str, Mapping[str, Any]]) -> list[Any]:
+    """The input items of one message of the view."""
+    if message.role == "assistant":
+        own = render_turn(message, lambda m: adapter.from_messages([m]))
+        if own is not None:
+            return own
+    if message.role == "tool":
+        output = render_output(message, calls, originals)
+        if output is not None:
+            return [output]
+    item = message.extra.get(_ITEM)
+    if isinstance(item, Mapping):
+        return [dict(item)]
+    return adapter.from_messages([message])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -294,12 +324,21 @@ class OpenAIResponses(Dialect):
         return Conversation(keyed=keyed, convert=lambda start: messages[start:])
 
     def render(
-        self, body: Mapping[str, Any], view: list[Any], *, extra_tools: Sequence[Mapping[str, Any]] = ()
+        self,
+        body: Mapping[str, Any],
+        view: list[Any],
+        *,
+        extra_tools: Sequence[Mapping[str, Any]] = (),
+        memo: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         out = dict(body)
         # `instructions` stays the client's own field; its message in the view is not sent twice
         sent = body.get("input")
-        items = _render([m for m in view if not m.extra.get(_INSTRUCTIONS)], sent if isinstance(sent, list) else ())
+        cache: Rendered | None = None
+        if memo is not None:
+            cache = memo.setdefault(_RENDERED, {})
+        messages = [m for m in view if not m.extra.get(_INSTRUCTIONS)]
+        items = _render(messages, sent if isinstance(sent, list) else (), cache)
         out["input"] = as_sent(items, sent)
         if extra_tools:
             out["tools"] = [*(body.get("tools") or ()), *extra_tools]
