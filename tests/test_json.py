@@ -136,3 +136,32 @@ def test_metadata_problems_name_the_path() -> None:
     assert _json.metadata_problem({"a": [1, {"b": math.inf}]}) == ("a[1].b", "is inf, which JSON cannot hold")
     assert _json.metadata_problem({"a": {1: "x"}})[1].startswith("has a key of type int")  # type: ignore[index]
     assert _json.metadata_problem({"ok": [1, "two", None, True, 2.5]}) is None
+
+
+class _Text(str):
+    """A str subclass: not one of the exact JSON types, so the walk looks at it."""
+
+
+metadata_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.just(10**700)
+    | st.floats()
+    | st.text(max_size=6)
+    | st.just("\ud800")
+    | st.builds(_Text, st.text(max_size=3))
+    | st.just(object()),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=4) | st.just("\udfff") | st.integers(0, 3), inner, max_size=4)
+    ),
+    max_leaves=25,
+)
+
+
+@given(metadata_values, st.integers(min_value=0, max_value=5))
+def test_metadata_problem_finds_what_the_path_naming_walk_finds(value: Any, limit: int) -> None:
+    # the fast check of plain JSON answers only "no problem", and only when the walk would too
+    assert _json.metadata_problem(value, max_depth=limit) == _json._metadata_walk(value, limit)

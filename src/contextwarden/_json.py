@@ -185,6 +185,13 @@ def metadata_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> tuple[str, st
     Stores keep metadata as UTF-8 JSON: only dicts with string keys, lists, strings without
     lone surrogates, finite numbers, booleans and None, nested at most ``max_depth`` levels.
     """
+    if _plain_json(value, max_depth):
+        return None
+    return _metadata_walk(value, max_depth)
+
+
+def _metadata_walk(value: Any, max_depth: int) -> tuple[str, str] | None:
+    """`metadata_problem` by a walk that names where the problem is."""
     stack: list[tuple[str, Any, int]] = [("", value, 0)]
     while stack:
         path, node, depth = stack.pop()
@@ -216,6 +223,36 @@ def metadata_problem(value: Any, *, max_depth: int = MAX_DEPTH) -> tuple[str, st
         else:
             return path, f"is a {type(node).__name__}, which is not JSON"
     return None
+
+
+def _plain_json(value: Any, max_depth: int) -> bool:
+    """True when ``value`` is storable JSON made of the exact JSON types (the common case, told without
+    building the paths `metadata_problem` names a problem by); False: anything else, to be looked at there."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > max_depth:
+            return False
+        kind = type(node)
+        if kind is str:
+            if has_lone_surrogate(node):
+                return False
+        elif kind is dict:
+            for k, v in node.items():
+                if type(k) is not str or has_lone_surrogate(k):
+                    return False
+                stack.append((v, depth + 1))
+        elif kind is list:
+            stack.extend((v, depth + 1) for v in node)
+        elif kind is int:
+            if node.bit_length() > _MAX_METADATA_INT_BITS:
+                return False
+        elif kind is float:
+            if not math.isfinite(node):
+                return False
+        elif not (node is None or kind is bool):
+            return False
+    return True
 
 
 def scrub(value: Any) -> Any:

@@ -262,3 +262,43 @@ def test_a_stand_in_for_a_custom_tool_output_renders_by_its_call_whether_or_not_
         assert dialect.render(body, shown, memo=memo) == dialect.render(body, shown)
     assert dialect.render(body, [view[0], stand_in], memo=memo)["input"][-1]["type"] == "function_call_output"
     assert dialect.render(body, [*view[:2], stand_in], memo=memo)["input"][-1]["type"] == "custom_tool_call_output"
+
+
+@given(anthropic_histories(), st.integers(1, 4))
+def test_an_anthropic_history_converted_ahead_in_steps_is_the_history_converted_at_once(
+    body: dict[str, Any], step: int
+) -> None:
+    dialect, memo = AnthropicMessages(), {}
+    steps = list(dialect.converting(body, memo, step=step))
+    assert len(steps) == len(range(step, len(body["messages"]), step))
+    whole = dialect.conversation(body, memo)
+    assert whole.keyed == dialect.conversation(body).keyed
+    assert json.dumps(dialect.render(body, whole.convert(0))) == json.dumps(body)
+    assert list(dialect.converting(body, memo, step=step)) == []  # converted: the next request converts what is new
+
+
+@given(
+    st.lists(
+        st.one_of(
+            said,
+            reasoning,
+            hosted,
+            st.just({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}),
+            st.just({"type": "function_call", "call_id": "fc_1", "name": "ls", "arguments": "{}"}),
+            st.just({"type": "function_call_output", "call_id": "fc_1", "output": "a.py"}),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(1, 4),
+)
+def test_responses_items_converted_ahead_in_steps_are_the_items_converted_at_once(
+    items: list[dict[str, Any]], step: int
+) -> None:
+    dialect, memo = OpenAIResponses(), {}
+    body = {"model": "m", "instructions": "Be Codex.", "input": items}
+    steps = list(dialect.converting(body, memo, step=step))
+    assert len(steps) == len(range(step, len(items), step))
+    whole = dialect.conversation(body, memo)
+    assert whole.keyed == dialect.conversation(body).keyed
+    assert json.dumps(dialect.render(body, whole.convert(0))) == json.dumps(body)

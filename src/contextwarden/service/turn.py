@@ -44,7 +44,7 @@ _MOVED_ATTEMPTS = 3
 """Times a request reads its session again after another writer appended to it first."""
 
 _ADD_ROUND = 32
-"""Messages added at once before a long history lets other requests run (about a millisecond of work)."""
+"""Messages converted or added at once before a long history lets other requests run (about a millisecond of work)."""
 
 _READ_BACK_ROUNDS = 4
 """Read-back calls the proxy answers for one request; the last upstream call is made without the tool."""
@@ -127,6 +127,9 @@ class Turn:
         lease = self.lease
         if lease is None:
             return None
+        if self._conversation is None:
+            for _ in self.dialect.converting(self.body, lease.memo, step=_ADD_ROUND):
+                await asyncio.sleep(0)
         keyed = self.conversation.keyed
         for attempt in range(_MOVED_ATTEMPTS):
             self.added = 0

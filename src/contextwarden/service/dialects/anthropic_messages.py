@@ -12,7 +12,7 @@ nothing there), within Anthropic's limit of four breakpoints per request.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,6 +196,17 @@ class AnthropicMessages(Dialect):
         messages = [m for chunk in converted.chunks for m in chunk]
         keyed = [k for chunk in converted.keyed for k in chunk]
         return Conversation(keyed=keyed, convert=lambda start: messages[start:])
+
+    def converting(self, body: Mapping[str, Any], memo: dict[str, Any], *, step: int) -> Iterator[None]:
+        system, sources = body.get("system"), body["messages"]
+        if memo.get(self.name) is not None:
+            return  # a continuation: `conversation` converts only what is new
+        for end in range(step, len(sources), step):
+            try:
+                memo[self.name] = _convert(system, sources[:end], memo.get(self.name))
+            except MessageError:
+                return
+            yield
 
     def render(
         self,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -192,6 +192,16 @@ class Dialect(ABC):
         Raises:
             ServiceError: 400 for a message the adapter cannot read.
         """
+
+    def converting(self, body: Mapping[str, Any], memo: dict[str, Any], *, step: int) -> Iterator[None]:
+        """Convert a long history ahead into ``memo``, ``step`` messages at a time, yielding between steps.
+
+        The proxy lets other requests run at each yield, so a client joining with hundreds of
+        messages does not hold the event loop for the whole conversion; `conversation` then finds
+        them converted. A dialect that keeps no conversion in the memo yields nothing (the default).
+        A message the dialect cannot read ends the steps: `conversation` reports it.
+        """
+        return iter(())
 
     def tools(self, body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         """The request's tool schemas (counted in the budget)."""

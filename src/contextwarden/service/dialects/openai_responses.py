@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
@@ -322,6 +322,17 @@ class OpenAIResponses(Dialect):
             messages.insert(0, system)
             keyed.insert(0, {"role": "system", "content": instructions})
         return Conversation(keyed=keyed, convert=lambda start: messages[start:])
+
+    def converting(self, body: Mapping[str, Any], memo: dict[str, Any], *, step: int) -> Iterator[None]:
+        items = body["input"]
+        if isinstance(items, str) or memo.get(self.name) is not None:
+            return  # a continuation: `conversation` converts only what is new
+        for end in range(step, len(items), step):
+            try:
+                memo[self.name] = _convert(items[:end], memo.get(self.name))
+            except MessageError:
+                return
+            yield
 
     def render(
         self,
