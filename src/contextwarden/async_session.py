@@ -423,7 +423,7 @@ class AsyncSession(BaseSession):
 
     async def complete(
         self,
-        model: AsyncModel,
+        client: AsyncModel,
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         max_tokens: int | None = None,
@@ -431,13 +431,13 @@ class AsyncSession(BaseSession):
     ) -> ModelResponse:
         """Async twin of `Session.complete`."""
         if self.delegation_due():
-            await self.delegate_pending(model)
+            await self.delegate_pending(client)
         view = (await self.prepare(format="internal")).view
         limit = self._reply_limit(max_tokens)
         for attempt in range(self.config.reactive_retries + 1):
             sent = self.engine.used()
             try:
-                response = await model.request(
+                response = await client.request(
                     view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
                 )
                 break
@@ -448,12 +448,12 @@ class AsyncSession(BaseSession):
                 view = (await self.on_context_overflow(format="internal")).view
                 sent_limit, limit = limit, self._reply_limit(max_tokens)
                 self._check_progress(exc, sent, sent_limit, limit)
-        await self._calibrate_unreported(response, view, tools, model)
+        await self._calibrate_unreported(response, view, tools, client)
         return self._accept(response)
 
     async def stream(
         self,
-        model: AsyncModel,
+        client: AsyncModel,
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         max_tokens: int | None = None,
@@ -461,7 +461,7 @@ class AsyncSession(BaseSession):
     ) -> AsyncIterator[StreamEvent]:
         """Async twin of `Session.stream`."""
         if self.delegation_due():
-            await self.delegate_pending(model)
+            await self.delegate_pending(client)
         view = (await self.prepare(format="internal")).view
         limit = self._reply_limit(max_tokens)
         for attempt in range(self.config.reactive_retries + 1):
@@ -469,12 +469,12 @@ class AsyncSession(BaseSession):
             started = False
             overflow: ContextOverflowError
             try:
-                async for event in model.stream(
+                async for event in client.stream(
                     view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
                 ):
                     started = True
                     if isinstance(event, ResponseDone):
-                        await self._calibrate_unreported(event.response, view, tools, model)
+                        await self._calibrate_unreported(event.response, view, tools, client)
                         event = ResponseDone(response=self._accept(event.response))
                     yield event
                 return
@@ -486,15 +486,15 @@ class AsyncSession(BaseSession):
                 if started or not self._may_be_overflow():
                     raise
                 try:
-                    response = await model.request(
+                    response = await client.request(
                         view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
                     )
                 except ContextOverflowError as exc:
-                    overflow = await self._served_limit(exc, model)
+                    overflow = await self._served_limit(exc, client)
                 except UpstreamError as exc:
-                    overflow = await self._overflow_or_raise(exc, model)
+                    overflow = await self._overflow_or_raise(exc, client)
                 else:
-                    await self._calibrate_unreported(response, view, tools, model)
+                    await self._calibrate_unreported(response, view, tools, client)
                     for replayed in replay_events(self._accept(response)):
                         yield replayed
                     return
@@ -510,15 +510,15 @@ class AsyncSession(BaseSession):
         response: ModelResponse,
         view: Sequence[Message],
         tools: Sequence[Mapping[str, Any]] | None,
-        model: AsyncModel,
+        client: AsyncModel,
     ) -> None:
         """Async twin of `Session._calibrate_unreported`."""
         steps = self._server_count(
             response.usage,
             view,
             self._all_tools(tools),
-            base_url=served_base_url(model),
-            model_name=model.model_name,
+            base_url=served_base_url(client),
+            model_name=client.model_name,
         )
         if steps is None:
             return
@@ -554,7 +554,7 @@ class AsyncSession(BaseSession):
             raise error from None
         return overflow_after_cut(error, served, window=self.budget.window)
 
-    async def delegate_pending(self, model: AsyncModel) -> list[DelegationResult]:
+    async def delegate_pending(self, client: AsyncModel) -> list[DelegationResult]:
         """Async twin of `Session.delegate_pending`."""
         results = []
         for marked in list(self._delegable):
@@ -563,7 +563,7 @@ class AsyncSession(BaseSession):
                 sub,
                 marked.task,
                 marked.context,
-                model=model,
+                client=client,
                 max_result_tokens=marked.max_result_tokens,
                 max_turns=marked.max_turns,
             )

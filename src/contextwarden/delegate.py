@@ -1,6 +1,6 @@
 """Sub-agent delegation: run a sub-task in an isolated session and hand back only its result.
 
-`delegate(task, context, model=..., window=...)` opens a fresh `Session` with its own budget (the
+`delegate(task, context, client=..., window=...)` opens a fresh `Session` with its own budget (the
 sub-task's history never enters the parent's view), asks the model until it answers, and
 returns a `DelegationResult` whose ``result`` is at most ``max_result_tokens`` long (condensed
 with `summarize.condense` when the answer is longer), plus the usage the sub-task cost. The
@@ -31,9 +31,9 @@ def delegate(
     task: str,
     context: str | Sequence[Message] | None = None,
     *,
-    model: Model,
+    client: Model,
     window: int | None = None,
-    model_name: str | None = None,
+    model: str | None = None,
     max_result_tokens: int = 1500,
     max_turns: int = 6,
     reserved_output: int | None = None,
@@ -44,15 +44,15 @@ def delegate(
     temperature: float | None = None,
     session_id: str | None = None,
 ) -> DelegationResult:
-    """Run ``task`` in an isolated session with ``model`` and return only its condensed result.
+    """Run ``task`` in an isolated session, asking ``client``, and return only its condensed result.
 
     Args:
         task: What the sub-agent must do (its user message).
         context: What it needs to know: a text, or messages (the parent's, copied in; the
             sub-session compacts them within its own budget).
-        model: The model that does the sub-task.
+        client: The model client that does the sub-task (`contextwarden.llm`).
         window: The sub-session's context window in tokens (its budget, separate from the parent's).
-        model_name: Look the window up in the model registry instead.
+        model: The model's name in the registry, to look the window up there instead.
         max_result_tokens: Longest result handed back (longer answers are condensed).
         max_turns: Model calls at most (a reply cut off by its length limit is continued).
         reserved_output: Tokens kept free for each reply (default: min(2 × max_result_tokens, window/4)).
@@ -65,17 +65,18 @@ def delegate(
 
     Raises:
         ConfigError: No window and no registry model name, or limits below their minimum.
+        UsageError: ``model`` is not a name (the client goes in ``client=``).
         UpstreamError: The model failed (after its own retries); ContextOverflowError after the
             sub-session's reactive compaction did not help.
     """
     check_limits(max_result_tokens, max_turns)
-    options = session_options(window, model_name, reserved_output, max_result_tokens, counter, config)
+    options = session_options(window, model, reserved_output, max_result_tokens, counter, config)
     session = Session(session_id or "sub_" + uuid.uuid4().hex, summarizer=summarizer, **options)
     return run(
         session,
         task,
         context,
-        model=model,
+        client=client,
         max_result_tokens=max_result_tokens,
         max_turns=max_turns,
         instructions=instructions,
@@ -87,9 +88,9 @@ async def adelegate(
     task: str,
     context: str | Sequence[Message] | None = None,
     *,
-    model: AsyncModel,
+    client: AsyncModel,
     window: int | None = None,
-    model_name: str | None = None,
+    model: str | None = None,
     max_result_tokens: int = 1500,
     max_turns: int = 6,
     reserved_output: int | None = None,
@@ -100,15 +101,15 @@ async def adelegate(
     temperature: float | None = None,
     session_id: str | None = None,
 ) -> DelegationResult:
-    """The async twin of `delegate` (same arguments, an `AsyncModel` and an `AsyncSummarizer`)."""
+    """The async twin of `delegate` (same arguments, an `AsyncModel` client and an `AsyncSummarizer`)."""
     check_limits(max_result_tokens, max_turns)
-    options = session_options(window, model_name, reserved_output, max_result_tokens, counter, config)
+    options = session_options(window, model, reserved_output, max_result_tokens, counter, config)
     session = AsyncSession(session_id or "sub_" + uuid.uuid4().hex, summarizer=summarizer, **options)
     return await arun(
         session,
         task,
         context,
-        model=model,
+        client=client,
         max_result_tokens=max_result_tokens,
         max_turns=max_turns,
         instructions=instructions,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .budget import Budget
 from .compaction.config import CompactionConfig
-from .exceptions import ConfigError
+from .exceptions import ConfigError, UsageError
 from .messages import INSTRUCTION_ROLES, Message
 from .summarize.extractive import condense
 from .tokens import TokenCounter
@@ -113,7 +113,7 @@ def _context_messages(context: str | Sequence[Message] | None) -> list[Message]:
 
 def session_options(
     window: int | None,
-    model_name: str | None,
+    model: str | None,
     reserved_output: int | None,
     max_result_tokens: int,
     counter: TokenCounter | str | None,
@@ -122,11 +122,17 @@ def session_options(
     """The keyword arguments of a sub-session (`Session`/`AsyncSession`) for these limits.
 
     Raises:
-        ConfigError: neither ``window`` nor ``model_name`` is given.
+        ConfigError: neither ``window`` nor ``model`` is given.
+        UsageError: ``model`` is not a registry name (a model client goes in ``client=``).
     """
-    if window is None and model_name is None:
+    if model is not None and not isinstance(model, str):
+        raise UsageError(
+            f"delegate(model=...) is the model's name in the registry, got a {type(model).__name__}; pass the "
+            "model client as `client=`."
+        )
+    if window is None and model is None:
         raise ConfigError(
-            "delegate() needs the sub-session's budget: `window=` (tokens) or `model_name=` (looked up in the "
+            "delegate() needs the sub-session's budget: `window=` (tokens) or `model=` (a name looked up in the "
             "model registry).",
             key="window",
         )
@@ -134,7 +140,7 @@ def session_options(
         reserved_output = min(2 * max_result_tokens, window // 4)
     return {
         "window": window,
-        "model": model_name,
+        "model": model,
         "reserved_output": reserved_output,
         "counter": counter,
         "config": config,
@@ -204,18 +210,18 @@ def run(
     task: str,
     context: str | Sequence[Message] | None,
     *,
-    model: Model,
+    client: Model,
     max_result_tokens: int,
     max_turns: int,
     instructions: str | None = None,
     temperature: float | None = None,
 ) -> DelegationResult:
-    """Run ``task`` in the fresh ``session`` with ``model`` until it is answered or ``max_turns`` ran out."""
+    """Run ``task`` in the fresh ``session``, asking ``client``, until it is answered or ``max_turns`` ran out."""
     loop = _Loop(session, task, max_result_tokens, max_turns)
     loop.start(context, instructions)
 
     def call(messages: list[Any]) -> ModelResponse:
-        return model.request(messages, max_tokens=loop.reply_tokens, temperature=temperature)
+        return client.request(messages, max_tokens=loop.reply_tokens, temperature=temperature)
 
     while loop.turns < max_turns:
         if loop.after(session.call_with_retry(call, format="internal")):
@@ -228,7 +234,7 @@ async def arun(
     task: str,
     context: str | Sequence[Message] | None,
     *,
-    model: AsyncModel,
+    client: AsyncModel,
     max_result_tokens: int,
     max_turns: int,
     instructions: str | None = None,
@@ -239,7 +245,7 @@ async def arun(
     loop.start(context, instructions)
 
     def call(messages: list[Any]) -> Awaitable[ModelResponse]:
-        return model.request(messages, max_tokens=loop.reply_tokens, temperature=temperature)
+        return client.request(messages, max_tokens=loop.reply_tokens, temperature=temperature)
 
     caller: Callable[[list[Any]], Awaitable[ModelResponse]] = call
     while loop.turns < max_turns:

@@ -352,13 +352,13 @@ class Session(BaseSession):
 
     def complete(
         self,
-        model: Model,
+        client: Model,
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
     ) -> ModelResponse:
-        """One agent step: prepare the view, call ``model``, record usage, append the reply.
+        """One agent step: prepare the view, call ``client``, record usage, append the reply.
 
         On a provider context-length error the view is compacted deeper (the reactive layer) and the call is
         retried ``config.reactive_retries`` times (once by default) before the error is raised.
@@ -375,13 +375,13 @@ class Session(BaseSession):
             The reply as appended to the transcript.
         """
         if self.delegation_due():
-            self.delegate_pending(model)
+            self.delegate_pending(client)
         view = self.prepare(format="internal").view
         limit = self._reply_limit(max_tokens)
         for attempt in range(self.config.reactive_retries + 1):
             sent = self.engine.used()
             try:
-                response = model.request(view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature)
+                response = client.request(view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature)
                 break
             except ContextOverflowError as exc:
                 if attempt >= self.config.reactive_retries:
@@ -390,12 +390,12 @@ class Session(BaseSession):
                 view = self.on_context_overflow(format="internal").view
                 sent_limit, limit = limit, self._reply_limit(max_tokens)
                 self._check_progress(exc, sent, sent_limit, limit)
-        self._calibrate_unreported(response, view, tools, model)
+        self._calibrate_unreported(response, view, tools, client)
         return self._accept(response)
 
     def stream(
         self,
-        model: Model,
+        client: Model,
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         max_tokens: int | None = None,
@@ -411,7 +411,7 @@ class Session(BaseSession):
         The last event's `ResponseDone.response` is the reply as appended.
         """
         if self.delegation_due():
-            self.delegate_pending(model)
+            self.delegate_pending(client)
         view = self.prepare(format="internal").view
         limit = self._reply_limit(max_tokens)
         for attempt in range(self.config.reactive_retries + 1):
@@ -419,12 +419,12 @@ class Session(BaseSession):
             started = False
             overflow: ContextOverflowError
             try:
-                for event in model.stream(
+                for event in client.stream(
                     view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
                 ):
                     started = True
                     if isinstance(event, ResponseDone):
-                        self._calibrate_unreported(event.response, view, tools, model)
+                        self._calibrate_unreported(event.response, view, tools, client)
                         event = ResponseDone(response=self._accept(event.response))
                     yield event
                 return
@@ -436,15 +436,15 @@ class Session(BaseSession):
                 if started or not self._may_be_overflow():
                     raise
                 try:
-                    response = model.request(
+                    response = client.request(
                         view, tools=self._all_tools(tools), max_tokens=limit, temperature=temperature
                     )
                 except ContextOverflowError as exc:
-                    overflow = self._served_limit(exc, model)
+                    overflow = self._served_limit(exc, client)
                 except UpstreamError as exc:
-                    overflow = self._overflow_or_raise(exc, model)
+                    overflow = self._overflow_or_raise(exc, client)
                 else:
-                    self._calibrate_unreported(response, view, tools, model)
+                    self._calibrate_unreported(response, view, tools, client)
                     yield from replay_events(self._accept(response))
                     return
             if attempt >= self.config.reactive_retries:
@@ -507,7 +507,7 @@ class Session(BaseSession):
             raise error from None
         return overflow_after_cut(error, served, window=self.budget.window)
 
-    def delegate_pending(self, model: Model) -> list[DelegationResult]:
+    def delegate_pending(self, client: Model) -> list[DelegationResult]:
         """Run every sub-task marked delegable now, each in its own session with ``model``; add their results."""
         results = []
         for marked in list(self._delegable):
@@ -516,7 +516,7 @@ class Session(BaseSession):
                 sub,
                 marked.task,
                 marked.context,
-                model=model,
+                client=client,
                 max_result_tokens=marked.max_result_tokens,
                 max_turns=marked.max_turns,
             )
