@@ -56,6 +56,13 @@ SLOW_TESTS = frozenset(
         # load the packaged sentence-transformers model
         "test_backends_and_the_packaged_embedder",
         "test_packaged_minilm_embeds_offline_and_ranks_by_meaning",
+        # wait out lock leases and timeouts (seconds of waiting per backend and twin)
+        "test_a_live_holder_keeps_its_lock_past_its_lease_and_the_timeout_says_who",
+        "test_a_dead_holders_lease_runs_out_and_its_late_release_frees_nothing",
+        # move whole sessions between backends, parse a config nested thousands deep, run hundreds of steps
+        "test_export_moves_between_backends",
+        "test_deep_nesting_is_a_config_error",
+        "test_long_coding_session_keeps_early_facts_hundreds_of_steps_later",
     }
 )
 SERVER_FIXTURES = frozenset(
@@ -81,6 +88,33 @@ def _slow(item: pytest.Item) -> bool:
         return True
     parts = item.path.relative_to(Path(__file__).parent).parts
     return parts[0] in SLOW_DIRS or item.path.name in SLOW_FILES or "bench" in item.path.stem
+
+
+def _fast_tier(config: pytest.Config) -> bool:
+    return str(config.getoption("markexpr", "")).strip() == "not slow"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """In the fast tier, whole directories and files of slow tests are not even imported.
+
+    Everything in them would be deselected anyway; importing them (the service, the command line,
+    the frameworks, hypothesis strategies) is about half of the fast tier's collection time.
+    """
+    if not _fast_tier(config):
+        return None
+    try:
+        parts = collection_path.relative_to(Path(__file__).parent).parts
+    except ValueError:
+        return None
+    if not parts:
+        return None
+    if collection_path.is_dir():
+        return True if len(parts) == 1 and parts[0] in SLOW_DIRS else None
+    if collection_path.name in SLOW_FILES or (
+        collection_path.name.startswith("test_") and "bench" in collection_path.stem
+    ):
+        return True
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects
