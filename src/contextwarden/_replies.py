@@ -4,7 +4,7 @@
   are not a usable JSON object gets ``{}`` as its arguments (the raw text stays in the message's
   ``extra["contextwarden"]``) and an error result the model can react to; duplicate call ids are
   renamed; lone surrogates become U+FFFD.
-* `replay_events`: a reply fetched without streaming, as the events ``stream()`` yields.
+* `reply_events`: a reply fetched without streaming, as the events ``stream()`` yields.
 * `overflow_unresolved`: the error raised instead of resending a view emergency compaction could
   not shrink.
 """
@@ -28,7 +28,7 @@ from .llm.base import (
 )
 from .messages import Message, TextPart, ThinkingPart, ToolCall
 
-__all__ = ["META_KEY", "overflow_unresolved", "repair_reply", "replay_events"]
+__all__ = ["META_KEY", "overflow_unresolved", "repair_reply", "reply_events"]
 
 META_KEY = "contextwarden"
 """The key of `Message.extra` where the library marks messages it repaired or wrote."""
@@ -135,7 +135,7 @@ def repair_reply(response: ModelResponse) -> tuple[ModelResponse, list[Message]]
     return repaired, [kept, *results]
 
 
-def replay_events(response: ModelResponse) -> list[StreamEvent]:
+def reply_events(response: ModelResponse) -> list[StreamEvent]:
     """The events a stream would have given for ``response`` (one delta per part, then `ResponseDone`)."""
     events: list[StreamEvent] = []
     for part in response.message.parts:

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequenc
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._binding import AsyncStoreLink
-from ._replies import replay_events
+from ._replies import reply_events
 from .delegation import DelegationResult, arun
 from .exceptions import (
     ConfigError,
@@ -495,7 +495,7 @@ class AsyncSession(BaseSession):
                     overflow = await self._overflow_or_raise(exc, client)
                 else:
                     await self._calibrate_unreported(response, view, tools, client)
-                    for replayed in replay_events(self._accept(response)):
+                    for replayed in reply_events(self._accept(response)):
                         yield replayed
                     return
             if attempt >= self.config.reactive_retries:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._binding import StoreLink
-from ._replies import replay_events
+from ._replies import reply_events
 from .delegation import DelegationResult, run
 from .exceptions import (
     ConfigError,
@@ -445,7 +445,7 @@ class Session(BaseSession):
                     overflow = self._overflow_or_raise(exc, client)
                 else:
                     self._calibrate_unreported(response, view, tools, client)
-                    yield from replay_events(self._accept(response))
+                    yield from reply_events(self._accept(response))
                     return
             if attempt >= self.config.reactive_retries:
                 raise overflow

@@ -1,4 +1,4 @@
-"""``contextwarden demo``: replay a long generated coding-agent session with a live view and a report."""
+"""``contextwarden demo``: run a long generated coding-agent session with a live view and a report."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from ..demo import DemoResult, generate_session, replay, write_report
-from ..demo.replay import CompactionRecord, TurnClock, TurnStats
+from ..demo import DemoResult, generate_session, run_demo, write_report
+from ..demo.run import CompactionRecord, TurnClock, TurnStats
 from ..exceptions import SessionNotFound
 from ..settings import user_dir
 from ..stores import SessionStore
@@ -281,7 +281,7 @@ def demo_command(
         if live:
             view = _LiveView(turns=len(demo.turns), result=result, rule=mode)
             with Live(view, console=out, refresh_per_second=12, transient=False):
-                replay(demo, session, result=result, on_turn=view.update, delay=pause, clock=clock)
+                run_demo(demo, session, result=result, on_turn=view.update, delay=pause, clock=clock)
         else:
             every = max(1, len(demo.turns) // 6)
 
@@ -294,7 +294,7 @@ def demo_command(
                         f"{', '.join(f'{k} {v}' for k, v in sorted(layers.items())) or 'none yet'}"
                     )
 
-            replay(demo, session, result=result, on_turn=progress_line, delay=pause, clock=clock)
+            run_demo(demo, session, result=result, on_turn=progress_line, delay=pause, clock=clock)
         session.save_status()  # the figures and timeline of the last turn, for inspect and the dashboard
         _, version = st.load_state(session_id, slot=DEMO_SLOT)
         st.save_state(

@@ -1,15 +1,15 @@
-"""The built-in demo: a seeded coding-agent session, its replay through a `Session`, and an HTML report.
+"""The built-in demo: a seeded coding-agent session, run through a `Session` turn by turn, and an HTML report.
 
 ``contextwarden demo`` (and ``make demo``) runs it; the pieces are usable on their own::
 
-    from contextwarden.demo import generate_session, replay, DemoResult, write_report
+    from contextwarden.demo import generate_session, run_demo, DemoResult, write_report
 """
 
 from __future__ import annotations
 
 from .generator import DemoSession, PlantedFact, generate_session
-from .replay import CompactionRecord, DemoResult, RecalledMemory, RecallRecord, TurnStats, replay, view_text
 from .report import render_report, write_report
+from .run import CompactionRecord, DemoResult, RecalledMemory, RecallRecord, TurnStats, run_demo, view_text
 
 __all__ = [
     "CompactionRecord",
@@ -21,7 +21,7 @@ __all__ = [
     "TurnStats",
     "generate_session",
     "render_report",
-    "replay",
+    "run_demo",
     "view_text",
     "write_report",
 ]

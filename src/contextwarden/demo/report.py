@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._version import __version__
-from .replay import DemoResult
+from .run import DemoResult
 
 __all__ = ["render_report", "write_report"]
 
@@ -325,7 +325,7 @@ def render_report(r: DemoResult) -> str:
 <body><main>
 <h1>contextwarden demo report</h1>
 <p class="sub">A seeded coding-agent session (seed {r.seed}) replayed through contextwarden {_e(__version__)}.
-Generated {generated}; replay {r.compute_s:.2f} s of compute.</p>
+Generated {generated}; the run took {r.compute_s:.2f} s of compute.</p>
 <div class="cards" id="summary">{card_html}</div>
 <p>{setup}</p>
 

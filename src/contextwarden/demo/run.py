@@ -1,4 +1,4 @@
-"""Replay a generated session through a `Session`, turn by turn, and measure what happened.
+"""Run a generated session through a `Session`, turn by turn, and measure what happened.
 
 Per turn: the view's size and state, the layer that ran, tokens by component, and the prompt-cache
 reuse — tokens of the longest common prefix with the previous request over the tokens sent (the
@@ -28,7 +28,7 @@ __all__ = [
     "DemoResult",
     "TurnClock",
     "TurnStats",
-    "replay",
+    "run_demo",
     "view_text",
 ]
 
@@ -39,7 +39,7 @@ TURN_SECONDS = 60.0
 
 
 class TurnClock:
-    """The demo's clock: the time of the turn being replayed (memory's recency and labels read it)."""
+    """The demo's clock: the time of the turn being run (memory's recency and labels read it)."""
 
     def __init__(self) -> None:
         self.now = DEMO_EPOCH
@@ -244,7 +244,7 @@ class DemoResult:
         }
 
 
-def replay(
+def run_demo(
     demo: DemoSession,
     session: Session,
     *,
