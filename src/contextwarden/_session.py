@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeGuard
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard, TypeVar
 
 from ._binding import StoreLink
 from ._replies import repair_reply
@@ -61,6 +61,8 @@ OutputFormat = Format | Literal["internal"]
 
 logger = logging.getLogger("contextwarden.session")
 
+_T = TypeVar("_T")
+
 _ONLY_MESSAGES = frozenset({Message})
 """The types of a batch of `Message` objects only (compared in C, without a loop in Python)."""
 
@@ -95,7 +97,7 @@ def _resolved(status: ViewStatus | StatusReading) -> ViewStatus:
     return status.status() if isinstance(status, StatusReading) else status
 
 
-def _weak_budget(method: Callable[[], Budget]) -> Callable[[], Budget]:
+def _weak_budget(method: Callable[[], _T]) -> Callable[[], _T]:
     """The session's budget method, held weakly: the engine must not keep its session alive.
 
     A strong reference makes a cycle (session → engine → bound method → session) that only the
@@ -103,7 +105,7 @@ def _weak_budget(method: Callable[[], Budget]) -> Callable[[], Budget]:
     """
     ref = weakref.WeakMethod(method)
 
-    def budget() -> Budget:
+    def budget() -> _T:
         bound = ref()
         if bound is None:
             raise RuntimeError("the session of this engine was closed and freed")
@@ -290,6 +292,7 @@ class BaseSession(SessionDelegation):
             config=self.config,
             snapshots=self.snapshots,
             events=self.events,
+            held=None if self.memory is None else _weak_budget(self._memory_room),
         )
         self._state = SessionState(self.engine)
         self._converted = None

@@ -72,6 +72,10 @@ class SessionBudget:
         self._pipeline_cache = (budget, reserve, narrowed)
         return narrowed
 
+    def _memory_room(self) -> int:
+        """Tokens the pipeline's budget holds back for the current request's recalled memories."""
+        return self.memory.room(self._current_budget().effective) if self.memory is not None else 0
+
     # --- budget: calibration and the served window -------------------------------------------
     @property
     def budget(self) -> Budget:

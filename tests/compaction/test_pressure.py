@@ -91,3 +91,26 @@ def test_a_session_near_its_compaction_mark_is_not_critical_in_band_mode_but_is_
     assert all(st in ("normal", "warning") for _, st in band_states)
     assert any(st == "warning" for _, st in band_states), "a compaction coming up is announced"
     assert CompactionConfig.profile("seed").pressure_states == "ratio"
+
+
+# --- the band with room held back for recalled memories -------------------------------------------
+
+
+@given(
+    effective=st.integers(100, 200_000),
+    held=st.integers(0, 50_000),
+    low_water=st.floats(0.05, 0.95),
+)
+def test_room_held_back_keeps_the_band_as_wide_as_the_whole_budget(effective: int, held: int, low_water: float) -> None:
+    from contextwarden.compaction.base import Room
+    from contextwarden.compaction.config import CompactionConfig
+
+    room = Room.of(effective, CompactionConfig(), held=held)
+    target = room.low_target(low_water)
+    assert 0 <= target <= int(low_water * effective) + 1
+    if target > 0:
+        # from the trigger (the whole budget less what is held) down to the target: the same width
+        # as a compaction to low water of the whole budget with nothing held back
+        whole = effective + held
+        assert abs((effective - target) - (whole - int(low_water * whole))) <= 1
+    assert Room.of(effective, CompactionConfig()).low_target(low_water) == int(low_water * effective)

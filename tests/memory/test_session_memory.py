@@ -13,6 +13,7 @@ from _memory_helpers import FACT, WINDOW, bash_round, filler, memory_blocks, run
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from contextwarden import toolpairs
+from contextwarden.events import CompactionStarted
 from contextwarden.exceptions import ConfigError
 from contextwarden.memory import LongTermMemory, MemoryBackend, OpenAIEmbedder, SQLiteMemoryBackend
 from contextwarden.messages import Message, ToolCall
@@ -294,3 +295,23 @@ def test_sessions_in_threads_share_one_memory() -> None:
         t.join()
     assert not errors, errors
     assert shared.status().memories == sum(written.values())
+
+
+def test_a_compaction_with_memory_cuts_to_low_water_of_the_whole_budget_less_the_memory_room() -> None:
+    """Memory's room is part of the band's planning: compaction frees the room as well, once, so the
+    band between compactions is as wide as without memory (not narrower by the room)."""
+    session = Session(window=WINDOW, counter="heuristic", memory=SessionMemory(share=0.1))
+    assert session.memory is not None
+    targets: list[int] = []
+    session.subscribe(lambda e: targets.append(e.target) if isinstance(e, CompactionStarted) else None)
+    for batch in _history():
+        session.add(batch)
+        session.prepare(format="internal")
+        room = session.memory.room(session.budget.effective)
+        assert session.engine.held() == room > 0
+        if targets:
+            assert session.engine.book.room.held == room
+    whole = session.budget.effective
+    assert session.engine.budget.effective <= whole - room
+    assert targets and set(targets) == {int(session.config.low_water * whole) - room}
+    assert Session(window=WINDOW, counter="heuristic").engine.held() == 0

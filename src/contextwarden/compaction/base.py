@@ -74,6 +74,17 @@ class Room:
     """Tokens the user's instructions need in the context block, measured when a compaction starts."""
     lean: bool = False
     """A tight budget or a deeper cut than low water: the user's plain requests are left to the ledger."""
+    held: int = 0
+    """Tokens held back from ``effective`` for another part of each request (recalled memories)."""
+
+    def low_target(self, low_water: float) -> int:
+        """The tokens a compaction to ``low_water`` cuts to.
+
+        A share of the whole budget (``effective`` plus ``held``) less what is held back: the band
+        from the trigger to the target is as wide as it would be with nothing held back, so holding
+        room for recalled memories does not make compactions more frequent.
+        """
+        return max(0, int(low_water * (self.effective + self.held)) - self.held)
 
     @classmethod
     def of(
@@ -85,6 +96,7 @@ class Room:
         floor: int = 0,
         work_need: int = 0,
         user_need: int = 0,
+        held: int = 0,
     ) -> Room:
         """The room of a budget under ``config``."""
         ledger_cap = min(config.ledger_max_tokens, int(config.ledger_share * effective))
@@ -99,4 +111,5 @@ class Room:
             work_need=work_need,
             user_cap=user_cap,
             user_need=min(user_need, user_cap),
+            held=held,
         )

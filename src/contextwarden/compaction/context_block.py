@@ -90,7 +90,7 @@ def context_room(book: RoundBook, config: CompactionConfig, target: int | None) 
         # rounds that must stay allow): the settle step evicts more rounds for it when its facts
         # need the room (only then: a short ledger renders short)
         half_share = min(cap, int(effective * config.ledger_share / 2) + room.work_need + room.user_need)
-        if target < config.low_water * effective - 1:  # a deeper cut (thrashing, reactive) must land
+        if target < room.low_target(config.low_water) - 1:  # a deeper cut (thrashing, reactive) must land
             # ...but not by cutting the user's words: they are few and nothing else stands in for them
             half_share = min(half_share, max(0, target - room.floor) + room.user_need + SECTION_HEADER)
         tokens = min(tokens, max(target - rest, half_share))

@@ -75,8 +75,11 @@ class ContextEngine:
         config: CompactionConfig,
         snapshots: SnapshotStore,
         events: EventBus,
+        held: Callable[[], int] | None = None,
     ) -> None:
         self.session_id = session_id
+        # tokens of the whole budget that ``budget`` holds back for recalled memories (see `Room.low_target`)
+        self._held = held
         self.accountant = accountant
         # a session passes a function: its budget follows calibration and the window the server serves
         self._budget_source = budget if callable(budget) else None
@@ -242,7 +245,9 @@ class ContextEngine:
             if plan is None:
                 self._check_thrashing()
                 plan = self._plan()
-            layer = yield from self._compact(plan, target=int(plan.low_water * effective))
+            held = self.held()
+            target = Room.of(effective, config, held=held).low_target(plan.low_water)
+            layer = yield from self._compact(plan, target=target, held=held)
             self.counters.gate_floor = self._closed_gate() if book.view_tokens > high else 0.0
             self.counters.last_compaction_reply = book.replies
         else:
@@ -374,25 +379,43 @@ class ContextEngine:
             counters.thrash_streak = 0
 
     # --- the cascade ----------------------------------------------------------------------
-    def _compact(self, plan: Plan, *, target: int) -> Generator[SummaryRequest, SummaryReply, LayerName | None]:
+    def held(self) -> int:
+        """Tokens of the whole budget that `budget` holds back for recalled memories (0 without memory)."""
+        return max(0, self._held()) if self._held is not None else 0
+
+    def _compact(
+        self, plan: Plan, *, target: int, held: int = 0
+    ) -> Generator[SummaryRequest, SummaryReply, LayerName | None]:
         book, config, trigger = self.book, self.config, plan.trigger
         effective = self.budget.effective
         layer: LayerName | None = None
         protected = book.protected(plan.keep_rounds)
         room = book.room
         book.room = Room.of(
-            effective, config, tight=room.tight, floor=room.floor, work_need=room.work_need, user_need=room.user_need
+            effective,
+            config,
+            tight=room.tight,
+            floor=room.floor,
+            work_need=room.work_need,
+            user_need=room.user_need,
+            held=held,
         )
         self._pre_ratio = book.total() / effective if effective else 1.0
         hard = book.protected(0)
         floor = sum(book.rounds[o].view_tokens for o in hard) + self.accountant.framing.reply_priming
         tight = floor + min(book.room.ledger_cap, effective // 10) > target
         book.room = Room.of(
-            effective, config, tight=tight, floor=floor, work_need=book.room.work_need, user_need=book.room.user_need
+            effective,
+            config,
+            tight=tight,
+            floor=floor,
+            work_need=book.room.work_need,
+            user_need=book.room.user_need,
+            held=held,
         )
         # a tight budget or a deeper cut (thrashing, reactive): the user's plain requests leave the
         # section to the ledger's denser lines; what they ruled, corrected and decided stays
-        lean = tight or target < config.low_water * effective - 1
+        lean = tight or target < book.room.low_target(config.low_water) - 1
         book.room = replace(book.room, work_need=context_block.working_set_need(book), lean=lean)
         book.room = replace(book.room, user_need=context_block.instructions_need(book))
         if "clear" in config.layers and self._open("clear", trigger) and book.total() > target:
@@ -553,6 +576,7 @@ class ContextEngine:
             floor=room.floor,
             work_need=room.work_need,
             user_need=room.user_need,
+            held=self.held(),
         )
         if not saved_view(state):  # saved by a version that did not keep the context block
             context_block.render(book, self.config)
