@@ -304,7 +304,7 @@ def test_a_compaction_with_memory_cuts_to_low_water_of_the_whole_budget_less_the
     assert session.memory is not None
     targets: list[int] = []
     session.subscribe(lambda e: targets.append(e.target) if isinstance(e, CompactionStarted) else None)
-    for batch in _history():
+    for batch in shipment_history():
         session.add(batch)
         session.prepare(format="internal")
         room = session.memory.room(session.budget.effective)
