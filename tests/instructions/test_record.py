@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from compaction._helpers import make_text
 from contextwarden.instructions import HEADER, UserInstructions
 from contextwarden.messages import Message, ToolCall
@@ -164,3 +166,32 @@ def test_a_correction_behind_a_lead_in_supersedes_the_value_stated_behind_anothe
     record.observe(Message.user("Go with nj-52 for the nightly job."), 5)
     assert [i.step for i in record.current()] == [2, 3, 5]
     assert record.current()[1].replaces == (1,) and record.current()[2].replaces == (4,)
+
+
+@pytest.mark.parametrize("max_tokens", [180, 400])
+@pytest.mark.parametrize("requests", [True, False])
+def test_a_full_sections_closing_line_names_exactly_what_it_leaves_out(requests: bool, max_tokens: int) -> None:
+    record = UserInstructions()
+    for i in range(3000):
+        if i % 300 == 11:
+            text = f"Never touch the folder gen{i}/ from now on."
+        elif i % 7 == 0:
+            text = f"Look at module {i}."
+        else:
+            text = f"Now look at module {i} and tell me what it does and whether its tests cover the retry path well."
+        record.observe(Message.user(text), i)
+    in_view = set(range(2950, 3000)) | {11, 12, 13}
+    text, tokens = record.render(max_tokens=max_tokens, count=COUNTER.count_text, in_view=in_view, requests=requests)
+    assert tokens <= max_tokens
+    shown = {int(line.split(" ", 1)[0].split(":")[0][1:]) for line in text.splitlines()[1:-1]}
+    expected = [
+        i for i in record.current() if i.step not in in_view and i.step not in shown and (requests or not i.lean_hidden)
+    ]
+    others = sorted(i.step for i in expected if i.kind != "rule")
+    rules = sorted(i.step for i in expected if i.kind == "rule")
+    closing = text.splitlines()[-1]
+    assert f"{len(others)} other messages (#{others[0]}..#{others[-1]})" in closing
+    if rules:
+        assert "rules, corrections and values at " + ", ".join(f"#{s}" for s in rules) + ";" in closing
+    else:
+        assert "rules, corrections and values" not in closing

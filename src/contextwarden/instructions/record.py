@@ -22,8 +22,9 @@ no rule is ever dropped silently.
 
 from __future__ import annotations
 
+import heapq
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Literal
@@ -154,6 +155,9 @@ class UserInstructions:
         self._by_parts: dict[tuple[str, ...], int] = {}
         """Index of the newest item showing these exact words."""
         self._line_tokens: dict[str, int] = {}
+        self._live: dict[tuple[int, bool, bool], dict[int, None]] = {}
+        """Indices of the items in force, by (-priority, rule, long plain request), oldest first: a render
+        reads the classes it shows from their newest end, and what it leaves out by counts and ends."""
 
     def __len__(self) -> int:
         return len(self.items)
@@ -213,6 +217,7 @@ class UserInstructions:
         item = self._supersede(item)
         for key, _ in item.keys:
             self._by_key.setdefault(key, []).append(len(self.items))
+        self._live.setdefault(_class(item), {})[len(self.items)] = None
         self.items.append(item)
         self.version += 1
         return item
@@ -224,6 +229,7 @@ class UserInstructions:
         repeated = self._by_parts.get(new.parts)
         self._by_parts[new.parts] = len(self.items)
         if repeated is not None and self.items[repeated].superseded_by is None:
+            self._retire(repeated)
             self.items[repeated] = replace(self.items[repeated], superseded_by=new.step)
         names = {key for key, _ in new.keys}
         if not names and not new.stale:  # most messages name no value: nothing to look up
@@ -244,11 +250,16 @@ class UserInstructions:
             old_names = {k for k, _ in old.keys}
             covered = (by_name and old_names <= names) or all(v in new.stale for _, v in old.keys)
             if (old.values_only or old.kind == "correction") and old.keys and covered:
+                self._retire(i)
                 self.items[i] = replace(old, superseded_by=new.step)
             else:
                 self.items[i] = replace(old, changed_by=(*old.changed_by, new.step))
             replaced.append(old.step)
         return replace(new, replaces=tuple(replaced)) if replaced else new
+
+    def _retire(self, index: int) -> None:
+        """Item ``index`` is no longer in force: out of its class."""
+        self._live[_class(self.items[index])].pop(index, None)
 
     # --- reading back -----------------------------------------------------------------------
     def current(self) -> list[Instruction]:
@@ -281,27 +292,27 @@ class UserInstructions:
             return memo
         if len(self._memo) > 16:
             self._memo.clear()
-        # one pass over the record: a long session's user wrote thousands of messages
-        if requests:
-            shown = [i for i in self.items if i.superseded_by is None and i.step not in view]
-        else:
-            shown = [i for i in self.items if i.superseded_by is None and not i.lean_hidden and i.step not in view]
-        result = self._render(max_tokens, count, shown)
+        result = self._render(max_tokens, count, view, requests)
         self._memo[key] = result
         return result
 
-    def _render(self, max_tokens: int, count: Callable[[str], int], shown: list[Instruction]) -> tuple[str, int]:
-        if not shown or max_tokens <= 0:
+    def _render(
+        self, max_tokens: int, count: Callable[[str], int], view: frozenset[int], requests: bool
+    ) -> tuple[str, int]:
+        if max_tokens <= 0:
             return "", 0
         header = self._tokens(HEADER, count)
-        shown, left_out = self._candidates(shown, max_tokens, header, count)
+        shown, left_out = self._candidates(max_tokens, header, count, view, requests)
+        if not shown and not left_out:
+            return "", 0
         lines = {i.step: _line(i) for i in shown}
         cost = {step: self._tokens(line, count) + 1 for step, line in lines.items()}
         total = header + sum(cost.values())
         if total + (_left_out_estimate(len(left_out)) if left_out else 0) > max_tokens:
             # counted as they leave: the closing line's estimate must not walk the list each time
-            binding = sum(i.priority == 0 for i in left_out)
+            binding = left_out.binding_count
             shrinkable = [i for i in shown if i.core and i.priority == 0]
+            dropped: set[int] = set()
             for item in sorted(shown, key=_leaving):
                 if shrinkable and item.priority == 0:
                     # before any binding statement leaves, long ones show only their binding sentences
@@ -310,12 +321,12 @@ class UserInstructions:
                     shrinkable = []
                     if total + closing <= max_tokens:
                         break
-                left_out.append(item)
+                left_out.add(item)
+                dropped.add(item.step)
                 total -= cost[item.step]
                 binding += item.priority == 0
                 if total + _left_out_estimate(binding) <= max_tokens:
                     break
-            dropped = {i.step for i in left_out}
             shown = [i for i in shown if i.step not in dropped]
         out = [HEADER, *(lines[i.step] for i in shown)]
         if left_out:
@@ -332,7 +343,7 @@ class UserInstructions:
                 if freed >= excess:
                     break
                 shown.remove(item)
-                left_out.append(item)
+                left_out.add(item)
                 freed += cost[item.step]
             out = [HEADER, *(lines[i.step] for i in shown), _left_out_line(left_out, max_tokens)]
             text = "\n".join(out)
@@ -342,28 +353,52 @@ class UserInstructions:
         return text, tokens
 
     def _candidates(
-        self, shown: list[Instruction], max_tokens: int, header: int, count: Callable[[str], int]
-    ) -> tuple[list[Instruction], list[Instruction]]:
-        """The items a section of ``max_tokens`` could show, and those it cannot, both in step order.
+        self, max_tokens: int, header: int, count: Callable[[str], int], view: frozenset[int], requests: bool
+    ) -> tuple[list[Instruction], _LeftOut]:
+        """The items a section of ``max_tokens`` could show (in step order), and a summary of those it cannot.
 
         The most kept (last in `_leaving_order`) are taken until their lines pass twice the room
-        (a long message may yet shrink to its binding sentences); the rest leave unread, so a
-        session with thousands of messages counts a few dozen lines, not all of them.
+        (a long message may yet shrink to its binding sentences); the rest leave unread, counted by
+        their classes' sizes and ends, so a session with thousands of messages reads a few dozen.
+        Items whose step is in ``view`` are not shown; nor, unless ``requests``, long plain requests.
         """
-        classes: dict[tuple[int, bool], list[Instruction]] = {}
-        for item in shown:
-            classes.setdefault(item.leaving[:2], []).append(item)
-        taken: set[int] = set()
-        used = header
-        for key in sorted(classes, reverse=True):
-            for item in reversed(classes[key]):
-                if used > 2 * max_tokens:
+        groups: dict[tuple[int, bool], list[dict[int, None]]] = {}
+        for (neg, rule, lean), members in self._live.items():
+            if members and (requests or not lean):
+                groups.setdefault((neg, rule), []).append(members)
+        in_view = {i for i in (self._step_index(s) for s in view) if i is not None}
+        taken: list[Instruction] = []
+        left = _LeftOut()
+        used, full = header, False
+        items = self.items
+        for key in sorted(groups, reverse=True):
+            newest = _newest_first(groups[key])
+            for seen, index in enumerate(newest):
+                if index in in_view:
+                    continue
+                if full or used > 2 * max_tokens:
+                    full = True
+                    left.add_unread(items, index, seen, newest, groups[key], in_view)
                     break
+                item = items[index]
                 used += self._tokens(_line(item), count) + 1
-                taken.add(item.step)
-        if len(taken) == len(shown):
-            return shown, []
-        return [i for i in shown if i.step in taken], [i for i in shown if i.step not in taken]
+                taken.append(item)
+        taken.sort(key=lambda i: i.step)
+        return taken, left
+
+    def _step_index(self, step: int) -> int | None:
+        """The index of the item of ``step`` (None: no message of the user at that step)."""
+        if not self.items:
+            return None
+        # steps grow with the index: a bisection finds it
+        lo, hi = 0, len(self.items)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.items[mid].step < step:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo if lo < len(self.items) and self.items[lo].step == step else None
 
     def _shrink(
         self,
@@ -392,6 +427,73 @@ class UserInstructions:
                 self._line_tokens.clear()
             n = self._line_tokens[line] = count(line)
         return n
+
+
+def _class(item: Instruction) -> tuple[int, bool, bool]:
+    """The item's class in `UserInstructions._live`."""
+    neg, rule, _ = item.leaving
+    return neg, rule, item.lean_hidden
+
+
+def _newest_first(members: list[dict[int, None]]) -> Iterator[int]:
+    """The indices of one or two classes, newest first."""
+    if len(members) == 1:
+        return reversed(members[0])
+    return heapq.merge(*(reversed(m) for m in members), key=lambda i: -i)
+
+
+class _LeftOut:
+    """What a full section leaves out: binding steps one by one, the others by count and range."""
+
+    __slots__ = ("binding", "others", "first", "last")
+
+    def __init__(self) -> None:
+        self.binding: list[int] = []
+        self.others = 0
+        self.first: int | None = None
+        self.last: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.binding) + self.others
+
+    @property
+    def binding_count(self) -> int:
+        return len(self.binding)
+
+    def add(self, item: Instruction) -> None:
+        if item.priority == 0:
+            self.binding.append(item.step)
+            return
+        self._other(item.step, 1)
+
+    def _other(self, step: int, n: int) -> None:
+        self.others += n
+        self.first = step if self.first is None else min(self.first, step)
+        self.last = step if self.last is None else max(self.last, step)
+
+    def add_unread(
+        self,
+        items: list[Instruction],
+        index: int,
+        seen: int,
+        newest: Iterator[int],
+        members: list[dict[int, None]],
+        in_view: set[int],
+    ) -> None:
+        """``index`` and every older index of its class leave unread (``seen`` newer ones were read or skipped).
+
+        ``newest`` goes on from ``index``; only the binding steps are walked, the others are counted.
+        """
+        if items[index].priority == 0:  # binding steps are named one by one (there are few)
+            self.binding.append(items[index].step)
+            self.binding.extend(items[i].step for i in newest if i not in in_view)
+            return
+        older = sum(len(m) for m in members) - seen - 1
+        hidden = sum(1 for i in in_view if i < index and any(i in m for m in members))
+        self._other(items[index].step, 1 + older - hidden)
+        for m in members:
+            oldest = next((i for i in m if i not in in_view), index)  # stops at the first one not in view
+            self._other(items[min(oldest, index)].step, 0)
 
 
 LEAN_CHARS = 160
@@ -493,15 +595,14 @@ def _left_out_estimate(binding: int) -> int:
     return 40 + 3 * min(binding, _LISTED)
 
 
-def _left_out_line(items: list[Instruction], max_tokens: int) -> str:
+def _left_out_line(left: _LeftOut, max_tokens: int) -> str:
     """The closing line of a full section: binding steps left out by number, the rest counted, and how to read them."""
-    binding = sorted(i.step for i in items if i.priority == 0)
-    others = sorted(i.step for i in items if i.priority > 0)
+    binding = sorted(left.binding)
     listed: list[str] = []
     if binding:
         listed.append("rules, corrections and values at " + _steps(binding))
-    if others:
-        listed.append(f"{len(others)} other messages (#{others[0]}..#{others[-1]})")
+    if left.others:
+        listed.append(f"{left.others} other messages (#{left.first}..#{left.last})")
     return (
         f"Not shown (this section is limited to {max_tokens} tokens): {'; '.join(listed)}; "
         'read_context("#<step>") shows each.'
