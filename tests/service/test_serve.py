@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from contextwarden.testing import ScriptedOpenAIServer
 
@@ -73,6 +75,52 @@ def test_serve_prints_the_dashboard_url_and_the_window_the_upstream_serves(tmp_p
             assert f"clients use {url}v1" in banner
             wait_ready(url.rstrip("/"), process, tmp_path / "none.log")
             assert httpx.get(url, timeout=5).status_code == 200
+        finally:
+            process.terminate()
+            process.wait(timeout=15)
+            assert process.stdout is not None
+            process.stdout.close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "redis"])
+def test_serve_refuses_to_start_on_a_store_it_cannot_reach(tmp_path: Path, scheme: str) -> None:
+    port = _closed_port()
+    store = (
+        f"{scheme}://cw:hunter2@127.0.0.1:{port}/0"
+        if scheme == "redis"
+        else f"{scheme}://cw:hunter2@127.0.0.1:{port}/test"
+    )
+    env = {**os.environ, "CONTEXTWARDEN_HOME": str(tmp_path / "home")}
+    argv = [sys.executable, "-m", "contextwarden", "serve", "--port", "0", "--no-detect-window", "--store", store]
+    out = subprocess.run(argv, env=env, capture_output=True, timeout=60)
+    assert out.returncode != 0
+    lines = out.stderr.decode().strip().splitlines()
+    assert len(lines) == 1, lines  # one line, no traceback
+    line = lines[0]
+    assert line.startswith("error: ") and f"127.0.0.1:{port}" in line and "hunter2" not in line
+    assert "fix: " in line and "--store" in line and "--no-store-check" in line
+    assert b"dashboard" not in out.stdout  # it never listened
+
+
+def test_serve_starts_on_an_unreachable_store_when_told_to(tmp_path: Path) -> None:
+    store = f"postgresql://cw@127.0.0.1:{_closed_port()}/test"
+    with ScriptedOpenAIServer(default="ok", model=MODEL) as upstream:
+        env = {**os.environ, "CONTEXTWARDEN_HOME": str(tmp_path / "home")}
+        argv = [sys.executable, "-m", "contextwarden", "serve", "--port", "0", "--no-detect-window"]
+        argv += ["--upstream", upstream.base_url, "--store", store, "--no-store-check"]
+        process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            assert process.stdout is not None
+            banner = process.stdout.readline().decode()
+            url = banner.split("dashboard ", 1)[1].split()[0].rstrip("/")
+            wait_ready(url, process, tmp_path / "none.log")
+            assert httpx.get(f"{url}/readyz", timeout=30).status_code == 503  # the store is still down
         finally:
             process.terminate()
             process.wait(timeout=15)

@@ -116,7 +116,8 @@ def _window(settings: Settings, model: str | None, timeout: float) -> tuple[Chec
     )
 
 
-def _store(settings: Settings) -> Check:
+def store_check(settings: Settings) -> Check:
+    """Open the configured store and list its sessions (what ``serve`` needs of it)."""
     url = settings.store_url
     shown = url.split("://", 1)[0]
     try:
@@ -144,7 +145,7 @@ def run_checks(settings: Settings, *, model: str | None = None, timeout: float =
     checks = [_upstream(settings, timeout)]
     if checks[0].outcome != "fail":
         checks.append(_window(settings, model or settings.model, timeout)[0])
-    checks.append(_store(settings))
+    checks.append(store_check(settings))
     return checks
 
 

@@ -13,6 +13,7 @@ from ..exceptions import ContextWardenError
 from ..llm.served_window import probe
 from ..settings import Settings
 from ._common import CLIError, get_settings, state
+from .doctor import store_check
 
 __all__ = ["serve_command"]
 
@@ -56,6 +57,15 @@ def serve_command(
             help="Forward every request unchanged; record the sessions and the views the proxy would send.",
         ),
     ] = False,
+    check_store: Annotated[
+        bool,
+        typer.Option(
+            "--store-check/--no-store-check",
+            help="Open the store and list its sessions before starting; refuse to start when that fails "
+            "(default: on, or `\\[store] check_on_start`).",
+            show_default=False,
+        ),
+    ] = True,
     detect_window: Annotated[
         bool,
         typer.Option(
@@ -94,8 +104,13 @@ def serve_command(
         service["shadow"] = True
     if service:
         flags["service"] = service
+    stored: dict[str, object] = {}
     if store is not None:
-        flags["store"] = {"url": store}
+        stored["url"] = store
+    if not check_store:
+        stored["check_on_start"] = False
+    if stored:
+        flags["store"] = stored
     settings = get_settings(ctx, **flags)
     level = log_level.upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -106,6 +121,8 @@ def serve_command(
         if detected:
             flags = {**flags, **detected}
             settings = get_settings(ctx, **flags)
+    if settings.store.check_on_start:
+        _refuse_unusable_store(settings)
     app = create_app(settings)
     listener = _listen(settings.service.host, settings.service.port)
     base = _url(settings.service.host, listener.getsockname()[1])
@@ -146,6 +163,16 @@ def served_window_flags(settings: Settings) -> dict[str, object]:
     models = {name: override.model_dump(exclude_none=True) for name, override in settings.models.items()}
     models[served.model] = {**models.get(served.model, {}), "context_length": served.window}
     return {"models": models}
+
+
+def _refuse_unusable_store(settings: Settings) -> None:
+    """Refuse to start on a store that cannot be used: requests would all fail, and only ``/readyz`` would say so."""
+    check = store_check(settings)
+    if check.outcome == "fail":
+        raise CLIError(
+            f"{check.detail.rstrip('.')}; fix: {check.fix}; to start anyway (the store may come up later), pass "
+            "`--no-store-check` or set `[store] check_on_start = false`."
+        )
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -173,6 +173,8 @@ class StoreSection(BaseModel):
 
     url: str | None = None
     """Session store URL (a leading ``~`` in a SQLite path is expanded); default: ``sessions.db`` in the user dir."""
+    check_on_start: bool = True
+    """``serve`` opens the store and lists its sessions before it starts, and refuses to start when that fails."""
 
 
 class MemoryWeights(BaseModel):
