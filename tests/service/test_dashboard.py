@@ -112,6 +112,35 @@ def _layout(page: Any) -> dict[str, Any]:
     )
 
 
+_GLYPHS = """() => {
+  // The first visible CJK text of the page, and how its distinct characters draw in the element's font.
+  const cjk = /[\\u3040-\\u30ff\\u4e00-\\u9fff]/;
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  let element = null;
+  while (walker.nextNode()) {
+    const parent = walker.currentNode.parentElement;
+    if (cjk.test(walker.currentNode.textContent) && parent && parent.getClientRects().length) {
+      element = parent;
+      break;
+    }
+  }
+  if (element === null) return null;
+  const chars = [...new Set([...element.textContent].filter(c => cjk.test(c)))].slice(0, 8);
+  const canvas = document.createElement('canvas');
+  canvas.width = canvas.height = 48;
+  const ctx = canvas.getContext('2d');
+  ctx.font = `32px ${getComputedStyle(element).fontFamily}`;
+  ctx.textBaseline = 'top';
+  const shapes = chars.map(c => {
+    ctx.clearRect(0, 0, 48, 48);
+    ctx.fillText(c, 4, 4);
+    return ctx.getImageData(0, 0, 48, 48).data.filter((_, i) => i % 4 === 3).join(',');
+  });
+  return {text: element.textContent.slice(0, 60), chars: chars.length, shapes: new Set(shapes).size};
+}"""
+"""Without a CJK font every missing character draws as the same box (tofu): distinct characters, one shape."""
+
+
 def test_screenshots_at_desktop_and_phone_width_show_the_same_figures(tmp_path: Path) -> None:
     """A demo session in the store, served by the dashboard at 1280 and 420 px: the same chart, components and lists."""
     executable = _chromium()
@@ -128,6 +157,7 @@ def test_screenshots_at_desktop_and_phone_width_show_the_same_figures(tmp_path: 
     assert CliRunner().invoke(app, args).exit_code == 0
     service = start_service(Settings(store={"url": store}, service={"upstream_url": "http://127.0.0.1:9"}))
     seen: dict[int, dict[str, Any]] = {}
+    glyphs: dict[int, dict[str, Any] | None] = {}
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=executable, args=ARGS, headless=True)
@@ -141,6 +171,7 @@ def test_screenshots_at_desktop_and_phone_width_show_the_same_figures(tmp_path: 
                     page.wait_for_selector("#sessions li .badge")
                     page.screenshot(path=str(tmp_path / f"dashboard-{width}.png"), full_page=True)
                     seen[width] = _layout(page)
+                    glyphs[width] = page.evaluate(_GLYPHS)
                     assert errors == []
             finally:
                 browser.close()
@@ -160,3 +191,7 @@ def test_screenshots_at_desktop_and_phone_width_show_the_same_figures(tmp_path: 
         k: v for k, v in phone.items() if k != "chartWidth"
     }
     assert phone["chartWidth"] < desktop["chartWidth"]
+    for width, drawn in glyphs.items():  # the demo's user writes in Chinese: the screenshot shows its characters
+        assert drawn is not None, f"no CJK text on the dashboard at {width} px"
+        assert drawn["chars"] >= 4, drawn
+        assert drawn["shapes"] == drawn["chars"], f"CJK characters draw as boxes (install fonts-noto-cjk): {drawn}"
