@@ -14,7 +14,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -102,6 +102,12 @@ class Turn:
         self.read_backs = 0
         self.unwritten = False
         """The session holds messages of this request that are not in the store yet (written with the reply)."""
+        self.written: int | None = None
+        """The transcript length this request knows the store holds (its appends expect it)."""
+        self.wrote = False
+        """An append of this request reached the store (its turn is there in part)."""
+        self.produced: list[Message] = []
+        """What this request recorded after the client's messages: read-back rounds, then the reply."""
         self.unmanaged: str | None = None
         """Why the request went upstream unmanaged (None: managed, or no session named)."""
 
@@ -155,6 +161,9 @@ class Turn:
                     self.unwritten = self.unwritten or self.added > 0
                     lease.keyed(keyed[start:], before=before)
                 prepared = await lease.session.prepare(format=self.dialect.view_format, defer_write=True)
+                # a due compaction wrote the new messages (and used the condition up); else they wait for `write`
+                expected = lease.store.expected
+                self.written = lease.session.state.transcript_length if expected is None else expected
             except SessionMoved:
                 if attempt == _MOVED_ATTEMPTS - 1:
                     raise ServiceError(
@@ -245,7 +254,8 @@ class Turn:
                 recorded, as_sent = self._add_reply(reply.messages)
                 if reply.keyed is not None and as_sent:
                     lease.keyed(reply.keyed, before=session.state.transcript_length - len(recorded))
-        await self.write(recorded, reply.keyed if as_sent else None)
+        self.produced += recorded
+        await self.write()
         lease.sync_keys()
 
     def _add_reply(self, messages: list[Message]) -> tuple[list[Message], bool]:
@@ -271,51 +281,81 @@ class Turn:
             session.add(kept)
             return kept, False
 
-    async def write(self, reply: list[Message], reply_keyed: list[dict[str, Any]] | None) -> None:
-        """Write what the request added (its new messages and the reply) to the store, in one append.
+    async def write(self) -> None:
+        """Write what the request added (its new messages, read-back rounds, the reply) to the store.
 
-        That append is the request's one store round trip, conditional on the transcript's length
-        this process read. When another replica appended meanwhile, the session is read again and
-        what this request adds to the stored transcript is appended to it; when that cannot be told
-        (the request's read-back rounds, a reply that is not one message per chat dict), the session
-        is dropped from memory: the store's copy is the truth, and the client's next request re-sends
-        the rest.
+        Each append is conditional on the transcript's length this request knows the store holds
+        (the first is the request's one store round trip, its new messages with the reply). When
+        another writer appended meanwhile, the session is read again and what this request adds to
+        the stored transcript is appended to it: the part of the client's history and of what this
+        request recorded that the stored transcript does not continue with; or, for a turn that
+        must be whole in the store (part of it is stored, or it answers read-back calls), every
+        message of it the store does not hold (by id), after the other writer's. Otherwise the
+        session is dropped from memory: the store's copy is the truth, and the client's next request
+        re-sends the rest.
         """
         lease = self.lease
         assert lease is not None
         for attempt in range(_MOVED_ATTEMPTS):
+            if self.written is not None:
+                lease.expect(self.written)
             try:
                 await lease.session.flush()
-                self.unwritten = False
-                return
             except SessionMoved:
-                if attempt == _MOVED_ATTEMPTS - 1 or self.read_backs:
+                if attempt == _MOVED_ATTEMPTS - 1:
                     break
+                held = lease.session.state.messages()
                 await self.svc.pool.reload(lease, model=self.body["model"], tools=self.tools)
-                if not self._append_again(reply, reply_keyed):
+                self.written = lease.session.state.transcript_length
+                # by id only when the request's turn must be whole in the store: part of it is there
+                # already, or it answers read-back calls (their results need their calls); a plain turn
+                # that does not continue the stored transcript is not merged into it
+                if not (self._append_again() or (self._bound() and self._append_missing(held))):
                     break
+                continue
+            finally:
+                lease.expect(None)  # a flush with nothing to write leaves the condition unused
+            self.unwritten = False
+            self.wrote = self.wrote or lease.session.state.transcript_length > (self.written or 0)
+            self.written = lease.session.state.transcript_length
+            return
         lease.failed = True
         self.unwritten = False
         logger.info("session %s changed in the store during the request; read again on the next", lease.session_id)
 
-    def _append_again(self, reply: list[Message], reply_keyed: list[dict[str, Any]] | None) -> bool:
-        """After the session was read again: add what the request's history and its reply add to it."""
+    def _bound(self) -> bool:
+        """The request's turn is tied to the session: part of it is stored, or it calls the read-back tool."""
+        return self.wrote or any(call.name == READ_BACK for m in self.produced for call in m.tool_calls)
+
+    def _append_again(self) -> bool:
+        """After the session was read again: add what the request's history and what it recorded add to it."""
         lease = self.lease
         assert lease is not None
-        if reply_keyed is None:
-            reply_keyed = from_messages(reply, format="openai")
-        if len(reply_keyed) != len(reply):
+        produced = self.produced
+        produced_keyed = from_messages(produced, format="openai") if produced else []
+        if len(produced_keyed) != len(produced):
             return False
         lease.sync_keys()
-        keyed = [*self.conversation.keyed, *reply_keyed]
+        keyed = [*self.conversation.keyed, *produced_keyed]
         found = continuation(keyed, lease.keys)
         if found.kind != "extends":
             return False
         sent = len(self.conversation.keyed)
-        fresh = [*(self.conversation.convert(found.start) if found.start < sent else []), *reply[found.start - sent :]]
         if found.start > sent:
-            fresh = reply[found.start - sent :]
-        lease.expect(lease.session.state.transcript_length)
+            fresh = produced[found.start - sent :]
+        else:
+            fresh = [*self.conversation.convert(found.start), *produced]
+        return self._add_again(fresh)
+
+    def _append_missing(self, held: Sequence[Message]) -> bool:
+        """After the session was read again: add the messages this process held that the store lacks, in order."""
+        assert self.lease is not None
+        stored = {m.message_id for m in self.lease.session.state.messages()}
+        return self._add_again([m for m in held if m.message_id not in stored])
+
+    def _add_again(self, fresh: list[Message]) -> bool:
+        lease = self.lease
+        assert lease is not None
         lease.session.use_tools(self.tools)
         try:
             lease.session.add(fresh)
@@ -355,7 +395,8 @@ class Turn:
             for call in reply.tool_calls
         ]
         session.add(results)
-        await session.flush()
+        self.produced += results
+        await self.write()
         self.read_backs += 1
         skipped = sum(call.name != READ_BACK for call in reply.tool_calls)
         logger.info(
@@ -364,7 +405,8 @@ class Turn:
             len(results) - skipped,
             skipped,
         )
-        prepared = await session.prepare(format=self.dialect.view_format)
+        # the session read again when another writer appended meanwhile
+        prepared = await self.lease.session.prepare(format=self.dialect.view_format)
         self.view_tokens = prepared.status.used
         return self._served(prepared.messages, prepared.view)
 
