@@ -7,7 +7,9 @@ real HTTP: a compacted view never sends a call without its output or an output w
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -17,6 +19,7 @@ from hypothesis import given, strategies as st
 from contextwarden.messages import TextPart
 from contextwarden.rounds import group_rounds
 from contextwarden.service.dialects.openai_responses import OpenAIResponses, _render, to_messages
+from contextwarden.service.dialects.responses_items import BLANK_SCREENSHOT
 from contextwarden.settings import Settings
 from contextwarden.toolpairs import check
 
@@ -240,4 +243,60 @@ def test_a_stand_in_for_a_structured_output_keeps_the_items_shape() -> None:
     rendered = _render([turn, *stand_ins], history)
     assert rendered[:2] == [shell, computer]
     assert rendered[2] == {**shell_out, "output": [{**shell_out["output"][0], "stdout": "[cleared]", "stderr": ""}]}
-    assert rendered[3] == shot  # a screenshot has no text form
+    # a screenshot has no text form: a blank one keeps the item valid, the stand-in follows the outputs
+    assert rendered[3] == {**shot, "output": {"type": "computer_screenshot", "image_url": BLANK_SCREENSHOT}}
+    assert rendered[4]["role"] == "user" and "[cleared]" in rendered[4]["content"][0]["text"]
+    assert len(rendered) == 5
+
+
+def _screenshot(n: int) -> str:
+    """A large, distinct screenshot data URL."""
+    return "data:image/png;base64," + base64.b64encode(f"screen {n} ".encode() * 2000).decode()
+
+
+def _computer_history(rounds: int) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "book the flight"}]}
+    ]
+    for n in range(rounds):
+        call, output = _call("computer")
+        assert output is not None
+        output["output"] = {"type": "computer_screenshot", "image_url": _screenshot(n)}
+        items += [_reasoning(), call, output]
+    return items
+
+
+def test_a_compacted_view_sends_no_cleared_screenshot_and_keeps_each_computer_call_paired(
+    service_factory: Callable[[Settings], Running], sqlite_url: str
+) -> None:
+    with ResponsesUpstream() as upstream:
+        service = service_factory(make_settings(sqlite_url, upstream.base_url, window=16000))
+        history = _computer_history(8)
+        body = {"model": MODEL, "instructions": "Operate the browser.", "input": history,
+                "tools": [{"type": "computer_use_preview", "display_width": 1024, "display_height": 768,
+                           "environment": "browser"}]}  # fmt: skip
+        r = service.client.post("/v1/responses", json=body, headers={"session-id": "cu"})
+        assert r.status_code == 200, r.text
+        sent = upstream.requests[-1]["input"]
+        session = service.app.state.service.pool.loaded("default", "cu")
+    calls = [i["call_id"] for i in sent if i.get("type") == "computer_call"]
+    outputs = [i for i in sent if i.get("type") == "computer_call_output"]
+    assert calls and calls == [i["call_id"] for i in outputs]  # every call with its output, in order
+    blank = [i for i in outputs if i["output"]["image_url"] == BLANK_SCREENSHOT]
+    assert blank, "no screenshot was cleared"
+    assert outputs[-1]["output"]["image_url"] == _screenshot(7)  # the newest screenshot goes whole
+    assert len(json.dumps(sent)) < len(json.dumps(history)) // 2
+    for item in blank:  # the stand-in says which snapshot holds the screenshot; read_context returns it
+        note = next(i for i in sent if i.get("role") == "user" and repr(item["call_id"]) in json.dumps(i["content"]))
+        text = note["content"][0]["text"]
+        found = re.search(r"snap_[0-9a-f]+", text)
+        assert found and "read_context" in text, text
+        original = next(i for i in history if i.get("call_id") == item["call_id"] and i["type"].endswith("_output"))
+        kept = session.handle_tool_call("read_context", json.dumps({"ref": found.group(0)}))
+        assert kept is not None and original["output"]["image_url"][:400] in kept  # its first page
+    # a note never sits between a call's output and the next output of the same turn
+    for index, item in enumerate(sent[:-1]):
+        if item.get("role") == "user" and index > 0:
+            assert sent[index + 1].get("type") != "computer_call_output" or sent[index - 1].get("type") not in (
+                "computer_call_output",
+            )

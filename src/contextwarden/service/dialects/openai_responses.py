@@ -46,6 +46,7 @@ from .openai_chat import invalid_message
 from .responses_items import (
     OUTPUT,
     calls_of,
+    is_note,
     model_side as _model_side,
     output_message,
     outputs_by_call,
@@ -152,6 +153,8 @@ def _render(messages: Sequence[Message], sent: Sequence[Any] = (), cache: Render
     caller writes them out and never changes them.
     """
     out: list[Any] = []
+    # what shortened screenshots were: sent after the run of outputs they are in, never between two outputs
+    notes: list[Any] = []
     calls = {call_id: kind for m in messages if m.role == "assistant" for call_id, kind in calls_of(m).items()}
     originals = outputs_by_call(sent) if calls else {}
     fresh: Rendered = {}
@@ -167,7 +170,15 @@ def _render(messages: Sequence[Message], sent: Sequence[Any] = (), cache: Render
         items = hit[1] if hit is not None and hit[0] is message else _render_one(message, calls, originals)
         if alone:
             fresh[id(message)] = (message, items)
+        if message.role == "tool" and len(items) > 1:  # a shortened screenshot and its stand-in
+            notes += [i for i in items if is_note(i)]
+            out.extend(i for i in items if not is_note(i))
+            continue
+        if notes and message.role != "tool":
+            out.extend(notes)
+            notes = []
         out.extend(items)
+    out.extend(notes)
     if cache is not None:
         cache.clear()
         cache.update(fresh)
@@ -183,7 +194,7 @@ def _render_one(message: Message, calls: Mapping[str, str], originals: Mapping[s
     if message.role == "tool":
         output = render_output(message, calls, originals)
         if output is not None:
-            return [output]
+            return output
     item = message.extra.get(_ITEM)
     if isinstance(item, Mapping):
         return [dict(item)]

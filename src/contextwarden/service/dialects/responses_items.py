@@ -14,13 +14,18 @@ is one round, kept, cleared or dropped together. A hosted call that carries its 
 The items go back upstream exactly as the client sent them while the message is unchanged. An
 output compaction shortened keeps its item's shape (taken from the request's own item, since a
 stand-in carries only the call id): the stand-in text in place of its ``output`` string, or of a
-shell call's ``stdout``; a screenshot, which has no text form, goes as it came.
+shell call's ``stdout``. A screenshot has no text form: its item goes with a blank one-pixel
+screenshot in place of the image (the item stays valid and paired with its call), followed by a
+user message that holds the stand-in text (what the screenshot was and how to read it back).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import struct
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -28,8 +33,10 @@ from typing import Any
 from ...messages import Message, Part, TextPart, ThinkingPart, ToolCall
 
 __all__ = [
+    "BLANK_SCREENSHOT",
     "OUTPUT_OF",
     "calls_of",
+    "is_note",
     "model_side",
     "output_message",
     "outputs_by_call",
@@ -55,6 +62,7 @@ _DIGEST = "responses_turn_digest"
 OUTPUT = "responses_output"
 """``Message.extra`` key of an output item kept whole."""
 _IGNORED = frozenset({"type", "id", "status"})
+
 """Keys that do not change what the model sees of an item."""
 
 
@@ -193,27 +201,53 @@ def outputs_by_call(items: Sequence[Any]) -> dict[str, Mapping[str, Any]]:
     return found
 
 
-def _shortened(item: Mapping[str, Any], text: str) -> dict[str, Any]:
-    """``item`` with the stand-in ``text`` in place of its output, where its output has a text form."""
+def _png(width: int, height: int) -> bytes:
+    """A blank (transparent) PNG image."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)  # 8-bit RGBA
+    rows = b"".join(b"\x00" + b"\x00\x00\x00\x00" * width for _ in range(height))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+BLANK_SCREENSHOT = "data:image/png;base64," + base64.b64encode(_png(1, 1)).decode()
+"""The image a shortened screenshot output carries in place of the screenshot."""
+
+
+def _screenshot_note(item: Mapping[str, Any], text: str) -> dict[str, Any]:
+    """The user message that says what a screenshot left out of the view was, after its output item."""
+    call = item.get("call_id")
+    said = f"[The screenshot answering computer call {call!r} was left out of this request: {text}]"
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": said}]}
+
+
+def _shortened(item: Mapping[str, Any], text: str) -> list[dict[str, Any]]:
+    """``item`` with the stand-in ``text`` in place of its output (a screenshot: a blank one, and the text after)."""
     output = item.get("output")
     if isinstance(output, str):
-        return {**item, "output": text}
+        return [{**item, "output": text}]
     if (
         item.get("type") == "shell_call_output"
         and isinstance(output, list)
         and output
         and isinstance(output[0], Mapping)
     ):
-        return {**item, "output": [{**output[0], "stdout": text, "stderr": ""}]}  # its outcome stays the real one
-    return dict(item)  # a screenshot has no text form: it goes as it came
+        return [{**item, "output": [{**output[0], "stdout": text, "stderr": ""}]}]  # its outcome stays the real one
+    if item.get("type") == "computer_call_output" and isinstance(output, Mapping):
+        blank = {"type": "computer_screenshot", "image_url": BLANK_SCREENSHOT}
+        return [{**item, "output": blank}, _screenshot_note(item, text)]
+    return [dict(item)]
 
 
 def render_output(
     message: Message, calls: Mapping[str, str], sent: Mapping[str, Mapping[str, Any]]
-) -> dict[str, Any] | None:
+) -> list[dict[str, Any]] | None:
     """The output item of a tool result made by `output_message`, or of the stand-in compaction put in its
     place (``calls``: the call item type of each call id in the view; ``sent``: the request's own output
-    items by call id, `outputs_by_call`); None: neither."""
+    items by call id, `outputs_by_call`); None: neither. A shortened screenshot is its item with a blank
+    screenshot and a user message with the stand-in text (`is_note`), which goes after the run of outputs."""
     item = message.extra.get(OUTPUT)
     call_id = message.tool_call_id
     if not isinstance(item, Mapping):
@@ -223,10 +257,19 @@ def render_output(
         if original is not None:
             return _shortened(original, message.text)
         short = _SHORT_FORMS.get(calls[call_id])
-        return None if short is None else short(call_id, message.text)
+        if short is not None:
+            return [short(call_id, message.text)]
+        if calls[call_id] == "computer_call":
+            return _shortened({"type": "computer_call_output", "call_id": call_id, "output": {}}, message.text)
+        return None
     if message.text != _output_of(item):
         return _shortened(item, message.text)  # shortened by compaction: the model sees the shortened text
-    return dict(item)
+    return [dict(item)]
+
+
+def is_note(item: Mapping[str, Any]) -> bool:
+    """An item `render_output` adds after a shortened screenshot (not an output item)."""
+    return item.get("type") == "message"
 
 
 def render_turn(message: Message, render: Callable[[Message], list[dict[str, Any]]]) -> list[dict[str, Any]] | None:
