@@ -105,3 +105,25 @@ def test_a_system_message_is_a_stored_reply_only_when_it_has_that_text() -> None
     assert not same_message(message_key({"role": "user", "content": "done"}), reply)
     call = message_key({"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]})
     assert not same_message(message_key({"role": "system", "content": ""}), call)
+
+
+def _conversation(turns: list[str]) -> list[dict[str, Any]]:
+    """A system prompt, then each text as a user message answered by the assistant."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": "agent"}]
+    for text in turns:
+        out += [{"role": "user", "content": text}, {"role": "assistant", "content": f"did {text}"}]
+    return out
+
+
+def test_a_rewrite_is_named_by_the_history_up_to_its_first_differing_message() -> None:
+    from contextwarden.service.history import rewrite
+
+    stored = _keys(_conversation(["task", "step 1", "step 2", "step 3", "step 4"]))
+    compressed = _conversation(["summary one", "step 4"])
+    later = [*compressed, {"role": "user", "content": "next"}]
+    first, again = rewrite(compressed, stored), rewrite(later, stored)
+    assert first is not None and again is not None and first.shorter
+    assert first.digest == again.digest  # the client's next requests name the same rewrite
+    other = rewrite(_conversation(["summary two", "step 4"]), stored)
+    assert other is not None and other.digest != first.digest
+    assert rewrite(_conversation(["task", "step 1"]), stored) is None  # a prefix departs nowhere

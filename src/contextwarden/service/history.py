@@ -167,6 +167,32 @@ def head_digest(client: Sequence[Mapping[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(head).encode()).hexdigest()[:12]
 
 
+@dataclass(frozen=True, kw_only=True)
+class Rewrite:
+    """Where a history that departs from the transcript first differs from it."""
+
+    digest: str
+    """A digest of the client's history up to and with its first differing message (a session id suffix)."""
+    shorter: bool
+    """The history is shorter than the transcript: the client rewrote it (its own compaction, an edit)."""
+
+
+def rewrite(client: Sequence[Mapping[str, Any]], transcript: Sequence[MessageKey]) -> Rewrite | None:
+    """The rewrite a departing history ``client`` makes of ``transcript`` (None: it departs nowhere, a prefix).
+
+    Requests that follow a client's rewrite share the history up to its first differing message
+    (the summary a compaction put in place of the steps), so its digest names the rewrite for all
+    of them.
+    """
+    keys = client_side(transcript)
+    for index, message in enumerate(client[: len(keys)]):
+        if not same_message(message_key(message), keys[index]):
+            head = [message_key(m) for m in client[: index + 1]]
+            digest = hashlib.sha256(json.dumps(head).encode()).hexdigest()[:12]
+            return Rewrite(digest=digest, shorter=len(client) < len(keys))
+    return None
+
+
 def _read_back(key: MessageKey, calls: set[str]) -> bool:
     """The proxy's own read-back message: a turn that called it (with or without the client's tools: the
     proxy never relays such a turn), or a result answering one of that turn's calls."""

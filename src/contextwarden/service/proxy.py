@@ -4,8 +4,10 @@ Per request: the dialect reads the conversation; the history is matched with the
 transcript (`contextwarden.service.history`): a continuation appends its new messages, a retry of
 a request already answered appends nothing (its reply is stored once), and a conversation that
 starts differently (a title generator, a summarizer) goes to a session of its own named after the
-parent (``<id>~<digest>``); a history that departs from the transcript further on is passed through
-unmanaged. The session prepares the view (compacting when due) with the request's own tools in the
+parent (``<id>~<digest>``); a history the client rewrote shorter (its own compaction) goes to a
+session named after the rewrite, which its next requests continue, and so does a side conversation
+that starts again with other content; a history that departs from the transcript further on in any
+other way is passed through unmanaged. The session prepares the view (compacting when due) with the request's own tools in the
 budget, the dialect renders it into the request (everything else as the client sent it) and the
 request goes upstream. When the view refers to the read-back tool, the proxy offers it and answers
 the model's calls itself until the model replies to the client; those rounds are recorded in the
@@ -93,6 +95,7 @@ async def _prepared(turn: Turn, session_id: str | None) -> list[Any] | None:
 async def _session_view(turn: Turn, session_id: str) -> list[Any] | None:
     svc = turn.svc
     name = session_id
+    followed = side = False
     while True:
         turn.lease = await _lease(turn, name)
         try:
@@ -103,7 +106,18 @@ async def _session_view(turn: Turn, session_id: str) -> list[Any] | None:
             if elsewhere.kind == "other" and "~" not in name:
                 # another conversation under the same id (a title generator, a summarizer): a session of its own
                 name = f"{session_id}~{head_digest(turn.conversation.keyed)}"
+                side = True
                 continue
+            found = elsewhere.rewrite
+            if found is not None and not followed:
+                # the client rewrote its history shorter (its own compaction), or a side conversation started
+                # again with other content (the next compression): the history is a session of its own,
+                # named after the rewrite, which the client's next requests continue
+                followed = True
+                rewritten = f"{name}~{found.digest}"
+                if found.shorter or side or await svc.pool.exists(turn.tenant, rewritten):
+                    name = rewritten
+                    continue
             turn.unmanaged = elsewhere.kind
             svc.metrics.unmanaged.labels(elsewhere.kind).inc()
             logger.info("session %s: the request's history departs from the transcript; sent unmanaged", name)

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..adapters import from_messages
 from ..events import Event
-from ..exceptions import ConfigError, SessionNotFound, VersionConflict
+from ..exceptions import ConfigError, SessionNotFound, UsageError, VersionConflict
 from ..messages import Message
 from ..session import AsyncSession
 from ..settings import Settings
@@ -401,6 +401,16 @@ class SessionPool:
     def _closed(self, key: tuple[str, str]) -> None:
         if self._open.pop(key, None) is not None and self.watch is not None:
             self.watch(key[0], key[1], None)
+
+    async def exists(self, tenant: str, session_id: str) -> bool:
+        """Whether the store holds the session (this process's open sessions first)."""
+        if (tenant, session_id) in self._open:
+            return True
+        try:
+            await alocate(self.store, tenant, session_id)
+        except (SessionNotFound, UsageError):  # missing, or an id the store would refuse
+            return False
+        return True
 
     def loaded(self, tenant: str, session_id: str) -> AsyncSession | None:
         """The open session, if this process has it (no store access)."""

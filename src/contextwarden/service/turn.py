@@ -29,7 +29,7 @@ from .auth import presented_key
 from .dialects import Conversation, Dialect, Reply
 from .dialects.openai_chat import invalid_message
 from .errors import ServiceError
-from .history import READ_BACK, continuation
+from .history import READ_BACK, Rewrite, continuation, rewrite
 from .keep import kept_messages
 from .replies import believable
 from .runtime import ServiceState
@@ -59,9 +59,11 @@ _NOT_RUN = (
 class Elsewhere(Exception):
     """The request's history is not this session's conversation (``kind``: ``other`` or ``diverged``)."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, *, rewrite: Rewrite | None = None) -> None:
         super().__init__(kind)
         self.kind = kind
+        self.rewrite = rewrite
+        """For ``diverged``: where the history first differs from the transcript."""
 
 
 def _offers_read_back(view: list[Message]) -> bool:
@@ -146,7 +148,9 @@ class Turn:
                 # nothing to append to carry the check (a retry, another conversation): ask the store, compare again
                 await self.svc.pool.verify(lease, model=self.body["model"], tools=self.tools)
                 continue
-            if found.kind in ("other", "diverged"):
+            if found.kind == "diverged":
+                raise Elsewhere(found.kind, rewrite=rewrite(keyed, lease.keys))
+            if found.kind == "other":
                 raise Elsewhere(found.kind)
             self.drop = found.drop
             # the condition rides on the request's one append (its new messages and the reply, written
