@@ -1,19 +1,19 @@
 """The managed proxy: one flow for every dialect (Chat Completions, Anthropic Messages, Responses).
 
 Per request: the dialect reads the conversation; the history is matched with the session's
-transcript (`contextwarden.service.history`): a continuation appends its new messages, a retry of
-a request already answered appends nothing (its reply is stored once), and a conversation that
-starts differently (a title generator, a summarizer) goes to a session of its own named after the
-parent (``<id>~<digest>``); a history the client rewrote shorter (its own compaction) goes to a
-session named after the rewrite, which its next requests continue, and so does a side conversation
-that starts again with other content; a history that departs from the transcript further on in any
-other way is passed through unmanaged. The session prepares the view (compacting when due) with the request's own tools in the
-budget, the dialect renders it into the request (everything else as the client sent it) and the
-request goes upstream. When the view refers to the read-back tool, the proxy offers it and answers
-the model's calls itself until the model replies to the client; those rounds are recorded in the
-transcript, never shown to the client. A context-length error from the upstream makes the session
-compact deeper and the request is sent once more; a request whose protected part cannot fit is
-the dialect's own "prompt is too long" error.
+transcript (`contextwarden.service.history`): a continuation appends its new messages, a retry of a
+request already answered appends nothing (its reply is stored once), and a conversation that starts
+differently (a title generator, a summarizer) goes to a session of its own named after the parent
+(``<id>~<digest>``); a history the client rewrote shorter (its own compaction) goes to a session
+named after the rewrite, which its next requests continue, and so does a side conversation that
+starts again with other content; a history that departs from the transcript further on in any other
+way is passed through unmanaged. The session prepares the view (compacting when due) with the
+request's own tools in the budget, the dialect renders it into the request (everything else as the
+client sent it) and the request goes upstream. When the view refers to the read-back tool, the proxy
+offers it and answers the model's calls itself until the model replies to the client; those rounds
+are recorded in the transcript, never shown to the client. A context-length error from the upstream
+makes the session compact deeper and the request is sent once more; a request whose protected part
+cannot fit is the dialect's own "prompt is too long" error.
 
 The reply is written to the store before the client sees the end of it (the non-streaming body,
 or a stream's end event), so a client that sends its next request at once, to any replica, finds
