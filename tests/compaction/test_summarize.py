@@ -258,7 +258,8 @@ def test_running_summary_folds_the_previous_one_and_extends_its_span() -> None:
 )
 def test_failures_open_the_breaker_after_three_in_a_row(failure: str | Exception) -> None:
     summ = SyncScripted(failure)
-    s, rec = start(summ)
+    # a cooldown no run reaches: the breaker stays open however slowly the machine runs
+    s, rec = start(summ, CompactionConfig(keep_recent_rounds=1, breaker_cooldown_s=3600))
     seen = 0
     views: list[PreparedView] = []
     for batch in rounds(40):
@@ -291,7 +292,8 @@ def test_failures_open_the_breaker_after_three_in_a_row(failure: str | Exception
 def test_half_open_trial_after_cooldown_closes_on_success_and_reopens_on_failure() -> None:
     boom = RuntimeError("down")
     summ = SyncScripted(boom, boom, boom, boom, "recovered summary")
-    s, rec = start(summ)
+    # a cooldown far longer than one prepare on a loaded machine, so "open" is read before it ends
+    s, rec = start(summ, CompactionConfig(keep_recent_rounds=1, breaker_cooldown_s=0.5))
     batches = iter(rounds(80))
 
     def until_called(n: int) -> PreparedView:
@@ -303,12 +305,12 @@ def test_half_open_trial_after_cooldown_closes_on_success_and_reopens_on_failure
 
     pv = until_called(3)
     assert pv.status.breaker == "open"
-    time.sleep(0.06)
+    time.sleep(0.6)
     assert s.status().breaker == "half-open"
     pv = until_called(4)  # the one trial fails: open again at once
     assert pv.status.breaker == "open"
     assert len([e for e in rec.of("alert") if e.alert == "breaker-open"]) == 2
-    time.sleep(0.06)
+    time.sleep(0.6)
     pv = until_called(5)  # this trial succeeds: closed, and the summary covers everything evicted so far
     assert pv.status.breaker == "closed"
     assert pv.status.layer == "summarize"
