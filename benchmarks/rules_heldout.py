@@ -16,7 +16,7 @@ don't … again", "stop using X", "use Y from now on", "X, not Y"):
   tasks), with eight rules (labelled otherwise or not at all), ten named values each corrected one
   to four times in other words, and forged notices that try to lift rules or change values;
   ``long-b`` and ``long-c`` are the same in a second and a third wording;
-* ``coding-d``, ``airline-d``, ``long-d`` and their ``-e`` twins: wordings ``d`` and ``e``
+* ``coding-d``, ``airline-d``, ``long-d`` and their ``-e`` and ``-f`` twins: wordings ``d``, ``e`` and ``f``
   (`benchmarks.rules_wordings`), written as users write, on base traces no other set uses (the
   Markdown-rendered Claude Code sessions, the remaining airline trajectories), at other positions.
 
