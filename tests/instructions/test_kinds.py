@@ -156,3 +156,56 @@ def test_a_conditional_rule_inside_a_message_reads_as_it_does_alone() -> None:
     spans = [(s.start, s.end) for s in split_sentences(text)]
     assert [r.kind for r in read_sentences(text, spans)] == [read_sentence(text[a:b]).kind for a, b in spans]
     assert read_sentences(text, spans)[1].kind == "rule"
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "No matter what, leave the generated protobufs alone.",
+        "Whatever happens, keep the changelog in sync.",
+        "For the record, do not widen the public interface.",
+        "Honour the lockfile; no upgrades beyond what it pins.",
+        "Hold off on renaming the fixtures until the release is out.",
+        "We don't want any network calls in unit tests.",
+        "Nothing ships while the coverage job is failing.",
+        "Each endpoint needs a rate limit, remember that.",
+        "Would you keep the imports sorted in everything you edit?",
+        "Post the summary to the ops channel only.",
+        "Leave the schema as it is unless I explicitly ask.",
+    ],
+)
+def test_prohibitions_in_a_later_clause_holds_and_preferences_for_every_change_are_rules(sentence: str) -> None:
+    reading = read_sentence(sentence)
+    assert reading.kind == "rule" and reading.strong
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    ["Thanks, don't worry about the flaky one.", "Could you check the logs?", "Whatever it was, it works now."],
+)
+def test_asides_and_one_off_requests_are_not_strong_rules(sentence: str) -> None:
+    reading = read_sentence(sentence)
+    assert not (reading.kind == "rule" and reading.strong)
+
+
+@pytest.mark.parametrize(
+    ("sentence", "named"),
+    [
+        ("Oh, the shard count is 12.", ("shard count", "12")),
+        ("Hmm, the lock timeout is actually 900s.", ("lock timeout", "900s")),
+        ("It turns out the mirror is pkg-mirror-3, so forget the other one.", ("mirror", "pkg-mirror-3")),
+        ("Replace q-old with q-new-7 for the work queue.", ("work queue", "q-new-7")),
+        ("We settled on 2.4.0 for the minimum client.", ("minimum client", "2.4.0")),
+        ("Could you set the log level to DEBUG?", ("log level", "DEBUG")),
+    ],
+)
+def test_a_value_stated_in_passing_or_as_a_replacement_is_named(sentence: str, named: tuple[str, str]) -> None:
+    assert value_key(sentence) == named
+
+
+@pytest.mark.parametrize(
+    "sentence", ["Oops, my mistake — the shard count is 14.", "Sorry, correction: the mirror is pkg-mirror-4."]
+)
+def test_a_correction_after_an_interjection_names_its_value(sentence: str) -> None:
+    reading = read_sentence(sentence)
+    assert reading.kind == "correction" and reading.strong and reading.value is not None

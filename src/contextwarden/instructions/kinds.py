@@ -3,11 +3,14 @@
 The kind is read from the form of the sentence, not from a list of known sentences: a rule
 forbids, requires or sets a default for the rest of the session ("never …", "always …", "from
 now on …", "before you …", "please don't … again", "stop using X", "no print statements …", a
-"rule:" or "constraint:" label); a correction replaces something said before ("correction:",
-"actually", "instead", "X, not Y", "forget …", "make that …", "no longer …", "I misspoke"); a value
-names something ("the deploy window is K-442y", "ticket: OPS-1"), also after a lead-in or in a later
-clause ("Scratch that, the host is h-2"); a decision settles a choice ("let's
-go with option A", "yes, proceed"). Cues in a few other languages (Spanish, French, German,
+"rule:" or "constraint:" label, "whatever you do, …", a "don't" opening a later clause, "hold off
+on …", "nothing gets … while …", "I don't want any …", "… in everything you touch"); a correction
+replaces something said before ("correction:", "actually", "instead", "X, not Y", "forget …",
+"make that …", "no longer …", "I misspoke"); a value names something ("the deploy window is
+K-442y", "ticket: OPS-1", "the host is actually h-3", "replace h-1 with h-2 for the host", "we
+agreed on h-2 for the host"), also after a lead-in or in a later clause ("Scratch that, the host is
+h-2", "Turns out the host is h-4"); a decision settles a choice ("let's go with option A", "yes,
+proceed"). Cues in a few other languages (Spanish, French, German,
 Portuguese, Italian, Chinese, Japanese) are recognized too.
 
 The same reading serves the provenance rule (`contextwarden.provenance`): a sentence in a tool
@@ -40,7 +43,7 @@ _RULE = CueSet(
         r"(?:(?:please|pls|plz),?\s+)?"
         r"(?:no \w+|don'?t|do not|make sure|ensure|use|run|ask|write|put|leave|limit|prefix|sign|tag|include|exclude|"
         r"respond|reply|answer|speak|format|follow|wait for|confirm|double-check|name|cite|call|commit|push|stick|stay|"
-        r"prefer|target|quote|address|refer)\b"
+        r"prefer|target|quote|address|refer|respect|honou?r|obey|observe|hold off)\b"
         # a standing order under a condition: "When you write a test, name it …", "If there's a choice, I want …"
         r"|(?:when|whenever|if|once|each time|every time|any time|anytime)\s+(?:you|we|there'?s|there is)\b"
         # (then an imperative: any word that is not a subject, a modal, a question or a filler)
@@ -58,8 +61,29 @@ _RULE = CueSet(
         "now here point": [r"\bfrom (?:now|here|this point) on\b"],
         "forward": [r"\bgoing forward\b"],
         "rest": [r"\bfor the rest of\b"],
+        # whatever else happens: "Whatever you do, …", "No matter what, …"
+        "whatever": [r"\bwhatever (?:you|happens|else)\b"],
+        "matter": [r"\bno matter what\b"],
+        # a prohibition opening a later clause: "Whatever the reason, don't …", "…; no imports from …"
+        "don do": [
+            r"[,;:—–]\s*(?:please\s+)?(?:don'?t|do not)\s+(?!(?:worry|know|think|see|understand|mind|have|need)\b)\w"
+        ],
+        "hold": [r"\bhold off\b"],
+        "unless": [r"\bunless (?:i|we|you (?:ask|check)) (?:say|tell|ask|approve|confirm|agree|explicitly)"],
+        # "Nothing gets merged while …", "Nothing ships without …"
+        "nothing": [r"\bnothing (?:gets|goes|ships|lands|should|may|can|is to|ever)\b"],
+        # "Every commit needs a sign-off", "All endpoints must …"
+        "needs need": [r"\b(?:every|each|all|any) [\w-]+(?: [\w-]+)? needs?\b"],
+        # a preference for every change: "keep … in everything you touch"
+        "touch write edit change add create": [
+            r"\bin (?:everything|anything|every \w+|all \w+|any \w+) (?:you|we) "
+            r"(?:touch|write|edit|change|add|create)\b"
+        ],
         # "I want every migration to be reversible", "I expect you to always …"
-        "want need expect": [r"\b(?:i|we) (?:want|need|expect) (?:every|all|each|you to (?:always|never))\b"],
+        "want need expect": [
+            r"\b(?:i|we) (?:want|need|expect) (?:every|all|each|you to (?:always|never))\b",
+            r"\b(?:i|we) (?:don'?t|do not) (?:want|need) (?:any|to|you to|anything|more)\b",
+        ],
         "exceptions": [r"\bno exceptions\b"],
         "future": [r"\bfor all future\b"],
         "time": [r"\b(?:every|each) time\b"],
@@ -80,8 +104,11 @@ _RULE = CueSet(
         "before": [r"\bbefore (?:you|any|each|every|\w+ing)\b"],
         "stop": [r"\bstop \w+ing\b", r"\bfull stop\b"],
         "longer": [r"\bno longer\b"],
-        "only": [r"\bonly (?:ever )?(?:use|run|edit|touch|change|book|offer|charge)\b"],
-        "remember": [r"\bremember to\b"],
+        "only": [
+            r"\bonly (?:ever )?(?:use|run|edit|touch|change|book|offer|charge)\b",
+            r"\b(?:to|with|in|on|for|from) (?:my|the|our|your) [\w -]{1,30}? only\b",
+        ],
+        "remember": [r"\bremember to\b", r"\bremember (?:that|this)\W*$"],
         "sure": [r"\bmake sure (?:to|that|you)\b"],
         "prefer": [
             r"\b(?:i|we) prefer\b",
@@ -141,7 +168,8 @@ _WEAK_RULE = CueSet(
 )
 _CORRECTION = CueSet(
     opening=(
-        r"^\W*(?:correction|corrected|actually|scratch that|my (?:bad|mistake)|i meant|let me correct|to correct|"
+        r"^\W*(?:(?:sorry|oh|ah|hmm|ok|okay|oops|wait|no)\W+)?"
+        r"(?:correction|corrected|actually|scratch that|my (?:bad|mistake)|i meant|let me correct|to correct|"
         r"change of plans?|on second thought|to clarify|erratum|update:|not \S+\s*[—–;-]|en fait|corrección|corrige|"
         r"korrektur|eigentlich|correzione|in realtà|更正|纠正|其实|訂正|実は)(?!\w)"
     ),
@@ -156,6 +184,7 @@ _CORRECTION = CueSet(
         "make": [r"\bmake (?:that|it) \S"],
         "change": [r"\bchange (?:it|that|this) to\b"],
         "wrong": [r"\bi was wrong\b"],
+        "bad mistake": [r"\bmy (?:bad|mistake)\b", r"\bwas a mistake\b"],
         "typo": [r"\btypo on my\b", r"\bmy typo\b"],
         "using": [r"\bstop using\b"],
         "now": [r"\b(?:is|are) now\b"],
@@ -194,7 +223,8 @@ _DECISION = CueSet(
 _VALUE_RE = re.compile(
     r"^(?:(?:the|our|my|your|this|that)\s+)?(?P<key>[^\W\d][\w\-/ ]{1,48}?)"
     r"(?:\s+(?:we|i|you)(?:'re| are|'m| am)?\s+(?:using|use))?\s*"
-    r"(?:\b(?:is|are|was|will be|should be|must be|has to be|should read|reads)\b|=|:|＝|：)\s*(?:now\s+)?"
+    r"(?:\b(?:is|are|was|will be|should be|must be|has to be|should read|reads)\b|=|:|＝|：)\s*"
+    r"(?:(?:now|actually|really|in fact|instead|still)\s+)?"
     r"(?P<value>\S.*)$",
     _I,
 )
@@ -208,7 +238,9 @@ _VALUE_IT_RE = re.compile(
 # "new value for the cron schedule: 0 5 * * *"
 _VALUE_VERB_RE = re.compile(
     r"^(?:(?:set|switch|change|move|update|point)\s+(?:the\s+|our\s+|my\s+)?(?P<key>[^\W\d][\w\-/ ]{1,48}?)\s+to\s+"
-    r"(?P<value>\S.*)|(?:use|i meant|take|make (?:that|it)|go with)\s+(?P<value2>\S+)\s+(?:for|as)\s+"
+    r"(?P<value>\S.*)|(?:use|i meant|take|make (?:that|it)|go with|"
+    r"(?:we|i)(?:'ve)? (?:agreed on|settled on|decided on|chose|picked|went with)|"
+    r"replace\s+\S+\s+(?:with|by))\s+(?P<value2>\S+)\s+(?:for|as)\s+"
     r"(?:the\s+|our\s+|my\s+)?"
     r"(?P<key2>[^\W\d][\w\-/ ]{1,48}?)\W*|new value for\s+(?:the\s+)?(?P<key3>[^\W\d][\w\-/ ]{1,48}?)\s*[:=]\s*"
     r"(?P<value3>\S.*))$",
@@ -221,7 +253,9 @@ _LEAD_RE = re.compile(
     r"sure|yes|no|hi|hello|please note|just so you know|remember|reminder|let'?s|please|not \S+(?=\s*[—–;-])|btw|"
     # a lead-in that introduces the statement: "you'll need the host: …", "let's say the port is …"
     r"you(?:'ll| will)? need|here'?s|here is|(?:let'?s |lets )?(?:say|suppose|assume)(?: that)?|"
-    r"ignore what i (?:said|told you|wrote) about)\b"
+    r"ignore what i (?:said|told you|wrote) about|oh|ah|hey|hmm|right|"
+    # a question that asks for the change: "can you change the host to …"
+    r"(?:can|could|would) you(?: please)?|(?:it )?turns out(?: that)?|it seems(?: that)?|looks like)\b"
     r"\s*[,.:!;—–-]?\s*)+",
     _I,
 )
