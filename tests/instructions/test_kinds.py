@@ -209,3 +209,18 @@ def test_a_value_stated_in_passing_or_as_a_replacement_is_named(sentence: str, n
 def test_a_correction_after_an_interjection_names_its_value(sentence: str) -> None:
     reading = read_sentence(sentence)
     assert reading.kind == "correction" and reading.strong and reading.value is not None
+
+
+@pytest.mark.parametrize(
+    ("sentence", "named"),
+    [
+        ("The loading bay is dock door 7 now.", ("loading bay", "dock door 7")),
+        ("hold on, the printer queue is floor two PQ-3", ("printer queue", "floor two PQ-3")),
+    ],
+)
+def test_a_value_of_plain_words_ending_in_an_exact_one_is_named_whole(sentence: str, named: tuple[str, str]) -> None:
+    assert value_key(sentence) == named
+
+
+def test_a_negated_statement_names_no_value() -> None:
+    assert value_key("The mirror is not pkg-mirror-3.") is None

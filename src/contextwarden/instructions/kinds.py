@@ -413,10 +413,26 @@ def _value_in(clause: str) -> tuple[str, str] | None:
         words = key.split()
         if not words or len(words) > 4 or words[0] in _NOT_VALUE_KEYS or not raw_value.split():
             continue
-        value = raw_value.split()[0].rstrip(_VALUE_END)
-        # a value is something one can name exactly: an id, a code, a number, a path, a version
-        if _VALUE_LIKE.search(value):
+        value = _exact_value(raw_value.split())
+        if value is not None:
             return key, value
+    return None
+
+
+_VALUE_WORDS = 3
+"""Words a value may span ("db index 24", "gate B 12"): plain words, then the one that names it exactly."""
+_NOT_VALUE_WORDS = frozenset({"not", "no", "never", "also", "still", "the", "a", "an", "in", "at", "on", "to", "for"})
+
+
+def _exact_value(parts: list[str]) -> str | None:
+    """The value a statement gives: its first word when that names something exactly (an id, a code, a
+    number, a path, a version), else up to `_VALUE_WORDS` plain words ending in one that does."""
+    for n, part in enumerate(parts[:_VALUE_WORDS]):
+        word = part.rstrip(_VALUE_END)
+        if _VALUE_LIKE.search(word):
+            return " ".join([*parts[:n], word])
+        if word != part or word.lower() in _NOT_VALUE_WORDS or not word.isalpha():
+            return None
     return None
 
 
