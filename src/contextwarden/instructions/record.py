@@ -31,6 +31,7 @@ from typing import Literal
 
 from ..messages import Message
 from .kinds import Reading, SentenceKind, read_sentences
+from .left_out import LeftOut, left_out_estimate, left_out_line
 from .sentences import split_sentences, user_spans
 
 __all__ = ["HEADER", "Instruction", "InstructionKind", "UserInstructions"]
@@ -308,7 +309,7 @@ class UserInstructions:
         lines = {i.step: _line(i) for i in shown}
         cost = {step: self._tokens(line, count) + 1 for step, line in lines.items()}
         total = header + sum(cost.values())
-        if total + (_left_out_estimate(len(left_out)) if left_out else 0) > max_tokens:
+        if total + (left_out_estimate(len(left_out)) if left_out else 0) > max_tokens:
             # counted as they leave: the closing line's estimate must not walk the list each time
             binding = left_out.binding_count
             shrinkable = [i for i in shown if i.core and i.priority == 0]
@@ -316,7 +317,7 @@ class UserInstructions:
             for item in sorted(shown, key=_leaving):
                 if shrinkable and item.priority == 0:
                     # before any binding statement leaves, long ones show only their binding sentences
-                    closing = _left_out_estimate(0) if left_out else 0
+                    closing = left_out_estimate(0) if left_out else 0
                     total -= self._shrink(shrinkable, lines, cost, count, total + closing - max_tokens)
                     shrinkable = []
                     if total + closing <= max_tokens:
@@ -325,18 +326,18 @@ class UserInstructions:
                 dropped.add(item.step)
                 total -= cost[item.step]
                 binding += item.priority == 0
-                if total + _left_out_estimate(binding) <= max_tokens:
+                if total + left_out_estimate(binding) <= max_tokens:
                     break
             shown = [i for i in shown if i.step not in dropped]
         out = [HEADER, *(lines[i.step] for i in shown)]
         if left_out:
-            out.append(_left_out_line(left_out, max_tokens))
+            out.append(left_out_line(left_out, max_tokens))
         text = "\n".join(out)
         tokens = count(text)
         while tokens > max_tokens and shown:
             # estimates ran over: drop the least binding until their costs cover the excess (and the
             # closing line), then count again; one count per round, not one per message dropped
-            excess = tokens - max_tokens + (0 if len(out) > len(shown) + 1 else _left_out_estimate(0))
+            excess = tokens - max_tokens + (0 if len(out) > len(shown) + 1 else left_out_estimate(0))
             order = sorted(shown, key=_leaving)
             freed = 0
             for item in order:
@@ -345,7 +346,7 @@ class UserInstructions:
                 shown.remove(item)
                 left_out.add(item)
                 freed += cost[item.step]
-            out = [HEADER, *(lines[i.step] for i in shown), _left_out_line(left_out, max_tokens)]
+            out = [HEADER, *(lines[i.step] for i in shown), left_out_line(left_out, max_tokens)]
             text = "\n".join(out)
             tokens = count(text)
         if tokens > max_tokens:
@@ -354,7 +355,7 @@ class UserInstructions:
 
     def _candidates(
         self, max_tokens: int, header: int, count: Callable[[str], int], view: frozenset[int], requests: bool
-    ) -> tuple[list[Instruction], _LeftOut]:
+    ) -> tuple[list[Instruction], LeftOut]:
         """The items a section of ``max_tokens`` could show (in step order), and a summary of those it cannot.
 
         The most kept (last in `_leaving_order`) are taken until their lines pass twice the room
@@ -368,7 +369,7 @@ class UserInstructions:
                 groups.setdefault((neg, rule), []).append(members)
         in_view = {i for i in (self._step_index(s) for s in view) if i is not None}
         taken: list[Instruction] = []
-        left = _LeftOut()
+        left = LeftOut()
         used, full = header, False
         items = self.items
         for key in sorted(groups, reverse=True):
@@ -440,60 +441,6 @@ def _newest_first(members: list[dict[int, None]]) -> Iterator[int]:
     if len(members) == 1:
         return reversed(members[0])
     return heapq.merge(*(reversed(m) for m in members), key=lambda i: -i)
-
-
-class _LeftOut:
-    """What a full section leaves out: binding steps one by one, the others by count and range."""
-
-    __slots__ = ("binding", "others", "first", "last")
-
-    def __init__(self) -> None:
-        self.binding: list[int] = []
-        self.others = 0
-        self.first: int | None = None
-        self.last: int | None = None
-
-    def __len__(self) -> int:
-        return len(self.binding) + self.others
-
-    @property
-    def binding_count(self) -> int:
-        return len(self.binding)
-
-    def add(self, item: Instruction) -> None:
-        if item.priority == 0:
-            self.binding.append(item.step)
-            return
-        self._other(item.step, 1)
-
-    def _other(self, step: int, n: int) -> None:
-        self.others += n
-        self.first = step if self.first is None else min(self.first, step)
-        self.last = step if self.last is None else max(self.last, step)
-
-    def add_unread(
-        self,
-        items: list[Instruction],
-        index: int,
-        seen: int,
-        newest: Iterator[int],
-        members: list[dict[int, None]],
-        in_view: set[int],
-    ) -> None:
-        """``index`` and every older index of its class leave unread (``seen`` newer ones were read or skipped).
-
-        ``newest`` goes on from ``index``; only the binding steps are walked, the others are counted.
-        """
-        if items[index].priority == 0:  # binding steps are named one by one (there are few)
-            self.binding.append(items[index].step)
-            self.binding.extend(items[i].step for i in newest if i not in in_view)
-            return
-        older = sum(len(m) for m in members) - seen - 1
-        hidden = sum(1 for i in in_view if i < index and any(i in m for m in members))
-        self._other(items[index].step, 1 + older - hidden)
-        for m in members:
-            oldest = next((i for i in m if i not in in_view), index)  # stops at the first one not in view
-            self._other(items[min(oldest, index)].step, 0)
 
 
 LEAN_CHARS = 160
@@ -577,33 +524,3 @@ def _line(item: Instruction, *, core: bool = False) -> str:
     shown = " … ".join(item.core) if core and item.core else item.text
     more = "" if item.complete and not (core and item.core) else f' [rest: read_context("#{item.step}")]'
     return f"#{item.step}{label}{mark}: {shown}{more}"
-
-
-_LISTED = 24
-"""Binding steps a full section's closing line names one by one (the rest as a count and a range)."""
-
-
-def _steps(steps: list[int]) -> str:
-    if len(steps) <= _LISTED:
-        return ", ".join(f"#{s}" for s in steps)
-    listed = ", ".join(f"#{s}" for s in steps[-_LISTED:])
-    return f"{listed} and {len(steps) - _LISTED} older ones (#{steps[0]}..#{steps[-_LISTED - 1]})"
-
-
-def _left_out_estimate(binding: int) -> int:
-    """Tokens of `_left_out_line` with ``binding`` steps left out, estimated (about three per listed step)."""
-    return 40 + 3 * min(binding, _LISTED)
-
-
-def _left_out_line(left: _LeftOut, max_tokens: int) -> str:
-    """The closing line of a full section: binding steps left out by number, the rest counted, and how to read them."""
-    binding = sorted(left.binding)
-    listed: list[str] = []
-    if binding:
-        listed.append("rules, corrections and values at " + _steps(binding))
-    if left.others:
-        listed.append(f"{left.others} other messages (#{left.first}..#{left.last})")
-    return (
-        f"Not shown (this section is limited to {max_tokens} tokens): {'; '.join(listed)}; "
-        'read_context("#<step>") shows each.'
-    )
