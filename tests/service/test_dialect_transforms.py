@@ -115,6 +115,22 @@ def test_responses_items_of_every_kind_render_back_unchanged(items: list[dict[st
 turns = st.lists(st.sampled_from(["ok", "go on", "run it", "done"]), min_size=1, max_size=8)
 
 
+def responses_items(max_size: int) -> st.SearchStrategy[list[dict[str, Any]]]:
+    """Responses input items of every kind, with a function call and its output among them."""
+    return st.lists(
+        st.one_of(
+            said,
+            reasoning,
+            hosted,
+            st.just({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}),
+            st.just({"type": "function_call", "call_id": "fc_1", "name": "ls", "arguments": "{}"}),
+            st.just({"type": "function_call_output", "call_id": "fc_1", "output": "a.py"}),
+        ),
+        min_size=1,
+        max_size=max_size,
+    )
+
+
 @given(turns, turns)
 def test_a_history_and_its_retries_and_continuations(first: list[str], more: list[str]) -> None:
     history: list[dict[str, Any]] = [{"role": "system", "content": "sys"}]
@@ -224,18 +240,7 @@ def test_anthropic_views_rendered_with_the_sessions_memo_are_the_views_rendered_
 
 
 @given(
-    st.lists(
-        st.one_of(
-            said,
-            reasoning,
-            hosted,
-            st.just({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}),
-            st.just({"type": "function_call", "call_id": "fc_1", "name": "ls", "arguments": "{}"}),
-            st.just({"type": "function_call_output", "call_id": "fc_1", "output": "a.py"}),
-        ),
-        min_size=1,
-        max_size=10,
-    ),
+    responses_items(10),
     st.data(),
 )
 def test_responses_views_rendered_with_the_sessions_memo_are_the_views_rendered_afresh(
@@ -278,18 +283,7 @@ def test_an_anthropic_history_converted_ahead_in_steps_is_the_history_converted_
 
 
 @given(
-    st.lists(
-        st.one_of(
-            said,
-            reasoning,
-            hosted,
-            st.just({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}),
-            st.just({"type": "function_call", "call_id": "fc_1", "name": "ls", "arguments": "{}"}),
-            st.just({"type": "function_call_output", "call_id": "fc_1", "output": "a.py"}),
-        ),
-        min_size=1,
-        max_size=12,
-    ),
+    responses_items(12),
     st.integers(1, 4),
 )
 def test_responses_items_converted_ahead_in_steps_are_the_items_converted_at_once(
