@@ -225,6 +225,11 @@ class SessionBudget:
             return None
         return self._count_steps(request_text(view, tools), base_url, self.model or model_name)
 
+    def _server_count_failed(self, error: Exception) -> None:
+        """The server could not count (`_server_count`'s calls raised): it is not asked again."""
+        self.served_counts.unavailable = True
+        logger.info("session %s: the server's token count is unavailable (%s)", self.session_id, error)
+
     def _count_steps(self, text: str, base_url: str | None, model: str | None) -> Generator[Call, Answer, None]:
         theirs = yield from self.served_counts.flow(text, base_url=base_url, model=model)
         if theirs is None:

@@ -528,8 +528,7 @@ class AsyncSession(BaseSession):
         try:
             await run_async(steps, None, None, DEFAULT_PROBE_TIMEOUT)
         except (UpstreamError, UsageError) as exc:
-            self.served_counts.unavailable = True
-            logger.info("session %s: the server's token count is unavailable (%s)", self.session_id, exc)
+            self._server_count_failed(exc)
 
     async def _served_limit(self, error: ContextOverflowError, model: object) -> ContextOverflowError:
         """Async twin of `Session._served_limit`."""

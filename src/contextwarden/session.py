@@ -455,7 +455,7 @@ class Session(BaseSession):
             self._check_progress(overflow, sent, sent_limit, limit)
 
     def _calibrate_unreported(
-        self, response: ModelResponse, view: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None, model: Model
+        self, response: ModelResponse, view: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None, client: Model
     ) -> None:
         """A reply without usage: calibrate from the server's own count of the request, while samples are due.
 
@@ -466,8 +466,8 @@ class Session(BaseSession):
             response.usage,
             view,
             self._all_tools(tools),
-            base_url=served_base_url(model),
-            model_name=model.model_name,
+            base_url=served_base_url(client),
+            model_name=client.model_name,
         )
         if steps is None:
             return
@@ -477,8 +477,7 @@ class Session(BaseSession):
         try:
             run_sync(steps, None, None, DEFAULT_PROBE_TIMEOUT)
         except (UpstreamError, UsageError) as exc:
-            self.served_counts.unavailable = True
-            logger.info("session %s: the server's token count is unavailable (%s)", self.session_id, exc)
+            self._server_count_failed(exc)
 
     def _served_limit(self, error: ContextOverflowError, model: object) -> ContextOverflowError:
         """``error``, with the server's window from its own endpoints when the error named none."""
@@ -508,7 +507,7 @@ class Session(BaseSession):
         return overflow_after_cut(error, served, window=self.budget.window)
 
     def delegate_pending(self, client: Model) -> list[DelegationResult]:
-        """Run every sub-task marked delegable now, each in its own session with ``model``; add their results."""
+        """Run every sub-task marked delegable now, each in its own session calling ``client``; add their results."""
         results = []
         for marked in list(self._delegable):
             sub = Session(**self._sub_session_kwargs(marked))
